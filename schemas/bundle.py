@@ -1,0 +1,156 @@
+"""Models of the incident bundle's YAML files (``BUNDLE.md`` v1).
+
+* :class:`WorkloadSpec` -- ``workload.yaml``, the scheduler's view of the attempt.
+* :class:`TopologySpec` -- ``topology.yaml``, how hosts are cabled to the fabric.
+* :class:`ExpectedSpec` -- ``expected.yaml``, the verdict a correct system gives.
+
+Times are parsed from ISO-8601 (``2026-11-30T01:20:00Z``) and exposed as UTC nanoseconds by
+the ``*_ns`` helpers. Validation errors are pydantic ``ValidationError``; the bundle reader turns
+them into a :class:`connectors.bundle.BundleError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from schemas.records import Domain, Quality
+
+
+def to_ns(value: dt.datetime) -> int:
+    """UTC nanoseconds since the epoch for an aware (or naive = UTC) datetime."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RankSlot(_Spec):
+    """Where one rank ran."""
+
+    host: str
+    gpu: int | None = None
+
+
+class HostFacts(_Spec):
+    """Per-host facts needed to read its logs."""
+
+    boot_time: dt.datetime | None = None
+    timezone: str = "UTC"
+    ip: str | None = None
+
+
+WorkloadState = Literal[
+    "FAILED",
+    "NODE_FAIL",
+    "TIMEOUT",
+    "CANCELLED",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "COMPLETED",
+    "RUNNING",
+    "HUNG",
+]
+
+
+class WorkloadSpec(_Spec):
+    """``workload.yaml``: one workload attempt as the scheduler saw it."""
+
+    workload_id: str = Field(min_length=1)
+    scheduler: Literal["slurm", "kueue", "kubernetes", "static"] = "static"
+    cluster: str = ""
+    state: WorkloadState
+    exit_code: str | None = None
+    start: dt.datetime
+    end: dt.datetime | None = None
+    nodes: list[str] = Field(min_length=1)
+    ranks_per_node: int | None = Field(default=None, ge=1)
+    ranks: dict[int, RankSlot] = Field(default_factory=dict)
+    hosts: dict[str, HostFacts] = Field(default_factory=dict)
+
+    @field_validator("exit_code", mode="before")
+    @classmethod
+    def _exit_code_as_text(cls, value: object) -> object:
+        return str(value) if isinstance(value, int) else value
+
+    @model_validator(mode="after")
+    def _check(self) -> "WorkloadSpec":
+        if self.end is not None and self.end < self.start:
+            raise ValueError("end is before start")
+        for rank, slot in self.ranks.items():
+            if slot.host not in self.nodes:
+                raise ValueError(f"ranks.{rank}.host {slot.host!r} is not in nodes")
+        return self
+
+    @property
+    def start_ns(self) -> int:
+        return to_ns(self.start)
+
+    @property
+    def end_ns(self) -> int | None:
+        return to_ns(self.end) if self.end is not None else None
+
+    def rank_map(self) -> dict[int, RankSlot]:
+        """Rank -> host/GPU: the explicit ``ranks`` map, else ``ranks_per_node`` laid out in
+        node order with local rank = GPU index, else empty."""
+        if self.ranks:
+            return dict(self.ranks)
+        if self.ranks_per_node:
+            return {
+                n * self.ranks_per_node + local: RankSlot(host=host, gpu=local)
+                for n, host in enumerate(self.nodes)
+                for local in range(self.ranks_per_node)
+            }
+        return {}
+
+
+class Link(_Spec):
+    """One cable: a host HCA port to a switch port."""
+
+    host: str
+    hca: str
+    host_port: int = 1
+    switch: str
+    switch_port: str
+
+    @field_validator("switch_port", mode="before")
+    @classmethod
+    def _port_as_text(cls, value: object) -> object:
+        return str(value) if isinstance(value, int) else value
+
+    @property
+    def port_id(self) -> str:
+        """The switch-side port id, ``switch/port``."""
+        return f"{self.switch}/{self.switch_port}"
+
+
+class TopologySpec(_Spec):
+    """``topology.yaml``: cables and failure domains."""
+
+    links: list[Link] = Field(default_factory=list)
+    domains: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class ExpectedSpec(_Spec):
+    """``expected.yaml``: what a correct verdict says. Every field given must match."""
+
+    domain: Domain | None = None
+    domain_any_of: list[Domain] | None = None
+    root_cause: str | None = None
+    culprit_hosts: list[str] | None = None
+    culprit_ranks: list[int] | None = None
+    culprit_ports: list[str] | None = None
+    quality_any_of: list[Quality] | None = None
+    notes: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "ExpectedSpec":
+        if self.domain is not None and self.domain_any_of is not None:
+            raise ValueError("give domain or domain_any_of, not both")
+        return self

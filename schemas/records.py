@@ -1,0 +1,375 @@
+"""The records faultstream puts on every topic and in every table.
+
+Four record types (see ``DESIGN.md`` § Records):
+
+* :class:`Observation` -- one normalised input (a log record, a metric sample, ...).
+* :class:`Event` -- a typed fact extracted from observations by a rule.
+* :class:`Attribution` -- the verdict for one scope (workload attempt, fabric port, incident).
+* :class:`RemediationAction` -- a proposed or executed remediation for a verdict.
+
+Conventions shared by all of them:
+
+* Times are integers, **nanoseconds since the Unix epoch, UTC** (fields ``*_at``, ``start``,
+  ``end``). Durations carry their unit in the name (``timeout_ms``, ``ran_for_ms``).
+* Every record has ``schema_version`` and a deterministic id, a hash of its canonical content
+  (:func:`content_id`), so duplicates from at-least-once delivery collapse.
+* Transport positions (Kafka topic/partition/offset) are never part of an id, so the same input
+  read from a file or from Kafka yields the same ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+#: Observation kinds, as DESIGN.md lists them.
+ObservationKind = Literal[
+    "log_line",
+    "metric_sample",
+    "scheduler_event",
+    "fabric_counter",
+    "telemetry",
+    "topology",
+    "certification",
+    "health_event",
+]
+TimeSource = Literal["line", "transport", "inferred"]
+Outcome = Literal["failed", "hung", "degraded", "preempted", "completed", "unknown"]
+Domain = Literal[
+    "gpu_hardware",
+    "gpu_software",
+    "fabric",
+    "host",
+    "software",
+    "storage",
+    "scheduler",
+    "config",
+    "unknown",
+]
+Quality = Literal["definitive", "probable", "ambiguous", "insufficient"]
+ScopeKind = Literal["workload", "fabric_port", "incident"]
+CoverageStatus = Literal["present", "empty", "failed", "lagging"]
+EvidenceRole = Literal["cause", "symptom", "context"]
+ActionKind = Literal[
+    "cordon",
+    "drain",
+    "reset_gpu",
+    "reboot",
+    "reprovision",
+    "rma",
+    "recertify",
+    "swap_hot_spare",
+    "disable_port",
+    "notify",
+]
+ActionMode = Literal["auto", "needs_approval", "dry_run"]
+ActionState = Literal[
+    "proposed", "approved", "executing", "done", "failed", "rejected", "expired", "cancelled"
+]
+
+#: ``time_quality`` levels (0..1). A timestamp parsed from the line itself with sub-second
+#: precision is the best we get; each step down is a weaker claim about when it happened.
+TIME_QUALITY_EXACT = 1.0  # sub-second timestamp in the line (ISO, glog, dmesg -T is seconds)
+TIME_QUALITY_SECONDS = 0.9  # whole-second timestamp in the line (dmesg -T, NCCL prefix)
+TIME_QUALITY_BOOT_RELATIVE = 0.8  # raw dmesg seconds since boot placed with the boot time
+TIME_QUALITY_NO_YEAR = 0.7  # syslog without a year, year taken from the workload
+TIME_QUALITY_INHERITED = 0.5  # no time in the line: taken from a neighbouring line
+TIME_QUALITY_TRANSPORT = 0.2  # no time anywhere near: taken from the transport/workload
+
+
+def canonical_json(data: Any) -> str:
+    """Serialise ``data`` (a model or plain JSON data) to canonical JSON.
+
+    Keys are sorted, separators are compact and non-ASCII is kept as UTF-8, so equal content
+    gives equal bytes. This is the form ids are computed from and the form ``--json`` prints.
+    """
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def content_id(prefix: str, *parts: Any) -> str:
+    """Return a deterministic id ``<prefix>-<24 hex>`` from the canonical JSON of ``parts``.
+
+    The hash is BLAKE2b (96 bits shown): collisions are negligible at fleet scale, and the id
+    stays short enough for ClickHouse primary keys and Kafka keys.
+    """
+    digest = hashlib.blake2b(canonical_json(list(parts)).encode(), digest_size=12).hexdigest()
+    return f"{prefix}-{digest}"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class Source(_Record):
+    """Where an observation came from: the connector and its instance (a bundle path, a
+    Slurm cluster, a Prometheus URL, ...)."""
+
+    connector: str
+    instance: str = ""
+
+
+class GpuRef(_Record):
+    """A GPU as the logs name it: local index, UUID, PCI bus id (``0000:9c:00``, normalised
+    to ``domain:bus:device`` without the function) -- any subset."""
+
+    index: int | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+
+
+class Position(_Record):
+    """Evidence trail position: the origin (``file`` relative to the bundle, 1-based ``line``)
+    and, when the record travelled through Kafka, the transport position. Only the origin
+    is part of ids."""
+
+    file: str | None = None
+    line: int | None = None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+
+
+class Observation(_Record):
+    """One normalised input record.
+
+    ``body`` holds the raw text of a log record (several physical lines joined with ``\\n``
+    for multi-line records such as tracebacks); ``metric`` holds numeric samples for
+    telemetry. ``observed_at`` is UTC nanoseconds; ``time_source`` says whether it was read
+    from the line, taken from the transport, or inferred from neighbouring lines, and
+    ``time_quality`` (0..1, see ``TIME_QUALITY_*``) how much to trust it.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    observation_id: str = ""
+    source: Source
+    kind: ObservationKind
+    observed_at: int
+    time_source: TimeSource
+    time_quality: float = Field(ge=0.0, le=1.0)
+    host: str
+    cluster: str = ""
+    workload_id: str | None = None
+    rank: int | None = None
+    gpu: GpuRef | None = None
+    fabric_port: str | None = None
+    format: str = "unknown"
+    body: str | None = None
+    metric: dict[str, float] | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    position: Position = Field(default_factory=Position)
+
+    def with_id(self) -> "Observation":
+        """Fill ``observation_id`` from the content (origin position included, transport
+        position excluded) and return self."""
+        data = self.model_dump(mode="json", exclude={"observation_id"})
+        for key in ("topic", "partition", "offset"):
+            data["position"].pop(key, None)
+        self.observation_id = content_id("obs", data)
+        return self
+
+
+class EvidenceRef(_Record):
+    """A pointer from an event to the observation it came from."""
+
+    observation_id: str
+    position: Position = Field(default_factory=Position)
+
+
+class Event(_Record):
+    """A typed fact extracted by a rule.
+
+    ``type`` is dotted (``gpu.xid``, ``nccl.watchdog_timeout``, ...); ``at`` is when the fact
+    was logged (UTC ns). ``began_at`` is set when the line itself says the condition began
+    earlier -- a PyTorch watchdog timeout is back-dated by its ``ran for N milliseconds``.
+    ``peer`` is the other end named by the line (a host or ``ip:port``). ``rule`` is
+    ``rule_id@version``.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    event_id: str = ""
+    type: str
+    at: int
+    began_at: int | None = None
+    time_quality: float = Field(default=1.0, ge=0.0, le=1.0)
+    host: str
+    cluster: str = ""
+    workload_id: str | None = None
+    rank: int | None = None
+    gpu: GpuRef | None = None
+    fabric_port: str | None = None
+    peer: str | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    rule: str
+    evidence: list[EvidenceRef] = Field(default_factory=list)
+
+    def with_id(self) -> "Event":
+        """Fill ``event_id`` from the content (transport positions excluded) and return self."""
+        data = self.model_dump(mode="json", exclude={"event_id"})
+        for ref in data["evidence"]:
+            for key in ("topic", "partition", "offset"):
+                ref["position"].pop(key, None)
+        self.event_id = content_id("evt", data)
+        return self
+
+    @property
+    def effective_at(self) -> int:
+        """When the condition began: ``began_at`` if the line told us, else ``at``."""
+        return self.began_at if self.began_at is not None else self.at
+
+
+class Scope(_Record):
+    """What a verdict is about: a workload attempt, a fabric port, or an incident."""
+
+    kind: ScopeKind
+    id: str
+    cluster: str = ""
+
+
+class Window(_Record):
+    """The event-time window a verdict was decided over, UTC ns, inclusive."""
+
+    start: int
+    end: int
+
+
+class RootCause(_Record):
+    """The decided cause: a dotted ``code`` (``gpu.xid.79``, ``proc.killed.sigkill``,
+    ``config.nccl.duplicate_gpu``), a sentence for people, and the event that carries it."""
+
+    code: str
+    text: str
+    event_id: str | None = None
+
+
+class Culprits(_Record):
+    """What to act on. Ports are ``switch/port`` or ``host/hca/port``."""
+
+    hosts: list[str] = Field(default_factory=list)
+    ranks: list[int] = Field(default_factory=list)
+    gpus: list[GpuRef] = Field(default_factory=list)
+    ports: list[str] = Field(default_factory=list)
+
+
+class Affected(_Record):
+    """Who suffered: hosts and ranks that logged symptoms, workloads hit."""
+
+    hosts: list[str] = Field(default_factory=list)
+    ranks: list[int] = Field(default_factory=list)
+    workloads: list[str] = Field(default_factory=list)
+
+
+class EvidenceItem(_Record):
+    """One step of the evidence timeline, ordered by ``at`` (back-dated time for symptoms
+    that carry one)."""
+
+    at: int
+    event_id: str
+    type: str
+    role: EvidenceRole
+    host: str
+    rank: int | None = None
+    summary: str
+    observations: list[EvidenceRef] = Field(default_factory=list)
+
+
+class Alternative(_Record):
+    """Another cause that fits the evidence, with its score (same scale as the winner's)."""
+
+    code: str
+    domain: Domain
+    text: str
+    score: float
+    hosts: list[str] = Field(default_factory=list)
+    ranks: list[int] = Field(default_factory=list)
+
+
+class CoverageEntry(_Record):
+    """How one input source fared: ``present`` (read, produced records), ``empty``,
+    ``failed`` (could not be read or parsed) or ``lagging`` (behind the watermark).
+    ``records`` counts records read, ``unparsed`` those no format recognised, ``events``
+    the events extracted from it."""
+
+    source: str
+    status: CoverageStatus
+    records: int = 0
+    unparsed: int = 0
+    events: int = 0
+    detail: str = ""
+
+
+class Attribution(_Record):
+    """The verdict for one scope.
+
+    ``attribution_id`` is stable per scope; ``revision`` increases when late evidence changes
+    the verdict. ``decided_at`` is event time (the window's end), never wall-clock time, so the
+    same events always give byte-identical verdicts.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    attribution_id: str
+    revision: int = 1
+    scope: Scope
+    window: Window
+    outcome: Outcome
+    domain: Domain
+    root_cause: RootCause
+    culprits: Culprits = Field(default_factory=Culprits)
+    affected: Affected = Field(default_factory=Affected)
+    symptoms: list[str] = Field(default_factory=list)
+    evidence: list[EvidenceItem] = Field(default_factory=list)
+    confidence: float = Field(ge=0.0, le=1.0)
+    quality: Quality
+    alternatives: list[Alternative] = Field(default_factory=list)
+    coverage: list[CoverageEntry] = Field(default_factory=list)
+    incident_id: str | None = None
+    ruleset_version: str
+    engine_version: str
+    decided_at: int
+
+
+class RemediationTarget(_Record):
+    """What an action acts on."""
+
+    host: str | None = None
+    gpu: GpuRef | None = None
+    port: str | None = None
+
+
+class GuardResult(_Record):
+    """The outcome of one guard (circuit breaker, budget, cooldown, ...) for an action."""
+
+    guard: str
+    passed: bool
+    detail: str = ""
+
+
+class RemediationAction(_Record):
+    """A remediation proposed for a verdict, and its lifecycle state. Defaults to
+    ``dry_run``: nothing is executed unless a policy says so."""
+
+    schema_version: int = SCHEMA_VERSION
+    action_id: str
+    attribution_id: str
+    target: RemediationTarget
+    action: ActionKind
+    mode: ActionMode = "dry_run"
+    policy_id: str
+    guards: list[GuardResult] = Field(default_factory=list)
+    state: ActionState = "proposed"
+    reason: str = ""
+    created_at: int
+
+
+RECORD_MODELS: dict[str, type[BaseModel]] = {
+    "observation": Observation,
+    "event": Event,
+    "attribution": Attribution,
+    "remediation_action": RemediationAction,
+}
