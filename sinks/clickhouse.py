@@ -1,0 +1,717 @@
+"""ClickHouse sink: idempotent writes of observations, events, attributions, remediations and
+dead letters, through clickhouse-connect -- to an embedded chDB engine (``chdb://``) or to a
+ClickHouse server over HTTP(S).
+
+Tables (``sinks/ddl.sql``, created with ``CREATE ... IF NOT EXISTS`` on every start):
+
+===================  =======================  ==========================================
+table                key (ORDER BY)           version column (highest wins under FINAL)
+===================  =======================  ==========================================
+``observations``     ``observation_id``       -- (last inserted)
+``events``           ``event_id``             -- (last inserted)
+``attributions``     ``attribution_id``       ``revision``
+``remediations``     ``action_id``            ``state_rank`` (proposed 1, approved 2,
+                                              executing 3, done/failed/rejected/expired/
+                                              cancelled 4)
+``dead_letters``     ``dead_letter_id``       -- (last inserted)
+===================  =======================  ==========================================
+
+Each table has typed columns for what dashboards filter on (times as
+``DateTime64(9, 'UTC')``: nanoseconds since the epoch, UTC) plus ``record``, the full
+canonical JSON of the record (:func:`schemas.records.canonical_json`), so a row parses back
+into a model equal to the one written (:meth:`ClickHouseSink.fetch`).
+
+Idempotency -- what a rerun of the same replay does to row counts
+-----------------------------------------------------------------
+Two mechanisms, both verified against chDB 4.4 (ClickHouse 26.9) in
+``tests/test_clickhouse_sink.py``:
+
+1. **ReplacingMergeTree keyed by the deterministic id** -- the guarantee that always holds:
+   ``count(table, final=True)`` (``SELECT count() FROM t FINAL``) counts every id once, and
+   for attributions the row with the highest ``revision`` is the one FINAL returns. Rows
+   written twice may exist physically until a background merge.
+2. **Insert deduplication tokens** -- each insert carries ``insert_deduplication_token``, a
+   hash of the table and the sorted, de-duplicated canonical records of the batch (chunks
+   of ``max_rows_per_insert``). Plain (non-replicated) MergeTree only honours it when the
+   table has ``non_replicated_deduplication_window`` > 0; ddl.sql sets 10000 blocks. chDB
+   honours it: writing the *same batch* again adds no row, so even a plain ``count()``
+   (``final=False``) is unchanged. The guarantee is bounded: it holds when the rerun
+   groups records into the same batches (a deterministic replay does) and the earlier
+   insert is within the last 10000 inserts of that table. Otherwise the plain count grows
+   and FINAL still counts each id once. A retried insert after a transient error reuses the
+   token, so a retry never duplicates either.
+
+chDB sessions: one engine path per process
+------------------------------------------
+Finding (clickhouse-connect 1.12, chdb 4.4): chDB hosts **one embedded engine per process**.
+Any number of clients may be open on the *same* path (each has its own handle and session
+state); opening a client on a *different* path -- ``:memory:`` included -- while any client
+is open raises ``ProgrammingError: EmbeddedServer already initialized with path '/a', cannot
+connect with different path '/b' (BAD_ARGUMENTS)``. Closing one client of two is not
+enough; once the *last* client on a path is closed, another path can be opened, and
+reopening the first later sees its data again.
+
+So the sink keeps a process-wide registry: all ``ClickHouseSink`` objects on one chDB path
+share one client (reference-counted; the last :meth:`ClickHouseSink.close` closes it), and
+asking for a second path while the first is held raises :class:`SinkError` naming both.
+Table names are always qualified with the database, so sinks with different databases on
+the same path are isolated. Tests therefore use one chDB directory per test module/session
+and a distinct ``database`` per test, and close their sinks, so other test modules can open
+their own path afterwards.
+
+URLs
+----
+* ``chdb:///abs/dir`` -- embedded engine in ``/abs/dir`` (created if missing);
+* ``chdb://relative/dir`` -- relative to the current directory (the default
+  ``chdb://.state/clickhouse``);
+* ``chdb://memory`` or ``chdb://:memory:`` -- in-memory engine;
+* ``http://user:pass@host:8123`` / ``https://...`` -- a server; the database is
+  ``database=``, not the URL path.
+
+Errors: :class:`SinkError` for a bad URL or database name, an unreachable server, a chDB
+path conflict, and any write/read failure (transient errors -- network, timeouts, too many
+parts/queries, ... -- are retried with exponential back-off and jitter by tenacity first).
+``TypeError`` when a write gets records of the wrong model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse, urlunparse
+
+import clickhouse_connect
+from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
+from pydantic import BaseModel
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random,
+)
+
+from schemas.records import (
+    Attribution,
+    Event,
+    GpuRef,
+    Observation,
+    RemediationAction,
+    canonical_json,
+)
+from sinks.deadletter import DeadLetter
+
+__all__ = ["ClickHouseSink", "SinkError", "TABLES", "STATE_RANK", "DEFAULT_URL"]
+
+DEFAULT_URL = "chdb://.state/clickhouse"
+
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: ClickHouse error codes worth retrying: they come from load or the network, not the request.
+_TRANSIENT_CODES = frozenset(
+    {
+        3,  # UNEXPECTED_END_OF_FILE
+        159,  # TIMEOUT_EXCEEDED
+        164,  # READONLY (replica temporarily read-only)
+        202,  # TOO_MANY_SIMULTANEOUS_QUERIES
+        203,  # NO_FREE_CONNECTION
+        209,  # SOCKET_TIMEOUT
+        210,  # NETWORK_ERROR
+        236,  # ABORTED
+        241,  # MEMORY_LIMIT_EXCEEDED
+        242,  # TABLE_IS_READ_ONLY
+        252,  # TOO_MANY_PARTS
+        285,  # TOO_FEW_LIVE_REPLICAS
+        319,  # UNKNOWN_STATUS_OF_INSERT
+        425,  # SYSTEM_ERROR
+        999,  # KEEPER_EXCEPTION
+    }
+)
+
+#: Version column of the remediations table: later lifecycle states win under FINAL.
+STATE_RANK: dict[str, int] = {
+    "proposed": 1,
+    "approved": 2,
+    "executing": 3,
+    "done": 4,
+    "failed": 4,
+    "rejected": 4,
+    "expired": 4,
+    "cancelled": 4,
+}
+
+
+class SinkError(RuntimeError):
+    """A sink could not be opened, or a write or read failed (after retries if transient)."""
+
+
+# --------------------------------------------------------------------------------------------
+# row builders: record -> typed columns + canonical JSON
+
+
+def _gpu_label(gpu: GpuRef | None) -> str | None:
+    """The most specific name of a GPU: PCI bus id, else UUID, else ``index:N``."""
+    if gpu is None:
+        return None
+    if gpu.pci_bus_id:
+        return gpu.pci_bus_id
+    if gpu.uuid:
+        return gpu.uuid
+    if gpu.index is not None:
+        return f"index:{gpu.index}"
+    return None
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _observation_row(o: Observation, record: str) -> list[Any]:
+    gpu = o.gpu
+    return [
+        o.observation_id,
+        o.schema_version,
+        o.kind,
+        o.observed_at,
+        o.time_source,
+        o.time_quality,
+        o.host,
+        o.cluster,
+        o.workload_id,
+        o.rank,
+        gpu.index if gpu else None,
+        gpu.pci_bus_id if gpu else None,
+        gpu.uuid if gpu else None,
+        o.fabric_port,
+        o.source.connector,
+        o.source.instance,
+        o.format,
+        o.position.file,
+        o.position.line,
+        record,
+    ]
+
+
+def _event_row(e: Event, record: str) -> list[Any]:
+    gpu = e.gpu
+    return [
+        e.event_id,
+        e.schema_version,
+        e.type,
+        e.at,
+        e.began_at,
+        e.effective_at,
+        e.time_quality,
+        e.host,
+        e.cluster,
+        e.workload_id,
+        e.rank,
+        gpu.index if gpu else None,
+        gpu.pci_bus_id if gpu else None,
+        gpu.uuid if gpu else None,
+        e.fabric_port,
+        e.peer,
+        _int_or_none(e.attributes.get("xid")),
+        e.rule,
+        [ref.observation_id for ref in e.evidence],
+        record,
+    ]
+
+
+def _attribution_row(a: Attribution, record: str) -> list[Any]:
+    return [
+        a.attribution_id,
+        a.revision,
+        a.schema_version,
+        a.scope.kind,
+        a.scope.id,
+        a.scope.cluster,
+        a.window.start,
+        a.window.end,
+        a.outcome,
+        a.domain,
+        a.root_cause.code,
+        a.root_cause.text,
+        a.root_cause.event_id,
+        list(a.culprits.hosts),
+        list(a.culprits.ranks),
+        [label for label in (_gpu_label(g) for g in a.culprits.gpus) if label],
+        list(a.culprits.ports),
+        list(a.affected.hosts),
+        list(a.affected.ranks),
+        list(a.affected.workloads),
+        len(a.symptoms),
+        a.confidence,
+        a.quality,
+        [alt.code for alt in a.alternatives],
+        [f"{c.source}:{c.status}" for c in a.coverage if c.status != "present"],
+        a.incident_id,
+        a.ruleset_version,
+        a.engine_version,
+        a.decided_at,
+        record,
+    ]
+
+
+def _remediation_row(r: RemediationAction, record: str) -> list[Any]:
+    return [
+        r.action_id,
+        STATE_RANK[r.state],
+        r.schema_version,
+        r.attribution_id,
+        r.action,
+        r.mode,
+        r.state,
+        r.policy_id,
+        r.target.host,
+        _gpu_label(r.target.gpu),
+        r.target.port,
+        [g.guard for g in r.guards if not g.passed],
+        r.reason,
+        r.created_at,
+        record,
+    ]
+
+
+def _dead_letter_row(d: DeadLetter, record: str) -> list[Any]:
+    p = d.position
+    return [
+        d.dead_letter_id,
+        d.schema_version,
+        d.source,
+        d.reason,
+        bytes(d.original),
+        p.file,
+        p.line,
+        p.topic,
+        p.partition,
+        p.offset,
+        d.at_ns,
+        record,
+    ]
+
+
+@dataclass(frozen=True)
+class _Table:
+    name: str
+    model: type[BaseModel]
+    id_field: str
+    version: Callable[[Any], int]
+    columns: tuple[str, ...]
+    row: Callable[[Any, str], list[Any]]
+
+
+def _zero(_: Any) -> int:
+    return 0
+
+
+TABLES: dict[str, _Table] = {
+    t.name: t
+    for t in (
+        _Table(
+            "observations",
+            Observation,
+            "observation_id",
+            _zero,
+            (
+                "observation_id", "schema_version", "kind", "observed_at", "time_source",
+                "time_quality", "host", "cluster", "workload_id", "rank", "gpu_index",
+                "gpu_pci_bus_id", "gpu_uuid", "fabric_port", "source_connector",
+                "source_instance", "format", "position_file", "position_line", "record",
+            ),
+            _observation_row,
+        ),
+        _Table(
+            "events",
+            Event,
+            "event_id",
+            _zero,
+            (
+                "event_id", "schema_version", "type", "at", "began_at", "effective_at",
+                "time_quality", "host", "cluster", "workload_id", "rank", "gpu_index",
+                "gpu_pci_bus_id", "gpu_uuid", "fabric_port", "peer", "xid", "rule",
+                "observation_ids", "record",
+            ),
+            _event_row,
+        ),
+        _Table(
+            "attributions",
+            Attribution,
+            "attribution_id",
+            lambda a: a.revision,
+            (
+                "attribution_id", "revision", "schema_version", "scope_kind", "scope_id",
+                "cluster", "window_start", "window_end", "outcome", "domain",
+                "root_cause_code", "root_cause_text", "root_cause_event_id", "culprit_hosts",
+                "culprit_ranks", "culprit_gpus", "culprit_ports", "affected_hosts",
+                "affected_ranks", "affected_workloads", "symptom_count", "confidence",
+                "quality", "alternative_codes", "coverage_problems", "incident_id",
+                "ruleset_version", "engine_version", "decided_at", "record",
+            ),
+            _attribution_row,
+        ),
+        _Table(
+            "remediations",
+            RemediationAction,
+            "action_id",
+            lambda r: STATE_RANK[r.state],
+            (
+                "action_id", "state_rank", "schema_version", "attribution_id", "action",
+                "mode", "state", "policy_id", "target_host", "target_gpu", "target_port",
+                "guards_failed", "reason", "created_at", "record",
+            ),
+            _remediation_row,
+        ),
+        _Table(
+            "dead_letters",
+            DeadLetter,
+            "dead_letter_id",
+            _zero,
+            (
+                "dead_letter_id", "schema_version", "source", "reason", "original",
+                "position_file", "position_line", "topic", "partition", "offset", "at",
+                "record",
+            ),
+            _dead_letter_row,
+        ),
+    )
+}
+
+
+# --------------------------------------------------------------------------------------------
+# chDB: one engine path per process, shared reference-counted clients
+
+
+@dataclass
+class _Engine:
+    client: Any
+    refs: int
+
+
+_ENGINE_LOCK = threading.Lock()
+_ENGINES: dict[str, _Engine] = {}
+
+
+def _acquire_chdb(path: str) -> Any:
+    """Return the process-wide client on chDB ``path`` (``:memory:`` or an absolute dir),
+    opening it if needed. Raises SinkError if another path holds the engine."""
+    with _ENGINE_LOCK:
+        engine = _ENGINES.get(path)
+        if engine is not None:
+            engine.refs += 1
+            return engine.client
+        if _ENGINES:
+            held = ", ".join(sorted(_ENGINES))
+            raise SinkError(
+                f"chDB hosts one engine per process: it is open at {held}, so chdb://{path} "
+                "cannot be opened; close the sinks on that path first, or use the same path "
+                "with a different database="
+            )
+        if path != ":memory:":
+            try:
+                Path(path).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SinkError(f"cannot create the chDB directory {path}: {exc}") from exc
+        try:
+            client = clickhouse_connect.get_client(interface="chdb", path=path)
+        except Exception as exc:  # ProgrammingError when other code holds the engine
+            raise SinkError(f"cannot open the chDB engine at {path}: {exc}") from exc
+        _ENGINES[path] = _Engine(client=client, refs=1)
+        return client
+
+
+def _release_chdb(path: str) -> None:
+    with _ENGINE_LOCK:
+        engine = _ENGINES.get(path)
+        if engine is None:
+            return
+        engine.refs -= 1
+        if engine.refs <= 0:
+            del _ENGINES[path]
+            engine.client.close()
+
+
+def _chdb_path(url: str) -> str:
+    rest = url[len("chdb://") :]
+    if "?" in rest or "#" in rest:
+        raise SinkError(f"chDB URL {url!r} takes no query or fragment")
+    if rest in ("", "memory", ":memory:"):
+        return ":memory:"
+    return str(Path(rest).expanduser().resolve())
+
+
+def _redact(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.password is None:
+        return url
+    netloc = f"{parsed.username}:***@{parsed.hostname}"
+    if parsed.port:
+        netloc += f":{parsed.port}"
+    return urlunparse(parsed._replace(netloc=netloc))
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """True for errors a retry may cure: transport errors (``OperationalError``) and server
+    errors whose code is in ``_TRANSIENT_CODES``."""
+    if isinstance(exc, OperationalError):
+        return True
+    if isinstance(exc, DatabaseError):
+        return getattr(exc, "code", None) in _TRANSIENT_CODES
+    return isinstance(exc, (ConnectionError, TimeoutError))
+
+
+class ClickHouseSink:
+    """Idempotent ClickHouse writer for every faultstream record (see the module docstring).
+
+    ``url``: ``chdb:///abs/dir``, ``chdb://relative/dir``, ``chdb://memory`` or
+    ``http(s)://user:pass@host:port``. ``database``: an identifier; created with the tables
+    if missing. ``retry_attempts`` / ``retry_max_wait_s``: tenacity budget for transient
+    errors (exponential back-off from 0.2 s with jitter, capped at ``retry_max_wait_s``).
+    ``max_rows_per_insert``: batches are split into inserts of at most this many rows, each
+    with its own deduplication token. ``connect_timeout_s``: HTTP only.
+
+    Raises :class:`SinkError` on a bad URL or database name, a chDB path conflict, or a
+    server that cannot be reached within the retry budget.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        database: str = "faultstream",
+        retry_attempts: int = 5,
+        retry_max_wait_s: float = 5.0,
+        max_rows_per_insert: int = 10_000,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        if not _IDENT_RE.match(database or ""):
+            raise SinkError(f"bad database name {database!r}: must match {_IDENT_RE.pattern}")
+        if retry_attempts < 1:
+            raise SinkError("retry_attempts must be >= 1")
+        if max_rows_per_insert < 1:
+            raise SinkError("max_rows_per_insert must be >= 1")
+        self.url = url
+        self.database = database
+        self.max_rows_per_insert = max_rows_per_insert
+        self._retry_attempts = retry_attempts
+        self._retry_max_wait_s = retry_max_wait_s
+        self._chdb_path: str | None = None
+        self._closed = False
+        self._client: Any = None
+
+        if url.startswith("chdb://"):
+            self._chdb_path = _chdb_path(url)
+            self._client = _acquire_chdb(self._chdb_path)
+        elif url.startswith(("http://", "https://")):
+            self._client = self._connect_http(url, connect_timeout_s)
+        else:
+            raise SinkError(
+                f"unsupported ClickHouse URL {_redact(url)!r}: use chdb:///abs/dir, "
+                "chdb://relative/dir, chdb://memory or http(s)://user:pass@host:port"
+            )
+        try:
+            self._apply_ddl()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- connection ----------------------------------------------------------------------
+
+    def _connect_http(self, url: str, connect_timeout_s: float) -> Any:
+        parsed = urlparse(url)
+        if not parsed.hostname:
+            raise SinkError(f"ClickHouse URL {_redact(url)!r} names no host")
+        if parsed.path not in ("", "/"):
+            raise SinkError(
+                f"ClickHouse URL {_redact(url)!r} has a path; pass the database as "
+                "database=, not in the URL"
+            )
+        try:
+            parsed.port  # noqa: B018 -- raises ValueError on a bad port
+        except ValueError as exc:
+            raise SinkError(f"bad port in ClickHouse URL {_redact(url)!r}: {exc}") from exc
+        dsn = urlunparse(parsed._replace(path="", params="", fragment=""))
+
+        def connect() -> Any:
+            return clickhouse_connect.get_client(
+                dsn=dsn,
+                database="default",
+                connect_timeout=connect_timeout_s,
+                send_receive_timeout=max(30.0, connect_timeout_s),
+            )
+
+        return self._retry(connect, f"connect to ClickHouse at {_redact(url)}")
+
+    def _retry(self, fn: Callable[[], Any], what: str) -> Any:
+        retrying = Retrying(
+            stop=stop_after_attempt(self._retry_attempts),
+            wait=wait_exponential(multiplier=0.2, max=self._retry_max_wait_s)
+            + wait_random(0, min(0.2, self._retry_max_wait_s)),
+            retry=retry_if_exception(_is_transient),
+            reraise=True,
+        )
+        try:
+            return retrying(fn)
+        except RetryError as exc:  # pragma: no cover - reraise=True re-raises the cause
+            raise SinkError(f"cannot {what}: {exc}") from exc
+        except SinkError:
+            raise
+        except Exception as exc:
+            attempts = retrying.statistics.get("attempt_number", 1)
+            kind = "after %d attempts" % attempts if _is_transient(exc) else "(not retried)"
+            raise SinkError(f"cannot {what} {kind}: {type(exc).__name__}: {exc}") from exc
+
+    def _apply_ddl(self) -> None:
+        text = resources.files("sinks").joinpath("ddl.sql").read_text(encoding="utf-8")
+        statements = [s.strip() for s in re.split(r"(?m)^\s*;\s*$", text)]
+        for stmt in statements:
+            body = "\n".join(
+                line for line in stmt.splitlines() if not line.lstrip().startswith("--")
+            ).strip()
+            if body:
+                sql = body.replace("{database}", self.database)
+                self._retry(lambda sql=sql: self._client.command(sql), "apply the DDL")
+
+    @property
+    def client(self) -> Any:
+        """The underlying clickhouse-connect client (shared with other sinks on the same chDB
+        path; always qualify table names with :attr:`database`)."""
+        self._check_open()
+        return self._client
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SinkError("the ClickHouse sink is closed")
+
+    # -- writes --------------------------------------------------------------------------
+
+    def write_observations(self, obs: Sequence[Observation]) -> int:
+        """Write observations (ids filled from content when empty). Returns the number of
+        distinct records submitted (rows the server deduplicated are still counted)."""
+        return self._write("observations", obs)
+
+    def write_events(self, events: Sequence[Event]) -> int:
+        """Write events (ids filled from content when empty). Returns the number submitted."""
+        return self._write("events", events)
+
+    def write_attributions(self, attrs: Sequence[Attribution]) -> int:
+        """Write attributions; under FINAL the highest ``revision`` per ``attribution_id``
+        wins. Returns the number submitted."""
+        return self._write("attributions", attrs)
+
+    def write_remediations(self, actions: Sequence[RemediationAction]) -> int:
+        """Write remediation actions; under FINAL the latest lifecycle state per
+        ``action_id`` wins (:data:`STATE_RANK`). Returns the number submitted."""
+        return self._write("remediations", actions)
+
+    def write_dead_letters(self, rows: Sequence[DeadLetter]) -> int:
+        """Write dead letters (ids filled from content when empty); ``original`` is stored as
+        raw bytes. Returns the number submitted."""
+        return self._write("dead_letters", rows)
+
+    def _write(self, table: str, records: Sequence[BaseModel]) -> int:
+        self._check_open()
+        spec = TABLES[table]
+        prepared: dict[tuple[str, int, str], list[Any]] = {}
+        for rec in records:
+            if not isinstance(rec, spec.model):
+                raise TypeError(
+                    f"{table} takes {spec.model.__name__} records, got {type(rec).__name__}"
+                )
+            rid = getattr(rec, spec.id_field)
+            if not rid:
+                if not hasattr(rec, "with_id"):
+                    raise SinkError(f"{spec.model.__name__} without {spec.id_field}")
+                rec = rec.model_copy(deep=True).with_id()  # type: ignore[attr-defined]
+                rid = getattr(rec, spec.id_field)
+            record = canonical_json(rec)
+            prepared[(rid, spec.version(rec), record)] = spec.row(rec, record)
+        if not prepared:
+            return 0
+        keys = sorted(prepared)  # deterministic order => deterministic dedup tokens
+        fq = f"{self.database}.{table}"
+        for start in range(0, len(keys), self.max_rows_per_insert):
+            chunk = keys[start : start + self.max_rows_per_insert]
+            digest = hashlib.blake2b(digest_size=16)
+            for rid, version, record in chunk:
+                digest.update(f"{rid}\x1f{version}\x1f{record}\x1e".encode())
+            token = f"{fq}:{digest.hexdigest()}"
+            rows = [prepared[k] for k in chunk]
+            self._retry(
+                lambda rows=rows, token=token: self._client.insert(
+                    fq,
+                    rows,
+                    column_names=list(spec.columns),
+                    settings={"insert_deduplicate": 1, "insert_deduplication_token": token},
+                ),
+                f"insert {len(rows)} rows into {fq}",
+            )
+        return len(keys)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def count(self, table: str, *, final: bool = True) -> int:
+        """Rows in ``table`` (one of :data:`TABLES`): with ``final`` one per key (the
+        guarantee), without it the physical rows not yet merged away."""
+        self._check_open()
+        if table not in TABLES:
+            raise SinkError(f"unknown table {table!r}; one of {', '.join(TABLES)}")
+        sql = f"SELECT count() FROM {self.database}.{table}{' FINAL' if final else ''}"
+        return int(self._retry(lambda: self._client.command(sql), f"count {table}"))
+
+    def fetch(
+        self, table: str, ids: Sequence[str] | None = None, *, final: bool = True
+    ) -> list[BaseModel]:
+        """Parse the ``record`` column of ``table`` back into models, ordered by id (and
+        version); ``ids`` restricts to those ids. With ``final`` (default) one row per id,
+        the winning version."""
+        self._check_open()
+        if table not in TABLES:
+            raise SinkError(f"unknown table {table!r}; one of {', '.join(TABLES)}")
+        spec = TABLES[table]
+        version_col = {"attributions": ", revision", "remediations": ", state_rank"}.get(table, "")
+        sql = f"SELECT record FROM {self.database}.{table}{' FINAL' if final else ''}"
+        params: dict[str, Any] = {}
+        if ids is not None:
+            sql += f" WHERE {spec.id_field} IN {{ids:Array(String)}}"
+            params["ids"] = list(ids)
+        sql += f" ORDER BY {spec.id_field}{version_col}"
+        result = self._retry(
+            lambda: self._client.query(sql, parameters=params or None), f"read {table}"
+        )
+        return [spec.model.model_validate_json(row[0]) for row in result.result_rows]
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the client (for chDB, the engine closes with its last sink). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._chdb_path is not None:
+            _release_chdb(self._chdb_path)
+        elif self._client is not None:
+            self._client.close()
+
+    def __enter__(self) -> "ClickHouseSink":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"ClickHouseSink({_redact(self.url)!r}, database={self.database!r}, {state})"

@@ -1,0 +1,166 @@
+-- faultstream ClickHouse schema. Applied by sinks.clickhouse.ClickHouseSink on every start;
+-- every statement is idempotent (IF NOT EXISTS). `{database}` is replaced by the sink's
+-- database name (an identifier checked against ^[A-Za-z_][A-Za-z0-9_]*$).
+--
+-- Conventions:
+-- * every table is a ReplacingMergeTree keyed by the record's deterministic id, so duplicates
+--   from at-least-once delivery / replays collapse under FINAL (or at merge time);
+-- * attributions use `revision` and remediations `state_rank` as the version column: the
+--   highest version wins under FINAL;
+-- * times are DateTime64(9, 'UTC') -- nanoseconds since the epoch, UTC;
+-- * `record` holds the full canonical JSON of the record (schemas.records.canonical_json),
+--   so nothing is lost; the typed columns are for dashboards and filters;
+-- * `non_replicated_deduplication_window` makes plain (non-replicated) MergeTree honour
+--   insert deduplication (block hashes and `insert_deduplication_token`) for the last N
+--   inserted blocks; Replicated/Shared MergeTree on a server deduplicate by default.
+--   Statements are separated by a line holding only ';'.
+
+CREATE DATABASE IF NOT EXISTS {database}
+;
+CREATE TABLE IF NOT EXISTS {database}.observations
+(
+    observation_id   String,
+    schema_version   UInt16,
+    kind             LowCardinality(String),
+    observed_at      DateTime64(9, 'UTC'),
+    time_source      LowCardinality(String),
+    time_quality     Float32,
+    host             LowCardinality(String),
+    cluster          LowCardinality(String),
+    workload_id      Nullable(String),
+    rank             Nullable(Int32),
+    gpu_index        Nullable(Int32),
+    gpu_pci_bus_id   Nullable(String),
+    gpu_uuid         Nullable(String),
+    fabric_port      Nullable(String),
+    source_connector LowCardinality(String),
+    source_instance  String,
+    format           LowCardinality(String),
+    position_file    Nullable(String),
+    position_line    Nullable(Int64),
+    record           String CODEC(ZSTD(3)),
+    inserted_at      DateTime64(3, 'UTC') DEFAULT now64(3),
+    INDEX idx_host host TYPE bloom_filter GRANULARITY 4,
+    INDEX idx_workload workload_id TYPE bloom_filter GRANULARITY 4,
+    INDEX idx_observed_at observed_at TYPE minmax GRANULARITY 1
+)
+ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(observed_at)
+ORDER BY (observation_id)
+SETTINGS non_replicated_deduplication_window = 10000
+;
+CREATE TABLE IF NOT EXISTS {database}.events
+(
+    event_id         String,
+    schema_version   UInt16,
+    type             LowCardinality(String),
+    at               DateTime64(9, 'UTC'),
+    began_at         Nullable(DateTime64(9, 'UTC')),
+    effective_at     DateTime64(9, 'UTC'),
+    time_quality     Float32,
+    host             LowCardinality(String),
+    cluster          LowCardinality(String),
+    workload_id      Nullable(String),
+    rank             Nullable(Int32),
+    gpu_index        Nullable(Int32),
+    gpu_pci_bus_id   Nullable(String),
+    gpu_uuid         Nullable(String),
+    fabric_port      Nullable(String),
+    peer             Nullable(String),
+    xid              Nullable(Int32),
+    rule             LowCardinality(String),
+    observation_ids  Array(String),
+    record           String CODEC(ZSTD(3)),
+    inserted_at      DateTime64(3, 'UTC') DEFAULT now64(3),
+    INDEX idx_host host TYPE bloom_filter GRANULARITY 4,
+    INDEX idx_workload workload_id TYPE bloom_filter GRANULARITY 4,
+    INDEX idx_at at TYPE minmax GRANULARITY 1
+)
+ENGINE = ReplacingMergeTree
+PARTITION BY toYYYYMM(at)
+ORDER BY (event_id)
+SETTINGS non_replicated_deduplication_window = 10000
+;
+CREATE TABLE IF NOT EXISTS {database}.attributions
+(
+    attribution_id      String,
+    revision            UInt32,
+    schema_version      UInt16,
+    scope_kind          LowCardinality(String),
+    scope_id            String,
+    cluster             LowCardinality(String),
+    window_start        DateTime64(9, 'UTC'),
+    window_end          DateTime64(9, 'UTC'),
+    outcome             LowCardinality(String),
+    domain              LowCardinality(String),
+    root_cause_code     LowCardinality(String),
+    root_cause_text     String,
+    root_cause_event_id Nullable(String),
+    culprit_hosts       Array(String),
+    culprit_ranks       Array(Int32),
+    culprit_gpus        Array(String),
+    culprit_ports       Array(String),
+    affected_hosts      Array(String),
+    affected_ranks      Array(Int32),
+    affected_workloads  Array(String),
+    symptom_count       UInt32,
+    confidence          Float64,
+    quality             LowCardinality(String),
+    alternative_codes   Array(String),
+    coverage_problems   Array(String),
+    incident_id         Nullable(String),
+    ruleset_version     LowCardinality(String),
+    engine_version      LowCardinality(String),
+    decided_at          DateTime64(9, 'UTC'),
+    record              String CODEC(ZSTD(3)),
+    inserted_at         DateTime64(3, 'UTC') DEFAULT now64(3),
+    INDEX idx_scope scope_id TYPE bloom_filter GRANULARITY 4,
+    INDEX idx_culprit_hosts culprit_hosts TYPE bloom_filter GRANULARITY 4,
+    INDEX idx_decided_at decided_at TYPE minmax GRANULARITY 1
+)
+ENGINE = ReplacingMergeTree(revision)
+ORDER BY (attribution_id)
+SETTINGS non_replicated_deduplication_window = 10000
+;
+CREATE TABLE IF NOT EXISTS {database}.remediations
+(
+    action_id        String,
+    state_rank       UInt8,
+    schema_version   UInt16,
+    attribution_id   String,
+    action           LowCardinality(String),
+    mode             LowCardinality(String),
+    state            LowCardinality(String),
+    policy_id        LowCardinality(String),
+    target_host      Nullable(String),
+    target_gpu       Nullable(String),
+    target_port      Nullable(String),
+    guards_failed    Array(String),
+    reason           String,
+    created_at       DateTime64(9, 'UTC'),
+    record           String CODEC(ZSTD(3)),
+    inserted_at      DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = ReplacingMergeTree(state_rank)
+ORDER BY (action_id)
+SETTINGS non_replicated_deduplication_window = 10000
+;
+CREATE TABLE IF NOT EXISTS {database}.dead_letters
+(
+    dead_letter_id   String,
+    schema_version   UInt16,
+    source           LowCardinality(String),
+    reason           String,
+    original         String CODEC(ZSTD(3)),
+    position_file    Nullable(String),
+    position_line    Nullable(Int64),
+    topic            Nullable(String),
+    partition        Nullable(Int32),
+    offset           Nullable(Int64),
+    at               DateTime64(9, 'UTC'),
+    record           String CODEC(ZSTD(3)),
+    inserted_at      DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = ReplacingMergeTree
+ORDER BY (dead_letter_id)
+SETTINGS non_replicated_deduplication_window = 10000
