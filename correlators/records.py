@@ -1,0 +1,165 @@
+"""Grouping physical log lines into multi-line records (pure: no I/O).
+
+A *record* is what one ``Observation.body`` holds. Most records are one physical line; these
+multi-line shapes, recognised by content (never by file name), are kept together:
+
+* **Python tracebacks** -- ``Traceback (most recent call last):``, the indented frame lines,
+  through the final (non-indented) exception line. Also when every line carries the same
+  ``[rankN]: `` prefix (PyTorch elastic's per-rank output). If the exception line is an NCCL
+  error (``...DistBackendError: NCCL error in: ...``) the NCCL block below it belongs to it.
+* **torchrun ChildFailedError summaries** -- from the ``====`` line right after the
+  ``...ChildFailedError:`` line to the closing ``====`` line (torch.distributed.elastic).
+* **dmesg continuation lines** -- indented ``NVRM:`` lines below a ``NVRM:`` line that has a
+  timestamp (the driver's multi-line printk messages, e.g. "GPU crash dump" and "fallen off
+  the bus" at probe time; fixtures rc-17, rc-25).
+* **NCCL / torch error blocks** -- ``ncclRemoteError: ...`` / ``ncclInvalidUsage: ...`` (any
+  ``nccl<Name>: ``) with the ``NCCL error in:`` line just above it, and ``Last error:`` plus
+  the line after it (fixtures rc-04, rc-09, ``torchrun-nccl-duplicate-gpu.log``).
+
+Records never exceed :data:`MAX_RECORD_LINES` lines (a longer one is cut there), so
+:func:`record_span` only looks :data:`MAX_RECORD_LINES` lines back and forward and stays cheap
+when called around a few candidate lines of a huge file. :data:`STRUCTURE_HINT` lets a
+vectorised scan skip it altogether: if no line in ``lines[i - MAX_RECORD_LINES : i + 2]``
+matches it, ``record_span(lines, i) == (i, i + 1)``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+__all__ = [
+    "RawRecord",
+    "record_span",
+    "group_records",
+    "MAX_RECORD_LINES",
+    "STRUCTURE_HINT",
+]
+
+#: Upper bound of a record's physical lines; also how far :func:`record_span` looks back.
+MAX_RECORD_LINES = 256
+
+_PREFIX = r"(?P<p>\[rank\d+\]: )?"
+_TRACEBACK = re.compile(_PREFIX + r"Traceback \(most recent call last\):\s*$")
+_NCCL_ANCHOR = re.compile(_PREFIX + r"nccl[A-Z]\w*: ")
+_SUMMARY_RULE = re.compile(r"={10,}\s*$")
+_CONTINUATION = re.compile(r"[ \t]+NVRM: ")
+_NVRM_HEAD = re.compile(r"\S.*NVRM: ")
+
+#: Every line that can start or continue a multi-line record matches this (Python ``re`` and
+#: Rust ``regex`` syntax, for polars). Lines not matching it are one-line records unless a
+#: line within ``MAX_RECORD_LINES`` before them, or the line right after them, matches.
+STRUCTURE_HINT: str = (
+    r"^(?:\[rank\d+\]: )?(?:Traceback \(most recent|nccl[A-Z]\w*: )|^={10,}\s*$|^[ \t]+NVRM: "
+)
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """One record: ``first_line`` is the 1-based line number of its first physical line in the
+    file, ``text`` its physical lines joined with ``"\\n"`` (no trailing newline)."""
+
+    first_line: int
+    text: str
+
+
+def _prefix_of(match: re.Match[str]) -> str:
+    return match["p"] or ""
+
+
+def _nccl_tail(lines: Sequence[str], a: int, prefix: str, limit: int) -> int:
+    """End (exclusive) of the NCCL block whose ``nccl<Name>:`` anchor is at ``a``."""
+    e = a + 1
+    if e < limit and lines[e].startswith(prefix) and lines[e][len(prefix):].rstrip() == "Last error:":
+        e += 1
+        if e < limit and lines[e].startswith(prefix):
+            e += 1
+    return e
+
+
+def _is_nccl_error_line(lines: Sequence[str], j: int, limit: int) -> str | None:
+    """If line ``j`` says ``NCCL error`` and line ``j+1`` is an NCCL anchor with the same
+    prefix, return that prefix."""
+    if j + 1 >= limit or "NCCL error" not in lines[j]:
+        return None
+    m = _NCCL_ANCHOR.match(lines[j + 1])
+    if m is None:
+        return None
+    p = _prefix_of(m)
+    return p if lines[j].startswith(p) and not lines[j][len(p):][:1].isspace() else None
+
+
+def _extent(lines: Sequence[str], s: int) -> int:
+    """End (exclusive) of the record that starts at ``s``, assuming ``s`` starts one; at most
+    ``s + MAX_RECORD_LINES``. A line that starts nothing special gives ``s + 1``."""
+    n = len(lines)
+    limit = min(n, s + MAX_RECORD_LINES)
+    line = lines[s]
+    if not line:
+        return s + 1
+    c = line[0]
+    if c == "T" or c == "[":
+        m = _TRACEBACK.match(line)
+        if m:
+            p = _prefix_of(m)
+            lp = len(p)
+            e = s + 1
+            while e < limit:
+                cur = lines[e]
+                if not cur.startswith(p) or cur[lp:lp + 1] not in (" ", "\t"):
+                    break
+                e += 1
+            if e < limit and lines[e].startswith(p) and lines[e][lp:].strip():
+                e += 1  # the exception line
+                if e < limit:
+                    a = _NCCL_ANCHOR.match(lines[e])
+                    if a and _prefix_of(a) == p and "NCCL error" in lines[e - 1]:
+                        e = _nccl_tail(lines, e, p, limit)
+            return e
+    if c == "=" and s > 0 and _SUMMARY_RULE.match(line) and "ChildFailedError:" in lines[s - 1]:
+        for e in range(s + 1, limit):
+            if _SUMMARY_RULE.match(lines[e]):
+                return e + 1
+        return s + 1  # unclosed within bounds: no record
+    if c == "n" or c == "[":
+        m = _NCCL_ANCHOR.match(line)
+        if m:
+            return _nccl_tail(lines, s, _prefix_of(m), limit)
+    p = _is_nccl_error_line(lines, s, limit)
+    if p is not None:
+        return _nccl_tail(lines, s + 1, p, limit)
+    if s + 1 < limit and _CONTINUATION.match(lines[s + 1]) and _NVRM_HEAD.match(line):
+        e = s + 1
+        while e < limit and _CONTINUATION.match(lines[e]):
+            e += 1
+        return e
+    return s + 1
+
+
+def record_span(lines: Sequence[str], i: int) -> tuple[int, int]:
+    """Return the 0-based ``[start, end)`` of the record containing line ``i``.
+
+    Looks at most :data:`MAX_RECORD_LINES` lines back and forward from ``i``; agrees with
+    :func:`group_records` on every line. Raises ``IndexError`` if ``i`` is out of range.
+    """
+    n = len(lines)
+    if not 0 <= i < n:
+        raise IndexError(i)
+    # The outermost record start at or before i whose record still covers i.
+    for s in range(max(0, i - MAX_RECORD_LINES + 1), i + 1):
+        e = _extent(lines, s)
+        if e > i:
+            return s, e
+    return i, i + 1  # unreachable: _extent(lines, i) > i
+
+
+def group_records(lines: Sequence[str]) -> Iterator[RawRecord]:
+    """Group physical ``lines`` (no newlines) into records, in order; every line lands in
+    exactly one record. Yields :class:`RawRecord` (1-based ``first_line``)."""
+    n = len(lines)
+    s = 0
+    while s < n:
+        e = _extent(lines, s)
+        yield RawRecord(s + 1, "\n".join(lines[s:e]))
+        s = e
