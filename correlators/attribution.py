@@ -1,0 +1,660 @@
+"""The workload correlator: from the events of one workload attempt to its verdict.
+
+A verdict is a pure function of the set of events in the window (sorted canonically first), the
+workload facts, the coverage of the inputs and the causal rules -- never of arrival order or of
+wall-clock time -- so the same bundle replayed, or streamed, gives byte-identical JSON.
+
+How a verdict is reached (the rules are data, ``correlators/causal.yaml``):
+
+1. **Causes.** Every event matching a cause rule proposes a hypothesis: a code
+   (``gpu.xid.79``), a domain, a weight (how strongly the event alone proves it) and a family.
+   XIDs take code, domain and weight from the NVIDIA XID catalog buckets the extraction rules
+   copied onto the event (``immediate_action``, ``investigatory_action``): XID 13/31 and CUDA
+   errors are the application; sympathetic XIDs (45, 63, 94, 43, ...) only count when alone.
+2. **Grouping.** Hypotheses of one family on one host (several XIDs of one GPU; the glog line
+   and the torchrun summary of one killed rank) merge; their strength is the noisy-OR of the
+   weights of their distinct supporting rules. Hypotheses with the same code on several hosts
+   merge into one with several culprits.
+3. **Detectors** propose causes that are patterns over many events (``correlators.detectors``):
+   the *stalled rank* (every rank but a few logged a watchdog timeout: the silent ones stalled
+   first) and the *RoCE GID index* misconfiguration.
+4. **Explanation.** A hypothesis explains a symptom when the symptom's type is listed in
+   ``symptoms`` and its effective time -- back-dated by the watchdog's ``ran for`` duration --
+   falls within ``[cause - lead - skew, cause + horizon + skew]`` (and on the same host where
+   the rule says so). A weaker hypothesis all of whose events a stronger one explains is
+   absorbed (a CUDA error after an XID 79 on that host; a SIGKILL after the OOM killer).
+5. **Decision.** ``score = strength * (1 + explained fraction of symptoms)``. The best score
+   wins; a runner-up at ``ambiguity_ratio`` of it or more makes the verdict ``ambiguous`` with
+   both listed. Confidence = ``strength * (0.5 + 0.5 * explained) * coverage factor *
+   (1 - 0.3 * rival ratio)``; missing or failed sources lower the coverage factor.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Iterable, Sequence
+
+import yaml
+
+from correlators import ENGINE_VERSION
+from correlators.enrich import Allocation, normalise_pci
+from schemas.bundle import WorkloadSpec
+from schemas.records import (
+    Affected,
+    Alternative,
+    Attribution,
+    CoverageEntry,
+    Culprits,
+    Event,
+    EvidenceItem,
+    GpuRef,
+    RootCause,
+    Scope,
+    Window,
+    content_id,
+)
+
+NS = 1_000_000_000
+#: Evidence trail cap: every cause event, then this many symptoms and context events.
+MAX_EVIDENCE_SYMPTOMS = 100
+MAX_EVIDENCE_CONTEXT = 50
+
+
+class CausalRulesError(ValueError):
+    """The causal rule file is invalid (the message names the entry and field)."""
+
+
+@dataclass(frozen=True)
+class CauseRule:
+    """One entry of ``causes`` in causal.yaml."""
+
+    id: str
+    type: str
+    when: tuple[tuple[str, Any], ...]
+    code: str = ""
+    family: str = ""
+    domain: str = "unknown"
+    weight: float = 0.5
+    job_wide: bool = False
+    text: str = ""
+    classify: str = ""
+
+    def matches(self, event: Event) -> bool:
+        if event.type != self.type:
+            return False
+        return all(event.attributes.get(k) == v for k, v in self.when)
+
+
+@dataclass(frozen=True)
+class SymptomRule:
+    """One entry of ``symptoms``: a type a cause can explain, and the time relation (s)."""
+
+    type: str
+    lead_s: float = 0.0
+    horizon_s: float = 3600.0
+    same_host: bool = False
+
+
+@dataclass(frozen=True)
+class CausalRules:
+    """The parsed causal.yaml."""
+
+    version: str
+    skew_ns: int
+    before_start_ns: int
+    after_end_ns: int
+    ambiguity_ratio: float
+    causes: tuple[CauseRule, ...]
+    symptoms: dict[str, SymptomRule]
+    detectors: dict[str, dict[str, Any]]
+
+
+def parse_causal_rules(data: dict[str, Any], name: str = "causal.yaml") -> CausalRules:
+    """Validate and parse causal rules; raises :class:`CausalRulesError`."""
+    from correlators.vocabulary import EVENT_TYPES
+
+    def need(entry: dict, key: str, where: str) -> Any:
+        if key not in entry:
+            raise CausalRulesError(f"{name}: {where}: missing field {key!r}")
+        return entry[key]
+
+    causes = []
+    for i, entry in enumerate(need(data, "causes", "top level")):
+        where = f"causes[{i}] ({entry.get('id', '?')})"
+        when = dict(need(entry, "when", where))
+        etype = when.pop("type", None)
+        if etype not in EVENT_TYPES:
+            raise CausalRulesError(f"{name}: {where}: unknown event type {etype!r}")
+        if not entry.get("classify"):
+            for key in ("code", "family", "domain", "weight"):
+                need(entry, key, where)
+        causes.append(
+            CauseRule(
+                id=need(entry, "id", where),
+                type=etype,
+                when=tuple(sorted(when.items())),
+                code=entry.get("code", ""),
+                family=entry.get("family", ""),
+                domain=entry.get("domain", "unknown"),
+                weight=float(entry.get("weight", 0.5)),
+                job_wide=bool(entry.get("job_wide", False)),
+                text=entry.get("text", ""),
+                classify=entry.get("classify", ""),
+            )
+        )
+    symptoms = {}
+    for i, entry in enumerate(need(data, "symptoms", "top level")):
+        etype = need(entry, "type", f"symptoms[{i}]")
+        if etype not in EVENT_TYPES:
+            raise CausalRulesError(f"{name}: symptoms[{i}]: unknown event type {etype!r}")
+        symptoms[etype] = SymptomRule(
+            type=etype,
+            lead_s=float(entry.get("lead_s", 0)),
+            horizon_s=float(entry.get("horizon_s", 3600)),
+            same_host=bool(entry.get("same_host", False)),
+        )
+    window = data.get("window", {})
+    return CausalRules(
+        version=str(need(data, "version", "top level")),
+        skew_ns=int(float(data.get("skew_s", 5)) * NS),
+        before_start_ns=int(float(window.get("before_start_s", 120)) * NS),
+        after_end_ns=int(float(window.get("after_end_s", 300)) * NS),
+        ambiguity_ratio=float(data.get("ambiguity_ratio", 0.8)),
+        causes=tuple(causes),
+        symptoms=symptoms,
+        detectors={d["id"]: dict(d) for d in data.get("detectors", [])},
+    )
+
+
+@lru_cache(maxsize=1)
+def default_causal_rules() -> CausalRules:
+    """The packaged ``correlators/causal.yaml``."""
+    text = resources.files("correlators").joinpath("causal.yaml").read_text()
+    return parse_causal_rules(yaml.safe_load(text))
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """What the correlator needs to know of a workload attempt (times UTC ns)."""
+
+    workload_id: str
+    cluster: str
+    state: str
+    start_ns: int
+    end_ns: int | None
+    nodes: tuple[str, ...]
+
+    @classmethod
+    def from_spec(cls, spec: WorkloadSpec) -> "WorkloadInfo":
+        return cls(
+            workload_id=spec.workload_id,
+            cluster=spec.cluster,
+            state=spec.state,
+            start_ns=spec.start_ns,
+            end_ns=spec.end_ns,
+            nodes=tuple(spec.nodes),
+        )
+
+
+# --- XID classification from the catalog buckets --------------------------------------------
+
+_APP_BUCKETS = {"WORKFLOW_XID_13", "WORKFLOW_XID_31", "CHECK_APP/CUDA", "INVESTIGATE_SW_USER"}
+_HW_IMMEDIATE = {
+    "RESET_GPU",
+    "RESTART_BM",
+    "RESTART_VM",
+    "CHECK_MECHANICALS",
+    "WORKFLOW_XID_48",
+    "CONTACT_SUPPORT",
+}
+
+
+def classify_xid(event: Event) -> tuple[str, str, str, float, str]:
+    """(code, family, domain, weight, text) for an XID event, from its catalog buckets.
+
+    Source: NVIDIA's XID catalog immediate/investigatory actions (shared/reference/README.md):
+    WORKFLOW_XID_13/31 and CHECK_APP/CUDA point at the application; INVESTIGATE_SW and
+    UPDATE_SWFW at the driver/firmware; IGNORE and sympathetic buckets are side effects of
+    another error; reset/reboot/mechanical/XID-48 buckets are the GPU itself."""
+    a = event.attributes
+    xid = a.get("xid")
+    imm = str(a.get("immediate_action") or "")
+    inv = str(a.get("investigatory_action") or "")
+    desc = a.get("description") or a.get("mnemonic") or ""
+    where = f"GPU {_gpu_label(event.gpu)} on {event.host}"
+    if xid == 79:
+        return "gpu.xid.79", "gpu", "gpu_hardware", 1.0, f"{where} fell off the bus (XID 79)"
+    if inv in _APP_BUCKETS:
+        return (
+            f"app.xid.{xid}",
+            "app",
+            "software",
+            0.7,
+            f"the application faulted on {where} (XID {xid}: {desc}); one process, not the GPU",
+        )
+    if xid == 154:
+        hint = str(a.get("recovery_action") or "None")
+        weight = 0.2 if hint in ("None", "") else 0.5
+        return "gpu.xid.154", "gpu", "gpu_hardware", weight, f"{where}: driver asks for {hint}"
+    if imm in ("IGNORE", "XID_154") or "sympathetic" in inv.lower() or imm.startswith("WORKFLOW_XID_45"):
+        return f"gpu.xid.{xid}", "gpu", "gpu_hardware", 0.2, f"XID {xid} ({desc}) on {where}"
+    if inv == "INVESTIGATE_SW" or imm == "UPDATE_SWFW":
+        return f"gpu.xid.{xid}", "gpu", "gpu_software", 0.8, f"driver/firmware fault XID {xid} ({desc}) on {where}"
+    if imm.startswith("WORKFLOW_NVLINK"):
+        return f"gpu.xid.{xid}", "gpu", "gpu_hardware", 0.9, f"NVLink error XID {xid} ({desc}) on {where}"
+    if imm in _HW_IMMEDIATE:
+        return f"gpu.xid.{xid}", "gpu", "gpu_hardware", 1.0, f"XID {xid} ({desc}) on {where}"
+    if imm == "RESTART_APP":
+        return f"gpu.xid.{xid}", "gpu", "gpu_hardware", 0.5, f"XID {xid} ({desc}) on {where}"
+    return f"gpu.xid.{xid}", "gpu", "gpu_hardware", 0.4, f"XID {xid} ({desc}) on {where}"
+
+
+def _gpu_label(gpu: GpuRef | None) -> str:
+    if gpu is None:
+        return "?"
+    return gpu.pci_bus_id or (f"#{gpu.index}" if gpu.index is not None else gpu.uuid or "?")
+
+
+class _Fmt(string.Formatter):
+    def get_value(self, key, args, kwargs):  # noqa: D401 - formatter hook
+        value = kwargs.get(key)
+        return "?" if value is None else value
+
+
+_FMT = _Fmt()
+
+
+def _render(template: str, event: Event | None, **extra: Any) -> str:
+    values: dict[str, Any] = {}
+    if event is not None:
+        values.update(event.attributes)
+        values.update(host=event.host, rank=event.rank, gpu=_gpu_label(event.gpu))
+    values.update(extra)
+    return _FMT.format(template, **values)
+
+
+# --- hypotheses ------------------------------------------------------------------------------
+
+
+@dataclass
+class Hypothesis:
+    """A candidate cause: its code, domain, supporting events and what it explains."""
+
+    code: str
+    family: str
+    domain: str
+    text: str
+    job_wide: bool
+    support: list[tuple[float, str, Event]] = field(default_factory=list)  # (weight, rule, event)
+    extra_ranks: set[int] = field(default_factory=set)
+    extra_hosts: set[str] = field(default_factory=set)
+    derived_at: int | None = None
+    derived_weight: float = 0.0
+    explained: dict[str, Event] = field(default_factory=dict)
+
+    @property
+    def strength(self) -> float:
+        """Noisy-OR of the best weight of each distinct supporting rule (0..1)."""
+        best: dict[str, float] = {}
+        for weight, rule, _ in self.support:
+            best[rule] = max(best.get(rule, 0.0), weight)
+        if self.derived_weight:
+            best["_derived"] = self.derived_weight
+        miss = 1.0
+        for weight in best.values():
+            miss *= 1.0 - weight
+        return round(1.0 - miss, 6)
+
+    @property
+    def at(self) -> int:
+        """When the cause happened: the earliest supporting event (or the detector's time)."""
+        times = [e.at for _, _, e in self.support]
+        if self.derived_at is not None:
+            times.append(self.derived_at)
+        return min(times)
+
+    @property
+    def hosts(self) -> set[str]:
+        return {e.host for _, _, e in self.support if e.host != "_scheduler"} | self.extra_hosts
+
+    @property
+    def events(self) -> list[Event]:
+        return [e for _, _, e in self.support]
+
+    def absorb(self, other: "Hypothesis") -> None:
+        self.support.extend(other.support)
+        self.extra_ranks |= other.extra_ranks
+        self.extra_hosts |= other.extra_hosts
+
+    def explains(self, symptom: Event, rule: SymptomRule, skew_ns: int) -> bool:
+        if rule.same_host and not self.job_wide and symptom.host not in self.hosts:
+            return False
+        at = self.at
+        when = symptom.effective_at
+        lo = at - int(rule.lead_s * NS) - skew_ns
+        hi = at + int(rule.horizon_s * NS) + skew_ns
+        return lo <= when <= hi
+
+
+def _event_sort_key(event: Event) -> tuple[int, int, str]:
+    return (event.effective_at, event.at, event.event_id)
+
+
+def propose(events: Sequence[Event], rules: CausalRules) -> list[Hypothesis]:
+    """Hypotheses from single cause events, grouped by (family, host) then by code."""
+    by_key: dict[tuple[str, str], Hypothesis] = {}
+    for event in events:
+        for rule in rules.causes:
+            if not rule.matches(event):
+                continue
+            if rule.classify == "xid":
+                code, family, domain, weight, text = classify_xid(event)
+                job_wide = False
+            else:
+                code, family, domain, weight = rule.code, rule.family, rule.domain, rule.weight
+                code = _render(code, event)
+                text = _render(rule.text or code, event)
+                job_wide = rule.job_wide
+            key = (family, "*" if job_wide else event.host)
+            hyp = by_key.get(key)
+            if hyp is None:
+                hyp = by_key[key] = Hypothesis(code, family, domain, text, job_wide)
+            hyp.support.append((weight, f"{rule.id}:{code}", event))
+            best = max(hyp.support, key=lambda s: (s[0], -s[2].at))
+            if best[2] is event:
+                hyp.code, hyp.domain, hyp.text = code, domain, text
+            break
+    # hypotheses naming the same cause on several hosts are one multi-culprit cause
+    by_code: dict[str, Hypothesis] = {}
+    for key in sorted(by_key):
+        hyp = by_key[key]
+        if hyp.code in by_code:
+            by_code[hyp.code].absorb(hyp)
+        else:
+            by_code[hyp.code] = hyp
+    return [by_code[c] for c in sorted(by_code)]
+
+
+def _outcome(state: str, has_cause: bool, events: Sequence[Event]) -> str:
+    if state in ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY"):
+        return "failed"
+    if state in ("TIMEOUT", "HUNG"):
+        return "hung"
+    if state == "PREEMPTED":
+        return "preempted"
+    if state == "COMPLETED":
+        return "degraded" if has_cause else "completed"
+    if state == "CANCELLED":
+        return "failed" if has_cause else "unknown"
+    if any(e.type in ("nccl.watchdog_timeout", "nccl.heartbeat_timeout") for e in events):
+        return "hung"
+    return "degraded" if has_cause else "unknown"
+
+
+def summarise(event: Event) -> str:
+    """A one-line, human summary of an event for the evidence timeline."""
+    a = event.attributes
+    t = event.type
+    if t == "gpu.xid":
+        text = f"Xid {a.get('xid')}: {a.get('description') or a.get('mnemonic') or ''}".strip()
+        if a.get("recovery_action"):
+            text += f" -> {a['recovery_action']}"
+        if a.get("caused_by_xid") is not None:
+            text += f" (caused by Xid {a['caused_by_xid']})"
+        return f"{text} [{_gpu_label(event.gpu)}]"
+    if t == "nccl.watchdog_timeout":
+        return (
+            f"watchdog timeout {a.get('op_type', '?')} SeqNum={a.get('seq_num', '?')} "
+            f"ran for {a.get('ran_for_ms', '?')} ms (timeout {a.get('timeout_ms', '?')} ms)"
+        )
+    keys = [k for k in sorted(a) if k not in ("description", "text", "detail") and a[k] not in (None, "")]
+    parts = [f"{k}={a[k]}" for k in keys[:4]]
+    if event.peer:
+        parts.append(f"peer={event.peer}")
+    detail = a.get("text") or a.get("detail") or a.get("last_error") or ""
+    text = t + (" " + " ".join(parts) if parts else "")
+    if detail and not parts:
+        text += f": {str(detail)[:120]}"
+    return text
+
+
+def _coverage_factor(coverage: Sequence[CoverageEntry]) -> float:
+    factor = 1.0
+    for entry in coverage:
+        if entry.status == "failed":
+            factor -= 0.05
+        elif entry.status == "empty" and entry.source.startswith("host:"):
+            factor -= 0.1
+    return max(0.6, round(factor, 6))
+
+
+def node_coverage(info: WorkloadInfo, coverage: Sequence[CoverageEntry]) -> list[CoverageEntry]:
+    """Per-node coverage entries: a node of the workload that no source covers is ``empty``.
+
+    Sources are matched by name: ``file:logs/<host>/...`` and ``file:metrics/<host>/...``."""
+    out = []
+    for node in sorted(info.nodes):
+        mine = [
+            c
+            for c in coverage
+            if f"logs/{node}/" in c.source or f"metrics/{node}/" in c.source or c.source == f"host:{node}"
+        ]
+        if any(c.source == f"host:{node}" for c in mine):
+            continue
+        records = sum(c.records for c in mine)
+        events = sum(c.events for c in mine)
+        if not mine or records == 0:
+            out.append(
+                CoverageEntry(
+                    source=f"host:{node}",
+                    status="empty",
+                    detail="no logs or telemetry from this node: its faults cannot be seen",
+                )
+            )
+        else:
+            out.append(CoverageEntry(source=f"host:{node}", status="present", records=records, events=events))
+    return out
+
+
+def decide(
+    info: WorkloadInfo,
+    alloc: Allocation,
+    events: Iterable[Event],
+    coverage: Sequence[CoverageEntry],
+    *,
+    ruleset_version: str,
+    rules: CausalRules | None = None,
+    revision: int = 1,
+) -> Attribution:
+    """Decide the verdict of one workload attempt.
+
+    ``events`` must already be enriched (:meth:`Allocation.enrich`); duplicates (same
+    ``event_id``) collapse and order does not matter. ``coverage`` is the per-source coverage
+    of the inputs; per-node entries are added here. Returns one :class:`Attribution` whose
+    ``decided_at`` is the window end (event time). Pure: no I/O, no clock.
+    """
+    from correlators.detectors import run_detectors
+
+    rules = rules or default_causal_rules()
+    lo = info.start_ns - rules.before_start_ns
+    hi = (info.end_ns if info.end_ns is not None else math.inf) + rules.after_end_ns
+    unique = {e.event_id: e for e in events if lo <= e.at <= hi}
+    ordered = sorted(unique.values(), key=_event_sort_key)
+
+    hyps = propose(ordered, rules)
+    hyps += run_detectors(info, alloc, ordered, hyps, rules)
+
+    # absorption: a weaker hypothesis whose every event a stronger one explains is a symptom
+    hyps.sort(key=lambda h: (-h.strength, h.at, h.code))
+    kept: list[Hypothesis] = []
+    for hyp in hyps:
+        host_rule = None
+        for strong in kept:
+            if strong.strength <= hyp.strength or not hyp.support:
+                continue
+            ok = True
+            for event in hyp.events:
+                host_rule = rules.symptoms.get(event.type)
+                if host_rule is None or not strong.explains(event, host_rule, rules.skew_ns):
+                    ok = False
+                    break
+            if ok:
+                for event in hyp.events:
+                    strong.explained[event.event_id] = event
+                strong.extra_ranks |= hyp.extra_ranks if hyp.family == strong.family else set()
+                break
+        else:
+            kept.append(hyp)
+
+    support_ids = {e.event_id for h in kept for e in h.events}
+    symptom_pool = [e for e in ordered if e.type in rules.symptoms]
+    for hyp in kept:
+        own = {e.event_id for e in hyp.events}
+        for event in symptom_pool:
+            if event.event_id in own or event.event_id in hyp.explained:
+                continue
+            if hyp.explains(event, rules.symptoms[event.type], rules.skew_ns):
+                hyp.explained[event.event_id] = event
+
+    def score(hyp: Hypothesis) -> tuple[float, float]:
+        pool = [e for e in symptom_pool if e.event_id not in {x.event_id for x in hyp.events}]
+        frac = (
+            sum(1 for e in pool if e.event_id in hyp.explained) / len(pool) if pool else 1.0
+        )
+        return round(hyp.strength * (1.0 + frac), 6), frac
+
+    scored = sorted(((score(h), h) for h in kept), key=lambda x: (-x[0][0], x[1].at, x[1].code))
+    coverage_all = sorted(
+        list(coverage) + node_coverage(info, coverage), key=lambda c: c.source
+    )
+    cov_factor = _coverage_factor(coverage_all)
+    window_end = info.end_ns if info.end_ns is not None else max([e.at for e in ordered] + [info.start_ns])
+    attribution_id = content_id("att", "workload", info.cluster, info.workload_id)
+    base = dict(
+        attribution_id=attribution_id,
+        revision=revision,
+        scope=Scope(kind="workload", id=info.workload_id, cluster=info.cluster),
+        window=Window(start=info.start_ns, end=window_end),
+        coverage=coverage_all,
+        ruleset_version=f"{ruleset_version}+causal.{rules.version}",
+        engine_version=ENGINE_VERSION,
+        decided_at=window_end,
+    )
+    if not scored:
+        outcome = _outcome(info.state, False, ordered)
+        return Attribution(
+            **base,
+            outcome=outcome,
+            domain="unknown",
+            root_cause=RootCause(
+                code="none" if outcome == "completed" else "unknown",
+                text="no fault evidence in the window"
+                if outcome == "completed"
+                else "no cause found: the inputs hold symptoms only",
+            ),
+            affected=_affected(info, symptom_pool),
+            symptoms=[e.event_id for e in symptom_pool],
+            evidence=_evidence([], symptom_pool, [e for e in ordered if e.type not in rules.symptoms]),
+            confidence=0.0,
+            quality="insufficient",
+        )
+
+    (win_score, frac), winner = scored[0]
+    rival = scored[1][0][0] / win_score if len(scored) > 1 and win_score > 0 else 0.0
+    confidence = winner.strength * (0.5 + 0.5 * frac) * cov_factor * (1.0 - 0.3 * rival)
+    confidence = round(min(1.0, max(0.0, confidence)), 4)
+    if rival >= rules.ambiguity_ratio:
+        quality = "ambiguous"
+    elif confidence >= 0.8:
+        quality = "definitive"
+    elif confidence >= 0.45:
+        quality = "probable"
+    else:
+        quality = "insufficient"
+
+    causes = sorted(winner.events, key=_event_sort_key)
+    symptoms = sorted(winner.explained.values(), key=_event_sort_key)
+    symptom_ids = {e.event_id for e in symptoms}
+    cause_ids = {e.event_id for e in causes}
+    context = [e for e in ordered if e.event_id not in symptom_ids and e.event_id not in cause_ids]
+    primary = max(winner.support, key=lambda s: (s[0], -s[2].at))[2] if winner.support else None
+    alternatives = [
+        Alternative(
+            code=h.code,
+            domain=h.domain,
+            text=h.text,
+            score=round(s, 4),
+            hosts=sorted(h.hosts),
+            ranks=sorted(_ranks(h)),
+        )
+        for (s, _), h in scored[1:6]
+        if s >= 0.3 * win_score
+    ]
+    return Attribution(
+        **base,
+        outcome=_outcome(info.state, True, ordered),
+        domain=winner.domain,
+        root_cause=RootCause(
+            code=winner.code, text=winner.text, event_id=primary.event_id if primary else None
+        ),
+        culprits=Culprits(
+            hosts=sorted(winner.hosts),
+            ranks=sorted(_ranks(winner)),
+            gpus=_gpus(winner, alloc),
+            ports=sorted({e.fabric_port for e in causes if e.fabric_port}),
+        ),
+        affected=_affected(info, symptoms),
+        symptoms=[e.event_id for e in symptoms],
+        evidence=_evidence(causes, symptoms, context),
+        confidence=confidence,
+        quality=quality,
+        alternatives=alternatives,
+    )
+
+
+def _ranks(hyp: Hypothesis) -> set[int]:
+    return {e.rank for e in hyp.events if e.rank is not None} | hyp.extra_ranks
+
+
+def _gpus(hyp: Hypothesis, alloc: Allocation) -> list[GpuRef]:
+    seen: dict[tuple, GpuRef] = {}
+    for event in hyp.events:
+        if event.gpu is None:
+            continue
+        pci = normalise_pci(event.gpu.pci_bus_id)
+        index = alloc.gpu_index(event.host, event.gpu)
+        ref = GpuRef(index=index, uuid=event.gpu.uuid, pci_bus_id=pci)
+        seen[(event.host, pci, index, event.gpu.uuid)] = ref
+    return [seen[k] for k in sorted(seen, key=lambda k: tuple(str(x) for x in k))]
+
+
+def _affected(info: WorkloadInfo, symptoms: Sequence[Event]) -> Affected:
+    return Affected(
+        hosts=sorted({e.host for e in symptoms if e.host != "_scheduler"}),
+        ranks=sorted({e.rank for e in symptoms if e.rank is not None}),
+        workloads=[info.workload_id],
+    )
+
+
+def _item(event: Event, role: str) -> EvidenceItem:
+    return EvidenceItem(
+        at=event.effective_at,
+        event_id=event.event_id,
+        type=event.type,
+        role=role,
+        host=event.host,
+        rank=event.rank,
+        summary=summarise(event),
+        observations=list(event.evidence),
+    )
+
+
+def _evidence(causes: Sequence[Event], symptoms: Sequence[Event], context: Sequence[Event]) -> list[EvidenceItem]:
+    items = [_item(e, "cause") for e in causes]
+    items += [_item(e, "symptom") for e in symptoms[:MAX_EVIDENCE_SYMPTOMS]]
+    items += [_item(e, "context") for e in context[:MAX_EVIDENCE_CONTEXT]]
+    return sorted(items, key=lambda i: (i.at, i.event_id))

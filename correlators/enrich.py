@@ -1,0 +1,154 @@
+"""Enrichment of extracted events with the allocation table and per-host GPU facts.
+
+The allocation table says which ranks of which workload ran on which host and GPU (from
+``workload.yaml`` in replay, from scheduler events in the stream). Enrichment fills what a log
+line leaves out:
+
+* ``workload_id`` of the attempt;
+* ``rank`` from a local rank (``local_rank`` attribute, torchrun), from the GPU index (NCCL's
+  ``[dev]``), or from the GPU's PCI bus id through the host's GPU table (nvidia-smi
+  telemetry: PCI id -> index);
+* ``host`` for scheduler-side lines that name a rank but were read from ``_scheduler``;
+* ``attributes.peer_host`` when ``peer`` is an address of a known host (``10.0.0.15:38560``).
+
+Enrichment is pure: it returns a new event (re-identified with :meth:`Event.with_id`) or the
+same object when nothing changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas.bundle import WorkloadSpec
+from schemas.records import Event, GpuRef, Observation
+
+
+def normalise_pci(bus_id: str | None) -> str | None:
+    """``00000000:9C:00.0`` / ``0000:9c:00`` / ``PCI:0000:9c:00`` -> ``0000:9c:00``.
+
+    nvidia-smi prints an 8-digit domain and a function; the driver's Xid lines print a 4-digit
+    domain without the function. Both name the same device."""
+    if not bus_id:
+        return None
+    text = bus_id.strip().lower().removeprefix("pci:")
+    parts = text.split(":")
+    if len(parts) < 3:
+        return text
+    domain, bus, dev = parts[-3], parts[-2], parts[-1].split(".")[0]
+    return f"{domain[-4:]:0>4}:{bus:0>2}:{dev:0>2}"
+
+
+@dataclass
+class Allocation:
+    """Host/rank/GPU facts of one workload attempt.
+
+    ``ranks``: rank -> (host, gpu index or None); ``ips``: address -> host;
+    ``gpus``: (host, normalised PCI bus id) -> GPU index, learned from telemetry.
+    """
+
+    workload_id: str
+    cluster: str
+    ranks: dict[int, tuple[str, int | None]] = field(default_factory=dict)
+    ips: dict[str, str] = field(default_factory=dict)
+    gpus: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    @classmethod
+    def from_workload(cls, spec: WorkloadSpec) -> "Allocation":
+        """Build the table from ``workload.yaml``."""
+        ranks = {r: (slot.host, slot.gpu) for r, slot in spec.rank_map().items()}
+        ips = {facts.ip: host for host, facts in spec.hosts.items() if facts.ip}
+        return cls(workload_id=spec.workload_id, cluster=spec.cluster, ranks=ranks, ips=ips)
+
+    def __post_init__(self) -> None:
+        self._by_host_gpu: dict[tuple[str, int], int] = {}
+        self._by_host: dict[str, list[int]] = {}
+        self._reindex()
+
+    def _reindex(self) -> None:
+        self._by_host_gpu = {}
+        self._by_host = {}
+        for rank in sorted(self.ranks):
+            host, gpu = self.ranks[rank]
+            self._by_host.setdefault(host, []).append(rank)
+            if gpu is not None:
+                self._by_host_gpu[(host, gpu)] = rank
+
+    def learn_gpu(self, obs: Observation) -> None:
+        """Record the PCI id -> index mapping a telemetry observation carries."""
+        if obs.gpu and obs.gpu.pci_bus_id and obs.gpu.index is not None:
+            pci = normalise_pci(obs.gpu.pci_bus_id)
+            if pci:
+                self.gpus[(obs.host, pci)] = obs.gpu.index
+
+    def ranks_on(self, host: str) -> list[int]:
+        """Ranks placed on ``host``, ascending."""
+        return list(self._by_host.get(host, ()))
+
+    def rank_of(self, host: str, gpu_index: int | None) -> int | None:
+        """The rank on ``host`` using GPU ``gpu_index``, if the table knows it."""
+        if gpu_index is None:
+            return None
+        return self._by_host_gpu.get((host, gpu_index))
+
+    def gpu_index(self, host: str, gpu: GpuRef | None) -> int | None:
+        """GPU index of a GpuRef: its own index, else through the PCI table."""
+        if gpu is None:
+            return None
+        if gpu.index is not None:
+            return gpu.index
+        pci = normalise_pci(gpu.pci_bus_id)
+        return self.gpus.get((host, pci)) if pci else None
+
+    def host_of_peer(self, peer: str | None) -> str | None:
+        """The host behind a peer address as NCCL/gloo print it (``10.0.0.15:38560``,
+        ``10.0.0.15<38560>``, ``[10.0.0.15]:11692``, or a host name)."""
+        if not peer:
+            return None
+        text = peer.strip().lstrip("[")
+        for sep in ("<", "]", ":"):
+            text = text.split(sep)[0]
+        if text in self.ips:
+            return self.ips[text]
+        if text in self._by_host:
+            return text
+        short = text.split(".")[0]
+        return short if short in self._by_host else None
+
+    def enrich(self, event: Event) -> Event:
+        """Fill workload, rank, host and peer_host; see the module docstring."""
+        update: dict = {}
+        attrs = event.attributes
+        host = event.host
+        if event.rank is not None and event.rank in self.ranks:
+            rank_host = self.ranks[event.rank][0]
+            if host not in self._by_host and rank_host:
+                update["host"] = host = rank_host
+        if event.rank is None:
+            rank = None
+            local = attrs.get("local_rank")
+            if isinstance(local, int):
+                on_host = self.ranks_on(host)
+                rank = self.rank_of(host, local)
+                if rank is None and 0 <= local < len(on_host):
+                    rank = on_host[local]
+            if rank is None:
+                rank = self.rank_of(host, self.gpu_index(host, event.gpu))
+            if rank is None:
+                on_host = self.ranks_on(host)
+                global_rank = attrs.get("global_rank")
+                if isinstance(global_rank, int) and global_rank in self.ranks:
+                    rank = global_rank
+                elif len(on_host) == 1 and event.type.startswith(("cuda.", "proc.")):
+                    rank = on_host[0]
+            if rank is not None:
+                update["rank"] = rank
+        if event.workload_id != self.workload_id:
+            update["workload_id"] = self.workload_id
+        if not event.cluster and self.cluster:
+            update["cluster"] = self.cluster
+        peer_host = self.host_of_peer(event.peer)
+        if peer_host and attrs.get("peer_host") != peer_host:
+            update["attributes"] = {**attrs, "peer_host": peer_host}
+        if not update:
+            return event
+        return event.model_copy(update=update).with_id()
