@@ -1,0 +1,306 @@
+"""Rich renderings of verdicts for operators (``faultstream replay``) and of score tables
+(``faultstream score``).
+
+:func:`render_attribution` prints, in order:
+
+1. a header panel -- scope, outcome, domain, root cause code and text, quality, confidence,
+   revision, window (UTC) and rule/engine versions; the border colour follows the quality;
+2. culprits -- hosts, ranks (as ranges, ``0-15``), GPUs (PCI bus id / UUID / index), ports;
+3. symptoms -- counts of symptom events by type with the hosts and ranks they came from;
+4. alternatives (if any) -- other causes that fit, with scores;
+5. coverage -- each input source with status and counts; ``failed`` is red, ``empty`` and
+   ``lagging`` yellow;
+6. the evidence timeline -- UTC time to the millisecond (``2026-11-30 01:21:04.123``), role
+   (cause / symptom / context), event type, host, rank, summary. Beyond ``max_timeline``
+   rows it keeps every cause, then the earliest symptoms (at least half of what is left),
+   then the earliest of the rest, shows them in time order and ends with
+   ``... N more (k symptom, j context)``.
+
+Times in records are integers, UTC nanoseconds since the epoch; they are truncated (not
+rounded) to milliseconds for display.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from schemas.records import Attribution, EvidenceItem, GpuRef
+
+__all__ = ["render_attribution", "render_score_table", "ScoreRow", "format_ns", "format_ranks"]
+
+_QUALITY_STYLE = {
+    "definitive": "green",
+    "probable": "cyan",
+    "ambiguous": "yellow",
+    "insufficient": "red",
+}
+_ROLE_STYLE = {"cause": "bold red", "symptom": "yellow", "context": "dim"}
+_COVERAGE_STYLE = {"present": "green", "empty": "bold yellow", "lagging": "bold yellow",
+                   "failed": "bold red"}
+
+
+def format_ns(ns: int) -> str:
+    """UTC nanoseconds since the epoch -> ``YYYY-MM-DD HH:MM:SS.mmm`` (UTC, truncated to ms)."""
+    seconds, rest = divmod(int(ns), 1_000_000_000)
+    stamp = dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc)
+    return f"{stamp:%Y-%m-%d %H:%M:%S}.{rest // 1_000_000:03d}"
+
+
+def format_ranks(ranks: Iterable[int]) -> str:
+    """Sorted distinct ranks as ranges: ``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7-8"``; ``""`` for
+    none."""
+    values = sorted(set(ranks))
+    parts: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+            j += 1
+        parts.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def _gpu_label(gpu: GpuRef) -> str:
+    parts = []
+    if gpu.pci_bus_id:
+        parts.append(gpu.pci_bus_id)
+    if gpu.uuid:
+        parts.append(gpu.uuid)
+    if gpu.index is not None:
+        parts.append(f"index {gpu.index}")
+    return " / ".join(parts) or "?"
+
+
+def _header(att: Attribution) -> Panel:
+    style = _QUALITY_STYLE.get(att.quality, "white")
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    scope = f"{att.scope.kind} {att.scope.id}"
+    if att.scope.cluster:
+        scope += f" (cluster {att.scope.cluster})"
+    grid.add_row("Scope", scope)
+    grid.add_row("Outcome", att.outcome)
+    grid.add_row("Domain", att.domain)
+    grid.add_row("Root cause", Text.assemble((att.root_cause.code, "bold"), " -- ",
+                                             att.root_cause.text))
+    grid.add_row("Quality", Text(att.quality, style=f"bold {style}"))
+    grid.add_row("Confidence", f"{att.confidence:.2f}")
+    grid.add_row("Revision", str(att.revision))
+    grid.add_row("Window", f"{format_ns(att.window.start)} .. {format_ns(att.window.end)} UTC")
+    if att.incident_id:
+        grid.add_row("Incident", att.incident_id)
+    grid.add_row("Rules", f"{att.ruleset_version}, engine {att.engine_version}")
+    return Panel(grid, title="faultstream verdict", title_align="left", border_style=style,
+                 box=box.ROUNDED)
+
+
+def _culprits(att: Attribution) -> Panel:
+    c = att.culprits
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rows = [
+        ("Hosts", ", ".join(c.hosts)),
+        ("Ranks", format_ranks(c.ranks)),
+        ("GPUs", ", ".join(_gpu_label(g) for g in c.gpus)),
+        ("Ports", ", ".join(c.ports)),
+    ]
+    shown = [(k, v) for k, v in rows if v]
+    if not shown:
+        body: Any = Text("none named", style="dim")
+    else:
+        for key, value in shown:
+            grid.add_row(key, value)
+        body = grid
+    return Panel(body, title="Culprits", title_align="left", box=box.ROUNDED)
+
+
+def _symptoms(att: Attribution) -> Any:
+    items = [e for e in att.evidence if e.role == "symptom"]
+    in_trail = {e.event_id for e in items}
+    by_type: dict[str, list[EvidenceItem]] = {}
+    for item in items:
+        by_type.setdefault(item.type, []).append(item)
+    hosts = {e.host for e in items}
+    ranks = {e.rank for e in items if e.rank is not None}
+    total = len(set(att.symptoms) | in_trail)
+    title = (
+        f"Symptoms: {total} event{'s' if total != 1 else ''} on {len(hosts)} "
+        f"host{'s' if len(hosts) != 1 else ''}, {len(ranks)} rank{'s' if len(ranks) != 1 else ''}"
+    )
+    if not items:
+        return Group(Text(title, style="bold"), Text("no symptom events in the evidence", style="dim"))
+    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
+    table.add_column("type")
+    table.add_column("events", justify="right")
+    table.add_column("hosts", justify="right")
+    table.add_column("ranks")
+    for typ, group in sorted(by_type.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        group_ranks = [e.rank for e in group if e.rank is not None]
+        table.add_row(typ, str(len(group)), str(len({e.host for e in group})),
+                      format_ranks(group_ranks) or "-")
+    missing = len(set(att.symptoms) - in_trail)
+    if missing:
+        return Group(table, Text(f"{missing} symptom events not in the evidence trail",
+                                 style="dim"))
+    return table
+
+
+def _alternatives(att: Attribution) -> Table:
+    table = Table(title="Alternatives", title_justify="left", title_style="bold",
+                  box=box.SIMPLE_HEAD)
+    table.add_column("code")
+    table.add_column("domain")
+    table.add_column("score", justify="right")
+    table.add_column("hosts")
+    table.add_column("ranks")
+    table.add_column("why")
+    for alt in sorted(att.alternatives, key=lambda a: (-a.score, a.code)):
+        table.add_row(alt.code, alt.domain, f"{alt.score:.2f}", ", ".join(alt.hosts),
+                      format_ranks(alt.ranks), alt.text)
+    return table
+
+
+def _coverage(att: Attribution) -> Any:
+    if not att.coverage:
+        return Text("Coverage: no sources reported", style="bold yellow")
+    table = Table(title="Coverage", title_justify="left", title_style="bold",
+                  box=box.SIMPLE_HEAD)
+    table.add_column("source")
+    table.add_column("status")
+    table.add_column("records", justify="right")
+    table.add_column("unparsed", justify="right")
+    table.add_column("events", justify="right")
+    table.add_column("detail")
+    for entry in att.coverage:
+        style = _COVERAGE_STYLE.get(entry.status, "")
+        row_style = style if entry.status != "present" else None
+        table.add_row(entry.source, Text(entry.status, style=style), str(entry.records),
+                      str(entry.unparsed), str(entry.events), entry.detail, style=row_style)
+    return table
+
+
+def _select_timeline(items: Sequence[EvidenceItem], max_rows: int) -> list[EvidenceItem]:
+    """The rows to show: all if they fit, else causes, then the earliest symptoms (at least
+    half of the rows left), then the earliest of the rest; returned in time order."""
+    ordered = sorted(range(len(items)), key=lambda i: (items[i].at, i))
+    if len(items) <= max_rows:
+        return [items[i] for i in ordered]
+    chosen: list[int] = [i for i in ordered if items[i].role == "cause"][:max_rows]
+    budget = max_rows - len(chosen)
+    symptoms = [i for i in ordered if items[i].role == "symptom"]
+    chosen += symptoms[: max(budget // 2, budget - sum(items[i].role == "context" for i in ordered))]
+    taken = set(chosen)
+    for i in ordered:
+        if len(chosen) >= max_rows:
+            break
+        if i not in taken:
+            chosen.append(i)
+            taken.add(i)
+    return [items[i] for i in sorted(chosen, key=lambda i: (items[i].at, i))]
+
+
+def _timeline(att: Attribution, max_timeline: int) -> Any:
+    items = att.evidence
+    if not items:
+        return Text("Evidence: none", style="bold yellow")
+    shown = _select_timeline(items, max(1, max_timeline))
+    table = Table(title=f"Evidence timeline ({len(items)} events, UTC)", title_justify="left",
+                  title_style="bold", box=box.SIMPLE_HEAD)
+    table.add_column("time (UTC)", no_wrap=True)
+    table.add_column("role")
+    table.add_column("type")
+    table.add_column("host")
+    table.add_column("rank", justify="right")
+    table.add_column("summary")
+    for item in shown:
+        style = _ROLE_STYLE.get(item.role, "")
+        table.add_row(format_ns(item.at), Text(item.role, style=style), item.type, item.host,
+                      "" if item.rank is None else str(item.rank), item.summary,
+                      style="bold" if item.role == "cause" else None)
+    hidden = len(items) - len(shown)
+    if not hidden:
+        return table
+    shown_ids = {id(i) for i in shown}
+    counts: dict[str, int] = {}
+    for item in items:
+        if id(item) not in shown_ids:
+            counts[item.role] = counts.get(item.role, 0) + 1
+    detail = ", ".join(f"{n} {role}" for role, n in sorted(counts.items()))
+    return Group(table, Text(f"... {hidden} more ({detail})", style="dim"))
+
+
+def render_attribution(att: Attribution, console: Console, *, max_timeline: int = 40) -> None:
+    """Print ``att`` for a person on ``console`` (see the module docstring for the layout).
+    ``max_timeline`` caps the evidence rows (>= 1)."""
+    console.print(_header(att))
+    console.print(_culprits(att))
+    console.print(_symptoms(att))
+    if att.alternatives:
+        console.print(_alternatives(att))
+    console.print(_coverage(att))
+    console.print(_timeline(att, max_timeline))
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    """One line of ``faultstream score``: the bundle, what ``expected.yaml`` asks for, what
+    the verdict gave (both short human strings, e.g. ``gpu_hardware gpu.xid.79 node-a02``),
+    whether it is a hit, and an optional note on the miss."""
+
+    bundle: str
+    expected: str
+    got: str
+    hit: bool
+    detail: str = ""
+
+
+def _as_score_row(row: ScoreRow | Mapping[str, Any] | Any) -> ScoreRow:
+    if isinstance(row, ScoreRow):
+        return row
+    if isinstance(row, Mapping):
+        get = row.get
+    else:
+        def get(key: str, default: Any = None) -> Any:
+            return getattr(row, key, default)
+    return ScoreRow(bundle=str(get("bundle", "")), expected=str(get("expected", "")),
+                    got=str(get("got", "")), hit=bool(get("hit", False)),
+                    detail=str(get("detail", "") or ""))
+
+
+def render_score_table(rows: Iterable[ScoreRow | Mapping[str, Any] | Any], console: Console) -> None:
+    """Print the score table: bundle, expected, got, HIT/MISS (and detail when any row has
+    one), then ``N/M hit``. ``rows`` are :class:`ScoreRow`, mappings or objects with the
+    attributes ``bundle``, ``expected``, ``got``, ``hit`` and optionally ``detail``."""
+    score_rows = [_as_score_row(r) for r in rows]
+    hits = sum(r.hit for r in score_rows)
+    table = Table(title="faultstream score", title_justify="left", title_style="bold",
+                  box=box.SIMPLE_HEAD)
+    table.add_column("bundle")
+    table.add_column("expected")
+    table.add_column("got")
+    table.add_column("result")
+    with_detail = any(r.detail for r in score_rows)
+    if with_detail:
+        table.add_column("detail")
+    for r in score_rows:
+        cells: list[Any] = [r.bundle, r.expected, r.got,
+                            Text("HIT", style="bold green") if r.hit else Text("MISS", style="bold red")]
+        if with_detail:
+            cells.append(r.detail)
+        table.add_row(*cells)
+    console.print(table)
+    misses = len(score_rows) - hits
+    style = "bold green" if misses == 0 and score_rows else "bold red"
+    console.print(Text(f"{hits}/{len(score_rows)} hit, {misses} miss", style=style))

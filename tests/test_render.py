@@ -1,0 +1,206 @@
+"""The operator rendering of a verdict and of the score table (rich, recorded console)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from schemas.records import (
+    Affected,
+    Alternative,
+    Attribution,
+    CoverageEntry,
+    Culprits,
+    EvidenceItem,
+    GpuRef,
+    RootCause,
+    Scope,
+    Window,
+    content_id,
+)
+from streams.render import ScoreRow, format_ns, format_ranks, render_attribution, render_score_table
+
+T0 = 1_796_001_664_123_000_000  # 2026-11-30 01:21:04.123 UTC
+SEC = 1_000_000_000
+MS = 1_000_000
+
+
+def xid79_verdict(*, context_lines: int = 2) -> Attribution:
+    """XID 79 on node-a01 GPU 0000:9c:00 (rank 0); ranks 1-15 on node-a01/node-a02 time out
+    600 s later, back-dated to ~T0+17 ms; some scheduler context."""
+    cause = EvidenceItem(at=T0, event_id="evt-xid", type="gpu.xid", role="cause",
+                         host="node-a01", rank=0,
+                         summary="XID 79 GPU has fallen off the bus (PCI 0000:9c:00)")
+    symptoms = [
+        EvidenceItem(at=T0 + 17 * MS + r * MS, event_id=f"evt-wd{r:02d}",
+                     type="nccl.watchdog_timeout", role="symptom",
+                     host="node-a01" if r < 8 else "node-a02", rank=r,
+                     summary=f"watchdog timeout ALLREDUCE SeqNum=4711 ran 600017 ms (rank {r})")
+        for r in range(1, 16)
+    ] + [
+        EvidenceItem(at=T0 + 601 * SEC, event_id="evt-reset", type="net.connection_reset",
+                     role="symptom", host="node-a02", rank=9,
+                     summary="Connection reset by peer 10.0.0.11:43122"),
+    ]
+    context = [
+        EvidenceItem(at=T0 + 616 * SEC + i * SEC, event_id=f"evt-sched{i}", type="sched.job_state",
+                     role="context", host="slurmctld", summary=f"job-1001 state FAILED ({i})")
+        for i in range(context_lines)
+    ]
+    return Attribution(
+        attribution_id=content_id("att", "workload", "c1", "job-1001"),
+        revision=3,
+        scope=Scope(kind="workload", id="job-1001", cluster="c1"),
+        window=Window(start=T0 - 64 * SEC, end=T0 + 620 * SEC),
+        outcome="failed",
+        domain="gpu_hardware",
+        root_cause=RootCause(code="gpu.xid.79", text="GPU fell off the bus on node-a01",
+                             event_id="evt-xid"),
+        culprits=Culprits(hosts=["node-a01"], ranks=[0],
+                          gpus=[GpuRef(index=0, pci_bus_id="0000:9c:00")]),
+        affected=Affected(hosts=["node-a01", "node-a02"], ranks=list(range(1, 16)),
+                          workloads=["job-1001"]),
+        symptoms=[s.event_id for s in symptoms],
+        evidence=[*context, *reversed(symptoms), cause],  # unordered on purpose
+        confidence=0.93,
+        quality="definitive",
+        alternatives=[Alternative(code="fabric.link_down", domain="fabric",
+                                  text="link flap on leaf-02/Eth1/12", score=0.18,
+                                  hosts=["node-a02"], ranks=[8, 9, 10, 11])],
+        coverage=[
+            CoverageEntry(source="logs/node-a01", status="present", records=5210, events=9),
+            CoverageEntry(source="logs/node-a02", status="present", records=4980, events=9),
+            CoverageEntry(source="metrics/node-a01", status="failed", unparsed=12,
+                          detail="nvidia-smi CSV truncated"),
+            CoverageEntry(source="fabric/leaf-02", status="empty"),
+        ],
+        ruleset_version="rules-2026.11.1",
+        engine_version="0.1.0",
+        decided_at=T0 + 620 * SEC,
+    )
+
+
+def rendered(att: Attribution, **kw) -> str:
+    console = Console(record=True, width=120, color_system=None)
+    render_attribution(att, console, **kw)
+    return console.export_text()
+
+
+def test_format_helpers() -> None:
+    assert format_ns(T0) == "2026-11-30 01:21:04.123"
+    assert format_ns(T0 + 999_999) == "2026-11-30 01:21:04.123"  # truncated, not rounded
+    assert format_ns(0) == "1970-01-01 00:00:00.000"
+    assert format_ranks(range(16)) == "0-15"
+    assert format_ranks([8, 0, 1, 2, 5, 7, 2]) == "0-2,5,7-8"
+    assert format_ranks([]) == ""
+
+
+def test_header_culprits_symptoms_alternatives_coverage() -> None:
+    text = rendered(xid79_verdict())
+    lines = text.splitlines()
+    assert "faultstream verdict" in lines[0]
+    assert any("Scope" in l and "workload job-1001 (cluster c1)" in l for l in lines)
+    assert any("Outcome" in l and "failed" in l for l in lines)
+    assert any("Domain" in l and "gpu_hardware" in l for l in lines)
+    assert any("gpu.xid.79 -- GPU fell off the bus on node-a01" in l for l in lines)
+    assert any("Quality" in l and "definitive" in l for l in lines)
+    assert any("Confidence" in l and "0.93" in l for l in lines)
+    assert any("Revision" in l and "3" in l for l in lines)
+    assert "2026-11-30 01:20:00.123 .. 2026-11-30 01:31:24.123 UTC" in text
+    # culprits
+    assert any("Hosts" in l and "node-a01" in l for l in lines)
+    assert any("Ranks" in l and l.split("Ranks")[1].strip(" │") == "0" for l in lines)
+    assert "0000:9c:00 / index 0" in text
+    assert "Ports" not in text  # no port culprits: the row is left out
+    # symptoms: 16 events on 2 hosts, 15 distinct ranks
+    assert "Symptoms: 16 events on 2 hosts, 15 ranks" in text
+    wd = next(l for l in lines if l.strip().startswith("nccl.watchdog_timeout"))
+    assert wd.split() == ["nccl.watchdog_timeout", "15", "2", "1-15"]
+    reset = next(l for l in lines if l.strip().startswith("net.connection_reset"))
+    assert reset.split() == ["net.connection_reset", "1", "1", "9"]
+    # alternatives
+    alt = next(l for l in lines if "fabric.link_down" in l)
+    assert alt.split()[:5] == ["fabric.link_down", "fabric", "0.18", "node-a02", "8-11"]
+    # coverage
+    failed = next(l for l in lines if l.strip().startswith("metrics/node-a01"))
+    assert failed.split()[:4] == ["metrics/node-a01", "failed", "0", "12"]
+    assert "nvidia-smi CSV truncated" in failed
+    empty = next(l for l in lines if l.strip().startswith("fabric/leaf-02"))
+    assert empty.split() == ["fabric/leaf-02", "empty", "0", "0", "0"]
+
+
+def test_timeline_is_chronological_with_roles() -> None:
+    text = rendered(xid79_verdict())
+    assert "Evidence timeline (19 events, UTC)" in text
+    rows = [l for l in text.splitlines() if l.strip().startswith("2026-11-30")]
+    assert len(rows) == 19
+    first = rows[0].split()
+    assert first[:6] == ["2026-11-30", "01:21:04.123", "cause", "gpu.xid", "node-a01", "0"]
+    assert "XID 79 GPU has fallen off the bus" in rows[0]
+    assert "XID 79 GPU has fallen off the bus (PCI 0000:9c:00)" in " ".join(text.split())
+    second = rows[1].split()
+    assert second[:6] == ["2026-11-30", "01:21:04.141", "symptom", "nccl.watchdog_timeout",
+                          "node-a01", "1"]
+    assert rows[-1].split()[:5] == ["2026-11-30", "01:31:21.123", "context", "sched.job_state",
+                                    "slurmctld"]
+    times = [" ".join(r.split()[:2]) for r in rows]
+    assert times == sorted(times)
+    assert "more (" not in text
+
+
+def test_timeline_truncation_keeps_cause_and_first_symptoms() -> None:
+    att = xid79_verdict(context_lines=30)  # 1 cause + 16 symptoms + 30 context = 47
+    text = rendered(att, max_timeline=10)
+    rows = [l for l in text.splitlines() if l.strip().startswith("2026-11-30")]
+    assert len(rows) == 10
+    roles = [r.split()[2] for r in rows]
+    assert roles[0] == "cause"
+    # 9 rows left: at least half go to the earliest symptoms (ranks 1..), the rest in time order
+    symptom_ranks = [int(r.split()[5]) for r in rows if r.split()[2] == "symptom"]
+    assert symptom_ranks == list(range(1, 10))
+    assert "... 37 more (30 context, 7 symptom)" in text
+
+
+def test_truncation_with_only_symptoms_keeps_earliest() -> None:
+    att = xid79_verdict(context_lines=0)
+    text = rendered(att, max_timeline=4)
+    rows = [l for l in text.splitlines() if l.strip().startswith("2026-11-30")]
+    assert [r.split()[2] for r in rows] == ["cause", "symptom", "symptom", "symptom"]
+    assert [r.split()[5] for r in rows] == ["0", "1", "2", "3"]
+    assert "... 13 more (13 symptom)" in text
+
+
+def test_empty_verdict_renders_placeholders() -> None:
+    att = Attribution(
+        attribution_id="att-empty", scope=Scope(kind="fabric_port", id="leaf-02/Eth1/12"),
+        window=Window(start=T0, end=T0 + SEC), outcome="unknown", domain="unknown",
+        root_cause=RootCause(code="unknown", text="no cause found"), confidence=0.0,
+        quality="insufficient", ruleset_version="r", engine_version="e", decided_at=T0 + SEC,
+    )
+    text = rendered(att)
+    assert "fabric_port leaf-02/Eth1/12" in text
+    assert "none named" in text
+    assert "Symptoms: 0 events on 0 hosts, 0 ranks" in text
+    assert "Alternatives" not in text
+    assert "Coverage: no sources reported" in text
+    assert "Evidence: none" in text
+
+
+def test_score_table() -> None:
+    console = Console(record=True, width=120, color_system=None)
+    render_score_table(
+        [
+            ScoreRow("xid79-fell-off-bus", "gpu_hardware gpu.xid.79 node-a02",
+                     "gpu_hardware gpu.xid.79 node-a02", True),
+            {"bundle": "port-flap-leaf02", "expected": "fabric leaf-02/Eth1/12",
+             "got": "host host.oom_kill node-b07", "hit": False, "detail": "domain differs"},
+        ],
+        console,
+    )
+    text = console.export_text()
+    lines = text.splitlines()
+    hit = next(l for l in lines if "xid79-fell-off-bus" in l)
+    assert hit.split()[-1] == "HIT"
+    miss = next(l for l in lines if "port-flap-leaf02" in l)
+    assert "MISS" in miss and "domain differs" in miss
+    assert "host host.oom_kill node-b07" in miss
+    assert "1/2 hit, 1 miss" in text
