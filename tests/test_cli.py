@@ -1,0 +1,136 @@
+"""The `faultstream` command line on the example bundles: replay (rich and --json), rows in
+ClickHouse, byte-identical reruns, score, and clear errors for broken bundles."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from typer.testing import CliRunner
+
+from streams.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "incidents"
+BUNDLES = sorted(p.parent for p in EXAMPLES.glob("*/expected.yaml"))
+SCHEMA = json.loads((ROOT / "schemas" / "json" / "attribution.schema.json").read_text())
+
+runner = CliRunner()
+
+
+def test_there_are_enough_example_bundles():
+    assert len(BUNDLES) >= 8, [b.name for b in BUNDLES]
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
+def test_replay_json_is_valid_and_byte_identical_three_times(bundle):
+    outputs = []
+    for _ in range(3):
+        result = runner.invoke(app, ["replay", str(bundle), "--json", "--no-store"])
+        assert result.exit_code == 0, result.output
+        outputs.append(result.stdout)
+    assert outputs[0] == outputs[1] == outputs[2]
+    lines = outputs[0].strip().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    jsonschema.validate(record, SCHEMA)
+    for key in ("scope", "domain", "quality", "confidence", "revision"):
+        assert key in record
+    assert {"hosts", "ranks", "ports"} <= set(record["culprits"])
+    assert record["root_cause"]["code"]
+
+
+def test_score_examples_is_all_hits():
+    result = runner.invoke(app, ["score", str(EXAMPLES)])
+    assert result.exit_code == 0, result.output
+    assert "miss" not in result.stdout.lower().replace("misses: 0", "")
+
+
+def test_replay_writes_rows_to_embedded_clickhouse_once(tmp_path):
+    from sinks.clickhouse import ClickHouseSink
+
+    url = f"chdb://{tmp_path / 'ch'}"
+    bundle = next(b for b in BUNDLES if "xid31" in b.name or "illegal" in b.name)
+    for _ in range(2):  # a rerun adds no duplicate rows
+        result = runner.invoke(app, ["replay", str(bundle), "--clickhouse", url])
+        assert result.exit_code == 0, result.output
+    assert "app.cuda.illegal_address" in result.stdout
+    sink = ClickHouseSink(url)
+    assert sink.count("attributions") == 1
+    events = sink.count("events")
+    assert events >= 2
+    assert sink.count("events", final=False) == events
+
+
+def test_human_output_names_cause_culprit_and_timeline():
+    bundle = next(b for b in BUNDLES if "sigkill" in b.name)
+    result = runner.invoke(app, ["replay", str(bundle), "--no-store"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "proc.killed.sigkill" in out
+    assert "node-a01" in out
+    assert "net.connection_reset" in out
+
+
+def _broken(tmp_path: Path, name: str, workload: str | None) -> Path:
+    bundle = tmp_path / name
+    (bundle / "logs" / "node-a01").mkdir(parents=True)
+    (bundle / "logs" / "node-a01" / "dmesg.log").write_text("[Mon Nov 30 01:21:04 2026] hello\n")
+    if workload is not None:
+        (bundle / "workload.yaml").write_text(workload)
+    return bundle
+
+
+@pytest.mark.parametrize(
+    "name, workload, needle",
+    [
+        ("missing", None, "workload.yaml"),
+        ("bad-yaml", "workload_id: [unclosed\n", "workload.yaml"),
+        ("no-start", "workload_id: j1\nstate: FAILED\nnodes: [node-a01]\n", "start"),
+        ("bad-state", "workload_id: j1\nstate: EXPLODED\nstart: 2026-11-30T01:20:00Z\nnodes: [node-a01]\n", "state"),
+        ("bad-time", "workload_id: j1\nstate: FAILED\nstart: 2026-13-45T99:00:00Z\nnodes: [node-a01]\n", "start"),
+    ],
+)
+def test_broken_workload_yaml_gives_a_clear_error_without_traceback(tmp_path, name, workload, needle):
+    bundle = _broken(tmp_path, name, workload)
+    proc = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "replay", str(bundle), "--no-store"],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert needle in proc.stderr
+    assert "workload.yaml" in proc.stderr
+
+
+def test_missing_bundle_dir_is_a_clear_error(tmp_path):
+    result = runner.invoke(app, ["replay", str(tmp_path / "nope"), "--no-store"])
+    assert result.exit_code == 2
+    assert "nope" in result.output
+
+
+def test_bad_inputs_in_a_bundle_are_counted_not_fatal(tmp_path):
+    src = next(b for b in BUNDLES if "sigkill" in b.name)
+    bundle = tmp_path / "messy"
+    shutil.copytree(src, bundle)
+    logs = bundle / "logs" / "node-a01"
+    (logs / "garbage.bin").write_bytes(bytes(range(256)) * 64)
+    (logs / "invalid-utf8.log").write_bytes(b"\xff\xfe broken \xc3\x28 line\n[Mon Nov 30 01:20:31 2026] ok line\n")
+    (logs / "empty.log").write_bytes(b"")
+    (logs / "huge-line.log").write_bytes(b"x" * (5 * 1024 * 1024) + b"\n")
+    (logs / "impossible-time.log").write_text("[Mon Feb 30 99:99:99 2026] NVRM: nonsense\n")
+    result = runner.invoke(app, ["replay", str(bundle), "--json", "--no-store"])
+    assert result.exit_code == 0, result.output
+    att = json.loads(result.stdout)
+    assert att["root_cause"]["code"] == "proc.killed.sigkill"
+    cov = {c["source"]: c for c in att["coverage"]}
+    assert cov["file:logs/node-a01/empty.log"]["status"] == "empty"
+    assert cov["file:logs/node-a01/garbage.bin"]["status"] in ("failed", "present")
+    assert cov["file:logs/node-a01/garbage.bin"]["unparsed"] > 0 or cov["file:logs/node-a01/garbage.bin"]["status"] == "failed"
+    assert "utf" in cov["file:logs/node-a01/invalid-utf8.log"]["detail"].lower()
