@@ -274,15 +274,19 @@ def _as_score_row(row: ScoreRow | Mapping[str, Any] | Any) -> ScoreRow:
     else:
         def get(key: str, default: Any = None) -> Any:
             return getattr(row, key, default)
+    misses = tuple(get("misses", ()) or ())
+    detail = get("detail", "") or "; ".join(str(m) for m in misses)
+    hit = get("hit", None)
     return ScoreRow(bundle=str(get("bundle", "")), expected=str(get("expected", "")),
-                    got=str(get("got", "")), hit=bool(get("hit", False)),
-                    detail=str(get("detail", "") or ""))
+                    got=str(get("got", "")), hit=(not misses) if hit is None else bool(hit),
+                    detail=str(detail))
 
 
 def render_score_table(rows: Iterable[ScoreRow | Mapping[str, Any] | Any], console: Console) -> None:
     """Print the score table: bundle, expected, got, HIT/MISS (and detail when any row has
-    one), then ``N/M hit``. ``rows`` are :class:`ScoreRow`, mappings or objects with the
-    attributes ``bundle``, ``expected``, ``got``, ``hit`` and optionally ``detail``."""
+    one), then ``N/M hit, K miss``. ``rows`` are :class:`ScoreRow`, mappings or objects with
+    ``bundle``, ``expected``, ``got`` and ``hit`` and/or ``misses`` (a sequence of strings;
+    empty = hit, joined with ``; `` as the detail when ``detail`` is absent)."""
     score_rows = [_as_score_row(r) for r in rows]
     hits = sum(r.hit for r in score_rows)
     table = Table(title="faultstream score", title_justify="left", title_style="bold",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.console import Console
 
 from schemas.records import (
@@ -203,4 +205,37 @@ def test_score_table() -> None:
     miss = next(l for l in lines if "port-flap-leaf02" in l)
     assert "MISS" in miss and "domain differs" in miss
     assert "host host.oom_kill node-b07" in miss
+    assert "1/2 hit, 1 miss" in text
+
+
+@dataclass(frozen=True)
+class _ReplayScore:
+    """The shape streams.replay's scorer returns: misses, and hit derived from them."""
+
+    bundle: str
+    expected: str
+    got: str
+    misses: tuple[str, ...]
+
+    @property
+    def hit(self) -> bool:
+        return not self.misses
+
+
+def test_score_table_from_objects_with_misses() -> None:
+    console = Console(record=True, width=160, color_system=None)
+    render_score_table(
+        [
+            _ReplayScore("xid79", "gpu.xid.79", "gpu.xid.79 (gpu_hardware, definitive)", ()),
+            _ReplayScore("stalled-rank", "proc.stalled", "nccl.watchdog_timeout (software, probable)",
+                         ("root cause nccl.watchdog_timeout !~ proc.stalled", "ranks [0] != [13]")),
+        ],
+        console,
+    )
+    text = console.export_text()
+    ok = next(l for l in text.splitlines() if l.strip().startswith("xid79"))
+    assert ok.split()[-1] == "HIT"
+    bad = next(l for l in text.splitlines() if l.strip().startswith("stalled-rank"))
+    assert "MISS" in bad
+    assert "root cause nccl.watchdog_timeout !~ proc.stalled; ranks [0] != [13]" in bad
     assert "1/2 hit, 1 miss" in text
