@@ -1,0 +1,72 @@
+"""Every incident bundle under ``examples/incidents`` is well formed (BUNDLE.md v1).
+
+* ``workload.yaml`` validates as :class:`schemas.bundle.WorkloadSpec`;
+* ``expected.yaml`` validates as :class:`schemas.bundle.ExpectedSpec` and explains itself in ``notes``;
+* ``topology.yaml``, when present, validates as :class:`schemas.bundle.TopologySpec`;
+* every file under ``logs/`` and ``metrics/`` is non-empty;
+* every host directory under ``logs/`` and ``metrics/`` is one of the workload's ``nodes``
+  (``logs/_scheduler`` is the scheduler's), and every expected culprit host is a node.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from schemas.bundle import ExpectedSpec, TopologySpec, WorkloadSpec
+
+INCIDENTS = Path(__file__).resolve().parents[1] / "examples" / "incidents"
+BUNDLES = sorted(
+    p for p in INCIDENTS.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))
+) if INCIDENTS.is_dir() else []
+
+
+def _load(path: Path) -> object:
+    with path.open() as fh:
+        return yaml.safe_load(fh)
+
+
+def test_there_are_bundles() -> None:
+    assert len(BUNDLES) >= 10, f"expected at least 10 bundles in {INCIDENTS}, found {len(BUNDLES)}"
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=lambda p: p.name)
+def test_bundle_wellformed(bundle: Path) -> None:
+    workload_file = bundle / "workload.yaml"
+    assert workload_file.is_file(), f"{bundle.name}: no workload.yaml"
+    workload = WorkloadSpec.model_validate(_load(workload_file))
+
+    expected_file = bundle / "expected.yaml"
+    assert expected_file.is_file(), f"{bundle.name}: no expected.yaml"
+    expected = ExpectedSpec.model_validate(_load(expected_file))
+    assert expected.notes.strip(), f"{bundle.name}: expected.yaml has no notes"
+    for host in expected.culprit_hosts or []:
+        assert host in workload.nodes, f"{bundle.name}: culprit host {host} is not in nodes"
+    ranks = workload.rank_map()
+    for rank in expected.culprit_ranks or []:
+        assert not ranks or rank in ranks, f"{bundle.name}: culprit rank {rank} is not in the rank map"
+
+    if (bundle / "topology.yaml").is_file():
+        TopologySpec.model_validate(_load(bundle / "topology.yaml"))
+
+    for host in workload.hosts:
+        assert host in workload.nodes, f"{bundle.name}: hosts.{host} is not in nodes"
+
+    logs = bundle / "logs"
+    assert logs.is_dir(), f"{bundle.name}: no logs/"
+    files = [p for p in logs.rglob("*") if p.is_file()]
+    assert files, f"{bundle.name}: logs/ is empty"
+    for top in ("logs", "metrics"):
+        root = bundle / top
+        if not root.is_dir():
+            continue
+        for host_dir in root.iterdir():
+            assert host_dir.is_dir(), f"{bundle.name}: {top}/{host_dir.name} is not a host directory"
+            allowed = host_dir.name in workload.nodes or (top == "logs" and host_dir.name == "_scheduler")
+            assert allowed, f"{bundle.name}: {top}/{host_dir.name} is not one of the workload's nodes"
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert path.stat().st_size > 0, f"{bundle.name}: {path.relative_to(bundle)} is empty"
+                assert path.read_bytes().strip(), f"{bundle.name}: {path.relative_to(bundle)} is blank"
