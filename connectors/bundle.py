@@ -1,0 +1,541 @@
+"""Incident-bundle reader (``BUNDLE.md`` v1) -> Observations.
+
+``BundleConnector(path)`` validates ``workload.yaml`` (required), ``topology.yaml`` and
+``expected.yaml`` (optional), then :meth:`BundleConnector.observations` reads every file under
+``logs/``, ``metrics/`` and ``fabric/`` in sorted relative-path order:
+
+* ``logs/<host>/*``, ``fabric/<switch>/*`` -> ``kind="log_line"``, one Observation per record
+  (multi-line records by :mod:`correlators.records`), timed by :mod:`correlators.timefmt`;
+* ``logs/_scheduler/*`` -> ``kind="scheduler_event"`` with ``host="_scheduler"``;
+* ``metrics/<host>/*`` -> ``kind="telemetry"``, one Observation per GPU per sample
+  (:mod:`connectors.telemetry`); a file no telemetry parser recognises is read as log lines.
+
+Record time: the first line's own timestamp (``time_source="line"``), else the nearest earlier
+timestamped line of the same file, else the nearest later one (``"inferred"``,
+``TIME_QUALITY_INHERITED``), else the workload start (``"transport"``,
+``TIME_QUALITY_TRANSPORT``). Each host's :class:`~correlators.timefmt.TimeContext` comes from
+``workload.yaml`` (``hosts.<h>.boot_time`` / ``timezone``; the year of ``start``).
+
+**Fast path.** With ``keywords`` only records containing a keyword are materialised: each
+file is split once, polars scans all lines at once for the keywords (literal alternation),
+:data:`~correlators.timefmt.TIMESTAMP_HINT` and :data:`~correlators.records.STRUCTURE_HINT`,
+and Python touches only the candidate lines (their records via
+:func:`~correlators.records.record_span`, their times via a walk over the hint lines). Both
+paths share the materialisation, so a record gives the same Observation (id, time) either way.
+
+Bad input never raises past the constructor: unreadable files, invalid UTF-8, NUL bytes /
+binary content, huge lines (bodies are cut at :data:`MAX_BODY_CHARS`), empty files and
+malformed telemetry are reported in :meth:`BundleConnector.coverage`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import numpy as np
+import polars as pl
+import pydantic
+import yaml
+
+from connectors.telemetry import TelemetrySample, parse_telemetry
+from correlators.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, record_span
+from correlators.timefmt import TIMESTAMP_HINT, LineTime, TimeContext, parse_line_time
+from schemas.bundle import ExpectedSpec, TopologySpec, WorkloadSpec, to_ns
+from schemas.records import (
+    TIME_QUALITY_INHERITED,
+    TIME_QUALITY_TRANSPORT,
+    CoverageEntry,
+    Observation,
+    Position,
+    Source,
+)
+
+__all__ = ["BundleError", "BundleConnector", "MAX_BODY_CHARS"]
+
+#: Bodies longer than this (characters) are cut, with a marker and ``attributes.truncated``.
+MAX_BODY_CHARS = 65_536
+#: A file whose share of control bytes (NUL and other C0 except tab/CR/LF) exceeds this is
+#: binary: reported as ``failed``, not read.
+BINARY_CONTROL_SHARE = 0.10
+
+_SCHEDULER = "_scheduler"
+_TOP_DIRS = ("fabric", "logs", "metrics")
+_RANK = re.compile(r"\[rank(\d+)\]:")
+_RAW_DMESG = r"^(?:kernel: )?\[ *\d+\.\d+\]"
+_TEXT_BYTES = bytes([9, 10, 13]) + bytes(range(32, 256))
+
+
+class BundleError(Exception):
+    """A bundle that cannot be read at all. The message names the file and, for validation
+    errors, the field: ``workload.yaml: field 'start': invalid datetime ...``. Meant to be
+    printed to users as is (no traceback)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML: timestamps stay strings (pydantic parses them, so errors name the field) and
+# ``1:0`` is not a base-60 integer (YAML 1.1 would make ``exit_code: 1:0`` the number 60).
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag not in ("tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:int",
+                       "tag:yaml.org,2002:float")
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:int",
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"),
+)
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*"
+               r"(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."),
+)
+
+
+def _load_spec(path: Path, model: type[pydantic.BaseModel], required: bool) -> Any:
+    name = path.name
+    if not path.is_file():
+        if required:
+            raise BundleError(f"{name}: missing (every bundle needs one; see BUNDLE.md)")
+        return None
+    try:
+        data = yaml.load(path.read_bytes(), Loader=_Loader)  # noqa: S506 -- safe loader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise BundleError(f"{name}: invalid YAML{where}: {exc.problem}") from None
+    except (yaml.YAMLError, OSError, UnicodeDecodeError, ValueError) as exc:
+        raise BundleError(f"{name}: cannot read: {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise BundleError(f"{name}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"]
+            problems.append(f"field '{loc}': {msg}" if loc else msg)
+        raise BundleError(f"{name}: " + "; ".join(problems)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _FileStats:
+    records: int = 0
+    unparsed: int = 0
+    notes: list[str] = field(default_factory=list)
+    status: str = "present"
+
+
+class _Times:
+    """Line times of one file with neighbour inheritance. ``before`` is cheapest when called
+    with non-decreasing positions (both paths do), walking each hint line at most once."""
+
+    def __init__(self, lines: Sequence[str], hint: np.ndarray, ctx: TimeContext):
+        self.lines = lines
+        self.ctx = ctx
+        self.hint = hint
+        idx = np.where(hint, np.arange(len(hint), dtype=np.int64), -1)
+        self.prev = np.maximum.accumulate(idx) if len(idx) else idx  # last hint index <= i
+        self._memo: dict[int, LineTime | None] = {}
+        self._pos = -1  # cache: nearest timed line <= _pos is _near
+        self._near: int | None = None
+        self._first: int | None | bool = False
+
+    def line(self, j: int) -> LineTime | None:
+        if not self.hint[j]:
+            return None
+        memo = self._memo
+        if j not in memo:
+            memo[j] = parse_line_time(self.lines[j], self.ctx)
+        return memo[j]
+
+    def before(self, s: int) -> int | None:
+        """Index of the nearest timed line < s, or None."""
+        if s <= 0:
+            return None
+        top = s - 1
+        floor = self._pos if top >= self._pos else -1
+        j = int(self.prev[top])
+        found: int | None = None
+        while j > floor:
+            if self.line(j) is not None:
+                found = j
+                break
+            j = int(self.prev[j - 1]) if j > 0 else -1
+        if found is None and floor >= 0:
+            found = self._near
+        self._pos, self._near = top, found
+        return found
+
+    def first(self) -> int | None:
+        """Index of the file's first timed line, or None."""
+        if self._first is False:
+            self._first = None
+            for j in np.flatnonzero(self.hint):
+                if self.line(int(j)) is not None:
+                    self._first = int(j)
+                    break
+        return self._first  # type: ignore[return-value]
+
+
+@dataclass
+class _Source:
+    rel: str
+    kind: str
+    host: str
+    ctx: TimeContext
+
+
+class BundleConnector:
+    """Reads an incident bundle (BUNDLE.md v1) into Observations.
+
+    ``path``: the bundle directory. ``keywords``: if given, only records with a line containing
+    one of them (case-sensitive literal substrings) become Observations -- the fast path, which
+    never loops over every line in Python; telemetry samples are always emitted. ``None``
+    emits every record.
+
+    Attributes after construction: ``path``, ``workload``, ``topology``, ``expected``.
+    After :meth:`observations` is exhausted: ``lines_read`` (physical lines of all files) and
+    :meth:`coverage`. Raises :class:`BundleError` if the directory or ``workload.yaml`` is
+    missing or any spec file is invalid (message names the file and the field).
+    """
+
+    def __init__(self, path: str | Path, *, keywords: Sequence[str] | None = None):
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise BundleError(f"{self.path}: not a bundle directory")
+        self.keywords = None if keywords is None else [k for k in keywords if k.strip()]
+        self.workload: WorkloadSpec = _load_spec(self.path / "workload.yaml", WorkloadSpec, True)
+        self.topology: TopologySpec | None = _load_spec(self.path / "topology.yaml", TopologySpec, False)
+        self.expected: ExpectedSpec | None = _load_spec(self.path / "expected.yaml", ExpectedSpec, False)
+        self._instance = self.path.resolve().name
+        self._start_ns = self.workload.start_ns
+        self._contexts: dict[str, TimeContext] = {}
+        for host, facts in self.workload.hosts.items():
+            tz = facts.timezone or "UTC"
+            try:
+                if tz != "UTC":
+                    ZoneInfo(tz)
+            except (ZoneInfoNotFoundError, ValueError, TypeError):
+                raise BundleError(
+                    f"workload.yaml: field 'hosts.{host}.timezone': unknown time zone {tz!r}"
+                ) from None
+            self._contexts[host] = TimeContext(
+                year=self.workload.start.year,
+                boot_time_ns=to_ns(facts.boot_time) if facts.boot_time else None,
+                tz=tz,
+            )
+        self._coverage: list[CoverageEntry] = []
+        self.lines_read = 0
+
+    # -- public ---------------------------------------------------------------------------
+
+    def observations(self) -> Iterator[Observation]:
+        """Yield Observations: files in sorted relative-path order, records in file order."""
+        self._coverage = []
+        self.lines_read = 0
+        seen_hosts: set[str] = set()
+        for file in self._files():
+            src = self._source(file)
+            seen_hosts.add(src.host)
+            stats = _FileStats()
+            try:
+                yield from self._read_file(file, src, stats)
+            except (OSError, MemoryError) as exc:
+                stats.status = "failed"
+                stats.notes.append(f"cannot read: {exc}")
+            self._coverage.append(CoverageEntry(
+                source=f"file:{src.rel}", status=stats.status, records=stats.records,
+                unparsed=stats.unparsed, detail="; ".join(stats.notes),
+            ))
+        for node in self.workload.nodes:
+            if node not in seen_hosts:
+                self._coverage.append(CoverageEntry(
+                    source=f"host:{node}", status="empty",
+                    detail="no logs or metrics for this node in the bundle",
+                ))
+
+    def coverage(self) -> list[CoverageEntry]:
+        """One entry per file (``source="file:<relative path>"``) plus ``host:<node>`` entries
+        (status ``empty``) for workload nodes with no files. Valid after :meth:`observations`
+        is exhausted."""
+        return list(self._coverage)
+
+    # -- files ----------------------------------------------------------------------------
+
+    def _files(self) -> list[Path]:
+        files = []
+        for top in _TOP_DIRS:
+            root = self.path / top
+            if root.is_dir():
+                files.extend(p for p in root.rglob("*") if p.is_file())
+        return sorted(files, key=lambda p: p.relative_to(self.path).as_posix())
+
+    def _ctx(self, host: str) -> TimeContext:
+        ctx = self._contexts.get(host)
+        if ctx is None:
+            ctx = self._contexts[host] = TimeContext(year=self.workload.start.year)
+        return ctx
+
+    def _source(self, file: Path) -> _Source:
+        rel = file.relative_to(self.path).as_posix()
+        parts = rel.split("/")
+        top = parts[0]
+        host = parts[1] if len(parts) > 2 else "_unknown"
+        if top == "logs" and host == _SCHEDULER:
+            kind = "scheduler_event"
+        elif top == "metrics":
+            kind = "telemetry"
+        else:
+            kind = "log_line"
+        return _Source(rel, kind, host, self._ctx(host))
+
+    def _read_file(self, file: Path, src: _Source, stats: _FileStats) -> Iterator[Observation]:
+        data = file.read_bytes()
+        if src.host == "_unknown":
+            stats.notes.append("file is not inside a <host>/ directory: host '_unknown'")
+        if data[:2] == b"\x1f\x8b":
+            try:
+                data = gzip.decompress(data)
+                stats.notes.append("gzip")
+            except (OSError, EOFError, zlib.error) as exc:
+                stats.status = "failed"
+                stats.notes.append(f"corrupt gzip: {exc}")
+                return
+        if not data:
+            stats.status = "empty"
+            stats.notes.append("empty file")
+            return
+        if b"\x00" in data:
+            control = len(data) - len(data.translate(None, _TEXT_BYTES))
+            if control / len(data) > BINARY_CONTROL_SHARE:
+                stats.status = "failed"
+                nlines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+                self.lines_read += nlines
+                stats.records = nlines
+                stats.unparsed = nlines
+                stats.notes.append(
+                    f"binary content ({control} of {len(data)} bytes are NUL/control bytes): not read"
+                )
+                return
+        try:
+            text = data.decode("utf-8")
+            bad_utf8 = False
+        except UnicodeDecodeError:
+            text = data.decode("utf-8", errors="replace")
+            bad_utf8 = True
+        del data
+        if "\r" in text:
+            text = text.replace("\r\n", "\n")
+        nul = "\x00" in text
+        if nul:
+            text = text.replace("\x00", "\ufffd")
+        if src.kind == "telemetry":
+            done = yield from self._telemetry(text, src, stats)
+            if done:
+                return
+            src = _Source(src.rel, "log_line", src.host, src.ctx)
+        lines = text.split("\n")
+        del text
+        if lines and lines[-1] == "":
+            lines.pop()
+        self.lines_read += len(lines)
+        if not any(line.strip() for line in lines):
+            stats.status = "empty"
+            stats.notes.append("no non-blank lines")
+        series = pl.Series("line", lines, dtype=pl.String)
+        if bad_utf8:
+            n_bad = int(series.str.contains("\ufffd", literal=True).sum())
+            stats.notes.append(f"invalid UTF-8 in {n_bad} lines (replaced with U+FFFD)")
+        if nul:
+            n_nul = int(series.str.contains("\ufffd", literal=True).sum())
+            stats.notes.append(f"NUL bytes in {n_nul} lines (replaced with U+FFFD)")
+        hint = series.str.contains(TIMESTAMP_HINT).to_numpy()
+        if src.ctx.boot_time_ns is None:
+            n_raw = int(series.str.contains(_RAW_DMESG).sum())
+            if n_raw:
+                stats.notes.append(
+                    f"{n_raw} raw dmesg lines (seconds since boot) and no hosts.{src.host}.boot_time "
+                    "in workload.yaml: their times are inherited"
+                )
+        times = _Times(lines, hint, src.ctx)
+        tally = {"line": 0, "inferred": 0, "transport": 0, "truncated": 0}
+        if self.keywords is None:
+            blank = 0
+            for rec in group_records(lines):
+                s = rec.first_line - 1
+                if not rec.text.strip():
+                    blank += 1  # a blank line carries nothing to attribute
+                    continue
+                e = s + rec.text.count("\n") + 1
+                obs = self._log_obs(src, lines, s, e, times, tally, text=rec.text)
+                stats.records += 1
+                if obs.format == "unknown":
+                    stats.unparsed += 1
+                yield obs
+            stats.records += blank
+            if blank:
+                stats.notes.append(f"{blank} blank lines not emitted")
+        else:
+            yield from self._fast(series, lines, src, stats, times, hint, tally)
+        stats.notes.append(
+            f"{len(lines)} lines; record times: {tally['line']} line, {tally['inferred']} "
+            f"inferred, {tally['transport']} transport"
+        )
+        if tally["truncated"]:
+            stats.notes.append(f"{tally['truncated']} records cut at {MAX_BODY_CHARS} characters")
+
+    def _fast(self, series: pl.Series, lines: list[str], src: _Source, stats: _FileStats,
+              times: _Times, hint: np.ndarray, tally: dict[str, int]) -> Iterator[Observation]:
+        n = len(lines)
+        if not self.keywords or n == 0:
+            cand = np.empty(0, dtype=np.int64)
+        else:
+            pattern = "|".join(re.escape(k) for k in self.keywords)
+            cand = np.flatnonzero(series.str.contains(pattern).to_numpy())
+        materialised = 0  # records
+        inside_lines = 0
+        inside_unhinted = 0
+        if len(cand):
+            struct = series.str.contains(STRUCTURE_HINT).to_numpy()
+            sidx = np.where(struct, np.arange(n, dtype=np.int64), -1)
+            sprev = np.maximum.accumulate(sidx)
+            end = 0
+            for c in cand.tolist():
+                if c < end:
+                    continue  # inside the record just emitted
+                near = int(sprev[min(c + 1, n - 1)])
+                if near >= 0 and near > c - MAX_RECORD_LINES:
+                    s, e = record_span(lines, c)
+                else:
+                    s, e = c, c + 1
+                end = e
+                obs = self._log_obs(src, lines, s, e, times, tally)
+                materialised += 1
+                inside_lines += e - s
+                inside_unhinted += e - s - int(np.count_nonzero(hint[s:e]))
+                if obs.format == "unknown":
+                    stats.unparsed += 1
+                yield obs
+        # Lines outside materialised records count as one record each (an upper bound); those
+        # without a timestamp hint as unparsed.
+        outside = n - inside_lines
+        stats.records += materialised + outside
+        stats.unparsed += int(np.count_nonzero(~hint)) - inside_unhinted
+        stats.notes.append(
+            f"fast path: {len(cand)} keyword lines -> {materialised} records materialised, "
+            f"{outside} other lines counted"
+        )
+
+    def _log_obs(self, src: _Source, lines: Sequence[str], s: int, e: int, times: _Times,
+                 tally: dict[str, int], text: str | None = None) -> Observation:
+        if text is None:
+            text = "\n".join(lines[s:e])
+        attributes: dict[str, Any] = {}
+        if len(text) > MAX_BODY_CHARS:
+            attributes["truncated"] = len(text)
+            text = text[:MAX_BODY_CHARS] + f"\n[faultstream: cut, {len(text) - MAX_BODY_CHARS} more characters]"
+            tally["truncated"] += 1
+        lt = times.line(s)
+        fmt = "unknown"
+        if lt is not None:
+            at, source, quality, fmt = lt.at_ns, "line", lt.quality, lt.format
+        else:
+            j = times.before(s)
+            if j is None:
+                j = times.first()
+            if j is not None:
+                at, source, quality = times.line(j).at_ns, "inferred", TIME_QUALITY_INHERITED  # type: ignore[union-attr]
+                attributes["time_from_line"] = j + 1
+            else:
+                at, source, quality = self._start_ns, "transport", TIME_QUALITY_TRANSPORT
+        tally[source] += 1
+        rank = None
+        first = lines[s]
+        if first.startswith("[rank"):
+            m = _RANK.match(first)
+            if m:
+                rank = int(m[1])
+        return Observation(
+            source=Source(connector="bundle", instance=self._instance),
+            kind=src.kind,
+            observed_at=at,
+            time_source=source,
+            time_quality=quality,
+            host=src.host,
+            cluster=self.workload.cluster,
+            workload_id=self.workload.workload_id,
+            rank=rank,
+            format=fmt,
+            body=text,
+            attributes=attributes,
+            position=Position(file=src.rel, line=s + 1),
+        ).with_id()
+
+    def _telemetry(self, text: str, src: _Source, stats: _FileStats) -> Iterator[Observation]:
+        """Emit telemetry samples; return True if the file was consumed as telemetry."""
+        try:
+            parsed = parse_telemetry(text, src.ctx)
+        except Exception as exc:  # noqa: BLE001 -- any parser error: fall back to log lines
+            stats.notes.append(f"telemetry parse error ({type(exc).__name__}: {exc}); read as log lines")
+            return False
+        if parsed is None:
+            stats.notes.append("no telemetry format recognised; read as log lines")
+            return False
+        fmt, samples = parsed
+        nlines = text.count("\n") + (0 if text.endswith("\n") else 1)
+        self.lines_read += nlines
+        if not samples:
+            stats.status = "empty"
+            stats.notes.append(f"{fmt}: no GPU samples")
+            stats.unparsed += 1
+            return True
+        for sample in samples:
+            stats.records += 1
+            yield self._telemetry_obs(src, sample)
+        stats.notes.append(f"{fmt}: {len(samples)} GPU samples")
+        return True
+
+    def _telemetry_obs(self, src: _Source, sample: TelemetrySample) -> Observation:
+        if sample.at is not None:
+            at, source, quality = sample.at.at_ns, "line", sample.at.quality
+        else:
+            at, source, quality = self._start_ns, "transport", TIME_QUALITY_TRANSPORT
+        return Observation(
+            source=Source(connector="bundle", instance=self._instance),
+            kind="telemetry",
+            observed_at=at,
+            time_source=source,
+            time_quality=quality,
+            host=src.host,
+            cluster=self.workload.cluster,
+            workload_id=self.workload.workload_id,
+            gpu=sample.gpu,
+            format=sample.format,
+            body=sample.summary,
+            metric=dict(sample.metric),
+            attributes=dict(sample.attributes),
+            position=Position(file=src.rel, line=sample.line),
+        ).with_id()
