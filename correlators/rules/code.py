@@ -1,0 +1,385 @@
+"""Code hooks of the extraction rule pack: the escape hatch for the few rules a regex and a
+field table cannot express.
+
+A rule names a hook with ``code: <name>``; the hook is registered here with :func:`hook`.
+The engine first builds a :class:`Draft` from the rule's pattern and ``fields`` (the
+declarative part), then calls the hook::
+
+    fn(draft: Draft, match: re.Match | None, obs: Observation, rule: Rule) -> list[Draft]
+
+and turns every returned draft into an :class:`~schemas.records.Event` (an empty list drops
+the match). A hook may set ``draft.type`` to any type listed in the rule's ``event`` /
+``events``; the loader and the tests check the list against the vocabulary.
+
+This module also holds the normalisers shared by the engine and the hooks (PCI bus ids,
+peer addresses, signals, byte sizes).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from correlators import xid as xidcat
+
+if TYPE_CHECKING:  # pragma: no cover
+    from correlators.rules import Rule
+    from schemas.records import Observation
+
+
+@dataclass(slots=True)
+class Draft:
+    """An event under construction. ``gpu_pci`` is normalised (``0000:9c:00``) when the
+    event is built; ``began_at`` is UTC ns."""
+
+    type: str
+    attributes: dict[str, Any] = field(default_factory=dict)
+    host: str | None = None
+    rank: int | None = None
+    gpu_index: int | None = None
+    gpu_pci: str | None = None
+    peer: str | None = None
+    began_at: int | None = None
+
+
+Hook = Callable[["Draft", "re.Match[str] | None", "Observation", "Rule"], list[Draft]]
+HOOKS: dict[str, Hook] = {}
+
+
+def hook(name: str) -> Callable[[Hook], Hook]:
+    """Register ``fn`` as the code hook ``name`` (referenced by a rule's ``code:``)."""
+
+    def register(fn: Hook) -> Hook:
+        if name in HOOKS:
+            raise ValueError(f"code hook {name!r} registered twice")
+        HOOKS[name] = fn
+        return fn
+
+    return register
+
+
+# --------------------------------------------------------------------------- normalisers
+
+_HEX = re.compile(r"^[0-9a-fA-F]+$")
+
+
+def normalize_pci(text: str | None) -> str | None:
+    """PCI address as logs print it -> ``dddd:bb:dd`` lower-case, function dropped.
+
+    ``PCI:0000:9C:00`` / ``0000:9c:00.0`` / ``00000000:9C:00.0`` (nvidia-smi's 8-digit
+    domain) / ``9c:00.0`` (no domain) all give ``0000:9c:00``. Returns None for text that
+    is not a PCI address.
+    """
+    if not text:
+        return None
+    t = text.strip().lower()
+    if t.startswith("pci:"):
+        t = t[4:]
+    t = t.split(".", 1)[0]
+    parts = t.split(":")
+    if len(parts) == 2:
+        parts = ["0", *parts]
+    if len(parts) != 3 or not all(p and _HEX.match(p) for p in parts):
+        return None
+    dom, bus, dev = parts
+    return f"{int(dom, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}"
+
+
+def nccl_busid_to_pci(busid_hex: str) -> str | None:
+    """NCCL's compact bus id (``%lx`` of the int64 it packs ``domain:bus:dev.fn`` into, e.g.
+    ``60`` for 0000:00:06.0, ``2000`` for 0000:02:00.0) -> ``0000:00:06``."""
+    try:
+        value = int(busid_hex, 16)
+    except ValueError:
+        return None
+    return f"{value >> 20:04x}:{(value >> 12) & 0xFF:02x}:{(value >> 4) & 0xFF:02x}"
+
+
+_ANGLE_PORT = re.compile(r"^(?P<addr>.+)<(?P<port>\d+)>$")
+_BRACKET_PORT = re.compile(r"^\[(?P<addr>[^\]]+)\]:(?P<port>\d+)$")
+
+
+def normalize_peer(text: str | None) -> str | None:
+    """A peer as printed -> ``addr:port`` (or the host name unchanged).
+
+    NCCL prints ``10.0.0.15<38560>``; gloo prints ``[127.0.0.1]:11692``. IPv6 addresses keep
+    their brackets (``[fe80::1]:5000``). Trailing punctuation is dropped.
+    """
+    if not text:
+        return None
+    t = text.strip().rstrip(".,;")
+    m = _ANGLE_PORT.match(t)
+    if m:
+        addr = m["addr"]
+        return f"[{addr}]:{m['port']}" if ":" in addr and not addr.startswith("[") else f"{addr}:{m['port']}"
+    m = _BRACKET_PORT.match(t)
+    if m and ":" not in m["addr"]:
+        return f"{m['addr']}:{m['port']}"
+    return t
+
+
+#: Linux x86-64/arm64 signal numbers (fixed here so results never depend on the platform).
+SIGNALS: dict[str, int] = {
+    "SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGILL": 4, "SIGTRAP": 5, "SIGABRT": 6,
+    "SIGBUS": 7, "SIGFPE": 8, "SIGKILL": 9, "SIGUSR1": 10, "SIGSEGV": 11, "SIGUSR2": 12,
+    "SIGPIPE": 13, "SIGALRM": 14, "SIGTERM": 15, "SIGXCPU": 24, "SIGXFSZ": 25,
+}
+SIGNAL_NAMES: dict[int, str] = {v: k for k, v in SIGNALS.items()}
+
+
+def to_signal(text: str) -> int | None:
+    """``-9`` / ``9`` / ``SIGKILL`` / ``KILL`` -> 9 (a negative exit code is a signal)."""
+    t = text.strip().upper()
+    if t.lstrip("-").isdigit():
+        return abs(int(t))
+    if not t.startswith("SIG"):
+        t = "SIG" + t
+    return SIGNALS.get(t)
+
+
+def to_signal_name(text: str) -> str | None:
+    """``-9`` / ``9`` / ``SIGKILL`` -> ``SIGKILL``."""
+    num = to_signal(text)
+    return None if num is None else SIGNAL_NAMES.get(num, f"SIG{num}")
+
+
+_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_SIZE = re.compile(r"^\s*([\d.]+)\s*([KMGT]?i?B)\s*$", re.I)
+
+
+def to_bytes(text: str) -> int | None:
+    """``279.40 GiB`` -> 300003904307 (bytes, int); ``518.00 MiB``; ``0 bytes``."""
+    t = text.strip().replace("bytes", "B")
+    m = _SIZE.match(t)
+    if not m:
+        return None
+    return int(round(float(m.group(1)) * _UNITS[m.group(2).upper()]))
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+@hook("xid_catalog")
+def xid_catalog(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """Enrich an ``NVRM: Xid`` match with the catalog row (mnemonic, description,
+    immediate/investigatory action; ``UNKNOWN`` for codes the catalog does not list), the
+    XID 45 follow-on (``caused by previous Xid N`` -> ``caused_by_xid``) and the XID 154
+    recovery hint (``recovery_action``: RESET_GPU, DRAIN_AND_RESET, RESTART_BM, NONE)."""
+    a = draft.attributes
+    code = a["xid"]
+    info = xidcat.xid_info(code)
+    if info is None:
+        a.update(mnemonic="", description="", immediate_action=xidcat.UNKNOWN_ACTION,
+                 investigatory_action=xidcat.UNKNOWN_ACTION)
+    else:
+        a.update(mnemonic=info.mnemonic, description=info.description,
+                 immediate_action=info.immediate_action,
+                 investigatory_action=info.investigatory_action)
+    if a.get("process", "").startswith("<"):
+        a.pop("process")  # '<unknown>' or a redaction placeholder
+    detail = a.get("detail", "")
+    m = re.search(r"caused by previous Xid (\d+)", detail)
+    if m:
+        a["caused_by_xid"] = int(m.group(1))
+    if code == 154:
+        action = xidcat.recovery_action(detail)
+        if action is not None:
+            a["recovery_action"] = action
+    return [draft]
+
+
+@hook("nccl_duplicate_gpu")
+def nccl_duplicate_gpu(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """``Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60``: the device is
+    NCCL's compact bus id in hex; decode it into ``gpu.pci_bus_id``. ``ranks`` = [the
+    reporting rank, the other rank] (ints)."""
+    a = draft.attributes
+    ranks = [a.pop(k) for k in ("_rank", "_other_rank") if k in a]
+    if ranks:
+        a["ranks"] = ranks
+    dev = a.get("device")
+    if dev:
+        draft.gpu_pci = nccl_busid_to_pci(dev)
+    return [draft]
+
+
+# PCIe AER error bits as the kernel prints them (drivers/pci/pcie/aer.c): long names (kernels
+# before 4.x/5.x) and the short names of newer kernels. (bit, long name, default-fatal)
+_AER_CORRECTABLE = {
+    "Receiver Error": 0, "RxErr": 0, "Bad TLP": 6, "BadTLP": 6, "Bad DLLP": 7, "BadDLLP": 7,
+    "RELAY_NUM Rollover": 8, "Rollover": 8, "Replay Timer Timeout": 12, "Timeout": 12,
+    "Advisory Non-Fatal": 13, "NonFatalErr": 13, "Corrected Internal Error": 14,
+    "CorrIntErr": 14, "Header Log Overflow": 15, "HeaderOF": 15,
+}
+_AER_CORRECTABLE_LONG = {0: "Receiver Error", 6: "Bad TLP", 7: "Bad DLLP", 8: "RELAY_NUM Rollover",
+                         12: "Replay Timer Timeout", 13: "Advisory Non-Fatal",
+                         14: "Corrected Internal Error", 15: "Header Log Overflow"}
+_AER_UNCORRECTABLE = {
+    "Undefined": 0, "Data Link Protocol": 4, "DLP": 4, "Surprise Down Error": 5, "SDES": 5,
+    "Poisoned TLP": 12, "TLP": 12, "Flow Control Protocol": 13, "FCP": 13,
+    "Completion Timeout": 14, "CmpltTO": 14, "Completer Abort": 15, "CmpltAbrt": 15,
+    "Unexpected Completion": 16, "UnxCmplt": 16, "Receiver Overflow": 17, "RxOF": 17,
+    "Malformed TLP": 18, "MalfTLP": 18, "ECRC": 19, "Unsupported Request": 20, "UnsupReq": 20,
+    "ACS Violation": 21, "ACSViol": 21, "Uncorrectable Internal Error": 22, "UncorrIntErr": 22,
+    "MC Blocked TLP": 23, "BlockedTLP": 23, "AtomicOp Egress Blocked": 24,
+    "AtomicOpBlocked": 24, "TLP Prefix Blocked Error": 25, "TLPBlockedErr": 25,
+    "PoisonTLPBlocked": 26,
+}
+_AER_UNCORRECTABLE_LONG = {0: "Undefined", 4: "Data Link Protocol", 5: "Surprise Down Error",
+                           12: "Poisoned TLP", 13: "Flow Control Protocol", 14: "Completion Timeout",
+                           15: "Completer Abort", 16: "Unexpected Completion", 17: "Receiver Overflow",
+                           18: "Malformed TLP", 19: "ECRC", 20: "Unsupported Request",
+                           21: "ACS Violation", 22: "Uncorrectable Internal Error",
+                           23: "MC Blocked TLP", 24: "AtomicOp Egress Blocked",
+                           25: "TLP Prefix Blocked Error", 26: "PoisonTLPBlocked"}
+#: PCIe spec default Uncorrectable Error Severity: these bits are fatal unless reprogrammed.
+_AER_DEFAULT_FATAL = {4, 5, 13, 17, 18, 22}
+_AER_SEVERITY = re.compile(
+    r"(?:[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]):? PCIe Bus Error: "
+    r"severity=(?P<severity>[^,\n]+)(?:, type=(?P<layer>[^,\n]+))?"
+)
+
+
+@hook("pcie_aer")
+def pcie_aer(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """One AER error-bit line (``pcieport 0000:00:02.0:    [ 5] Surprise Down Error
+    (First)``) -> corrected or uncorrected event. The severity and layer come from the
+    nearest preceding ``PCIe Bus Error: severity=..., type=...`` line of the same device in
+    the record when there is one; a record holding only the bit line is classified by the
+    error's name (correctable vs uncorrectable set) and, for uncorrectable bits, by the
+    PCIe default severity (fatal: DLP, Surprise Down, FCP, Receiver Overflow, Malformed TLP,
+    Uncorrectable Internal)."""
+    assert match is not None
+    a = draft.attributes
+    name = a.pop("error").strip()
+    device = a.get("device")
+    severity = layer = None
+    body = obs.body or ""
+    for sm in _AER_SEVERITY.finditer(body, 0, match.start()):
+        if device is None or device in body[max(0, sm.start() - 16) : sm.start() + 14]:
+            severity, layer = sm["severity"].strip(), sm["layer"]
+    corrected = name in _AER_CORRECTABLE and not (severity and severity.lower().startswith("uncorr"))
+    if severity and severity.lower().startswith("corrected"):
+        corrected = True
+    if corrected and name in _AER_CORRECTABLE:
+        bit = _AER_CORRECTABLE[name]
+        a["error"] = _AER_CORRECTABLE_LONG[bit]
+        draft.type = "pcie.aer_corrected"
+    elif name in _AER_UNCORRECTABLE:
+        bit = _AER_UNCORRECTABLE[name]
+        a["error"] = _AER_UNCORRECTABLE_LONG[bit]
+        draft.type = "pcie.aer_uncorrected"
+        if severity:
+            a["fatal"] = "non-fatal" not in severity.lower() and "fatal" in severity.lower()
+        else:
+            a["fatal"] = bit in _AER_DEFAULT_FATAL
+    else:
+        return []
+    a["bit"] = bit
+    if severity:
+        a["severity"] = severity
+    if layer:
+        a["error_type"] = layer.strip()
+    return [draft]
+
+
+@hook("ibv_port_state")
+def ibv_port_state(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """``state: PORT_ACTIVE (4)`` from ``ibv_devinfo``: take the HCA (``hca_id:``) and port
+    number (``port:``) from the nearest preceding lines of the same record, when present."""
+    assert match is not None
+    head = (obs.body or "")[: match.start()]
+    hca = re.findall(r"hca_id:\s*(\S+)", head)
+    port = re.findall(r"^\s*port:\s*(\d+)\s*$", head, re.M)
+    if hca:
+        draft.attributes["device"] = hca[-1]
+    if port:
+        draft.attributes["port"] = int(port[-1])
+    return [draft]
+
+
+_TR_ENTRY = re.compile(r"^\[(?P<idx>\d+)\]:\s*$")
+_TR_KV = re.compile(r"^\s{1,4}(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<val>.*)$")
+
+
+@hook("torchrun_summary")
+def torchrun_summary(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A torchrun ``ChildFailedError`` summary (the block between the ``====`` rules) -> one
+    ``torchrun.child_failed`` per failure entry::
+
+        [0]:
+          time      : 2026-11-30_01:20:31
+          host      : node-a01
+          rank      : 1 (local_rank: 1)
+          exitcode  : -9 (pid: 572)
+          error_file: <N/A>
+          traceback : Signal 9 (SIGKILL) received by PID 572
+
+    Attributes: global_rank, local_rank, exitcode, pid, time (``2026-11-30T01:20:31``, the
+    launcher host's local time as printed), signal / signal_name (negative exit code or
+    ``Signal 9 (SIGKILL)``), error (last line of a ``@record`` error-file traceback),
+    first_observed (True for the entry under ``Root Cause (first observed failure):``).
+    Event host = the entry's host, rank = global rank, gpu.index = local rank.
+    """
+    out: list[Draft] = []
+    first = False
+    cur: dict[str, Any] | None = None
+    tb: list[str] = []
+
+    def flush() -> None:
+        if cur is None:
+            return
+        d = Draft(type=draft.type, attributes={"first_observed": cur["first"]})
+        a = d.attributes
+        m = re.match(r"(\d+) \(local_rank: (\d+)\)", cur.get("rank", ""))
+        if m:
+            a["global_rank"], a["local_rank"] = int(m.group(1)), int(m.group(2))
+            d.rank, d.gpu_index = a["global_rank"], a["local_rank"]
+        m = re.match(r"(-?\d+) \(pid: (\d+)\)", cur.get("exitcode", ""))
+        if m:
+            a["exitcode"], a["pid"] = int(m.group(1)), int(m.group(2))
+            if a["exitcode"] < 0:
+                a["signal"] = -a["exitcode"]
+        if cur.get("host"):
+            d.host = cur["host"]
+        if cur.get("time"):
+            a["time"] = cur["time"].replace("_", "T", 1)
+        tb_lines = [ln.strip() for ln in tb if ln.strip()]
+        if tb_lines:
+            m = re.match(r"Signal (\d+) \((SIG\w+)\)", tb_lines[0])
+            if m:
+                a["signal"] = int(m.group(1))
+                a["signal_name"] = m.group(2)
+            elif tb_lines[0].startswith("Traceback"):
+                a["error"] = tb_lines[-1]
+        if "signal" in a and "signal_name" not in a:
+            a["signal_name"] = SIGNAL_NAMES.get(a["signal"], f"SIG{a['signal']}")
+        out.append(d)
+
+    for line in (obs.body or "").splitlines():
+        if line.startswith("Root Cause"):
+            flush()
+            cur, tb, first = None, [], True
+            continue
+        if line.startswith("---") or line.startswith("==="):
+            flush()
+            cur, tb = None, []
+            continue
+        m = _TR_ENTRY.match(line)
+        if m:
+            flush()
+            cur, tb = {"first": first}, []
+            continue
+        if cur is None:
+            continue
+        m = _TR_KV.match(line)
+        if m and not tb:
+            cur[m["key"]] = m["val"].strip()
+            if m["key"] == "traceback":
+                tb.append(m["val"])
+        elif tb:
+            tb.append(line)
+    flush()
+    return out
