@@ -103,3 +103,241 @@ def test_pack_keywords_cover_every_log_rule() -> None:
     assert {kw for r in log_rules for kw in r.keywords} == set(PACK.keywords)
     # a record holding no keyword is never tried against any rule
     assert PACK.candidates("node-a01:473:473 [0] NCCL INFO Using network Socket") == []
+
+
+# --------------------------------------------------------------------------- real fixture files
+
+def extract_file(path: Path) -> list:
+    """Group the file's lines into records the way the bundle reader does
+    (correlators.records.group_records) and extract every record."""
+    from correlators.records import group_records
+
+    events = []
+    for rec in group_records(path.read_text(encoding="utf-8").splitlines()):
+        events.extend(PACK.extract(obs_for(rec.text, host="node-x", line=rec.first_line)))
+    return events
+
+
+#: file (relative to fixtures/real) -> expected multiset of event types. Files with no fault
+#: (healthy NCCL INFO output, nvidia-smi tables, dcgmi diag, ibqueryerrors) expect nothing.
+REAL_EXPECTED: dict[str, dict[str, int]] = {
+    "h200-2026-11/app-cupy-illegal-address.log": {"cuda.error": 3},
+    "h200-2026-11/app-cupy-misaligned-address.log": {"cuda.error": 3},
+    "h200-2026-11/app-cupy-trap.log": {"cuda.error": 3},
+    "h200-2026-11/app-torch-cuda-oom.log": {"cuda.error": 1},
+    "h200-2026-11/app-torch-device-assert.log": {"cuda.error": 2},
+    "h200-2026-11/dmesg-T.log": {"gpu.xid": 2},
+    "h200-2026-11/dmesg-raw.log": {"gpu.xid": 2},
+    "h200-2026-11/dmesg-T-second-boot.log": {"gpu.xid": 7},
+    "h200-2026-11/nccl-bad-socket-ifname.log": {"config.no_socket_interface": 2, "nccl.invalid_usage": 1},
+    "h200-2026-11/nccl-debug-info-single-rank.log": {},
+    "h200-2026-11/torchrun-nccl-duplicate-gpu.log": {
+        "config.duplicate_gpu": 4, "nccl.invalid_usage": 2, "torchrun.child_failed": 2},
+    "h200-2026-11/torchrun-rank-sigkill.log": {
+        "net.connection_reset": 1, "torchrun.closing_signal": 1, "proc.killed": 1, "torchrun.child_failed": 2},
+    "h200-2026-11/torchrun-record-error-file.log": {
+        "cuda.error": 1, "net.connection_reset": 1, "torchrun.closing_signal": 1, "torchrun.child_failed": 2},
+    "public/rc-01/lines.log": {"nccl.ib_completion_error": 1, "fabric.port_state": 1},
+    "public/rc-04/lines.log": {"nccl.remote_error": 1, "net.connection_reset": 1},
+    "public/rc-05/lines.log": {"config.shm_alloc_failed": 2},
+    "public/rc-07/lines.log": {"config.acs_enabled": 1, "nccl.ib_completion_error": 1},
+    "public/rc-09/lines.log": {"nccl.invalid_usage": 1, "config.duplicate_gpu": 2},
+    "public/rc-11/lines.log": {"net.connection_reset": 2},
+    "public/rc-13/template-lines.log": {"gpu.xid": 4},
+    "public/rc-14/lines.log": {"gpu.xid": 1, "cuda.error": 1},
+    "public/rc-15/lines.log": {"pcie.aer_corrected": 1, "pcie.aer_uncorrected": 1, "gpu.xid": 1},
+    "public/rc-17/lines.log": {"gpu.xid": 1, "gpu.fell_off_bus": 1},
+    "public/rc-18/lines.log": {"gpu.xid": 4},
+    "public/rc-21/template-lines.log": {},  # "PCI:0000:xx:00" is a template placeholder
+    "public/rc-25/lines.log": {"gpu.fell_off_bus": 1},
+    "public/rc-27/lines.log": {},
+    "public/rc-28/lines.log": {"sched.node_state": 1, "sched.prolog_epilog_error": 1},
+    "public/rc-33/lines.log": {},
+    "public/rc-35/lines.log": {},
+    "public/rc-37/lines.log": {},
+    "public/formats/mlx5-link-events.log": {"fabric.module_event": 1, "fabric.link_up": 1},
+    "public/formats/nvlink-xid-144-145-149-94.log": {"gpu.xid": 4},
+    "public/formats/pytorch-heartbeat-monitor.log": {"nccl.heartbeat_timeout": 2},
+    "public/formats/xid-13-109.log": {"gpu.xid": 2},
+    "public/formats/xid-62-154-gsp.log": {"gpu.xid": 2},
+}
+
+
+def test_real_fixture_table_covers_every_line_file() -> None:
+    files = {str(p.relative_to(REAL)) for p in REAL.glob("h200-2026-11/*.log")}
+    files |= {str(p.relative_to(REAL)) for p in REAL.glob("public/*/*lines.log")}
+    files |= {str(p.relative_to(REAL)) for p in REAL.glob("public/formats/*.log")}
+    assert files == set(REAL_EXPECTED)
+
+
+@pytest.mark.parametrize("rel", sorted(REAL_EXPECTED))
+def test_real_fixture_file(rel: str) -> None:
+    events = extract_file(REAL / rel)
+    assert Counter(e.type for e in events) == Counter(REAL_EXPECTED[rel])
+
+
+def test_healthy_nccl_info_output_gives_no_event_and_few_rule_tries() -> None:
+    path = REAL / "h200-2026-11/nccl-debug-info-single-rank.log"
+    lines = path.read_text().splitlines()
+    assert len(lines) > 300
+    assert extract_file(path) == []
+    tried = sum(1 for ln in lines if PACK.candidates(ln))
+    assert tried <= 3, [ln for ln in lines if PACK.candidates(ln)]
+
+
+def test_real_values_sigkill_run() -> None:
+    ev = extract_file(REAL / "h200-2026-11/torchrun-rank-sigkill.log")
+    reset = next(e for e in ev if e.type == "net.connection_reset")
+    assert (reset.rank, reset.peer, reset.attributes["backend"], reset.attributes["reason"]) == (
+        0, "127.0.0.1:11692", "gloo", "reset")
+    killed = next(e for e in ev if e.type == "proc.killed")
+    assert killed.attributes["signal"] == 9 and killed.attributes["local_rank"] == 1
+    assert killed.gpu == GpuRef(index=1)
+    summary = [e for e in ev if e.type == "torchrun.child_failed"]
+    root = [e for e in summary if e.attributes["first_observed"]]
+    assert len(root) == 1 and root[0].rank == 1 and root[0].attributes["signal"] == 9
+    assert root[0].attributes["signal_name"] == "SIGKILL" and root[0].host == "node-a01"
+    assert {e.rule for e in summary} == {"torchrun.child_failed@1"}
+
+
+def test_real_values_rc15_single_lines() -> None:
+    ev = extract_file(REAL / "public/rc-15/lines.log")
+    by_type = {e.type: e for e in ev}
+    assert by_type["pcie.aer_corrected"].attributes["error"] == "Replay Timer Timeout"
+    unc = by_type["pcie.aer_uncorrected"].attributes
+    assert (unc["error"], unc["fatal"], unc["device"], unc["first"]) == (
+        "Surprise Down Error", True, "0000:00:02.0", True)
+    assert by_type["gpu.xid"].attributes["xid"] == 79
+    assert by_type["gpu.xid"].gpu.pci_bus_id == "0000:02:00"
+
+
+def test_real_values_rc18_follow_on_xids() -> None:
+    ev = extract_file(REAL / "public/rc-18/lines.log")
+    assert [e.attributes["caused_by_xid"] for e in ev] == [149, 145, 145, 145]
+    assert [e.gpu.pci_bus_id for e in ev] == ["0000:dc:00", "0000:ed:00", "0000:ba:00", "0000:97:00"]
+
+
+# --------------------------------------------------------------------------- engine details
+
+def test_event_ids_are_deterministic_and_position_sensitive() -> None:
+    line = "NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus."
+    a = PACK.extract(obs_for(line))
+    b = PACK.extract(obs_for(line))
+    c = PACK.extract(obs_for(line, line=2))
+    assert a[0].event_id == b[0].event_id != c[0].event_id
+
+
+def test_telemetry_event_carries_obs_gpu_and_time() -> None:
+    ev = PACK.extract(obs_for(metric={"ecc_uncorrected_volatile": 1.0, "sw_power_cap": 1.0,
+                                      "pcie_replay_counter": 0.0},
+                              gpu=GpuRef(index=0, pci_bus_id="0000:07:00")))
+    assert [e.type for e in ev] == ["telemetry.ecc_uncorrected", "telemetry.sw_power_cap"]
+    assert all(e.gpu == GpuRef(index=0, pci_bus_id="0000:07:00") and e.at == AT for e in ev)
+
+
+def test_watchdog_timeout_is_backdated() -> None:
+    line = ("[rank3]:[E1130 01:30:31.299000000 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=1234, OpType=ALLREDUCE, NumelIn=8, "
+            "NumelOut=8, Timeout(ms)=600000) ran for 600017 milliseconds before timing out.")
+    (ev,) = PACK.extract(obs_for(line))
+    assert ev.began_at == AT - 600_017_000_000 and ev.effective_at == ev.began_at
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "extra.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_extra_rule_file_is_added_and_changes_version(tmp_path: Path) -> None:
+    extra = _write(tmp_path, """
+rules:
+  - id: site.custom_fault
+    version: 2
+    source: site runbook
+    keywords: ["CUSTOMFAULT"]
+    pattern: 'CUSTOMFAULT code=(?P<code>\\d+)'
+    event: host.kernel_oops
+    fields: {code: int}
+    examples:
+      - line: "CUSTOMFAULT code=7"
+        expect: {type: host.kernel_oops, attributes: {code: 7}}
+""")
+    pack = load_rule_pack([extra])
+    assert pack.version.startswith("2026.11.0+") and "CUSTOMFAULT" in pack.keywords
+    (ev,) = pack.extract(obs_for("CUSTOMFAULT code=7"))
+    assert ev.rule == "site.custom_fault@2" and ev.attributes == {"code": 7}
+    assert load_rule_pack() is PACK  # the default pack is cached and untouched
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("event: no.such_type", "extra.yaml: rule 'bad.rule': field 'event'"),
+        ("event: host.kernel_oops\n    fields: {nogroup: int}", "field 'fields.nogroup'"),
+        ("event: host.kernel_oops\n    fields: {x: integer}", "field 'fields.x.type'"),
+        ("event: host.kernel_oops\n    code: not_registered", "field 'code'"),
+        ("event: host.kernel_oops\n    frobnicate: 1", "field 'frobnicate'"),
+    ],
+)
+def test_bad_rule_file_names_file_rule_and_field(tmp_path: Path, body: str, message: str) -> None:
+    extra = _write(tmp_path, f"""
+rules:
+  - id: bad.rule
+    version: 1
+    source: test
+    keywords: ["X="]
+    pattern: 'X=(?P<x>\\d+)'
+    {body}
+    examples:
+      - line: "X=1"
+        expect: []
+""")
+    with pytest.raises(RuleError) as err:
+        load_rule_pack([extra])
+    assert message in str(err.value)
+
+
+def test_duplicate_id_and_bad_regex_are_rejected(tmp_path: Path) -> None:
+    dup = _write(tmp_path, """
+rules:
+  - id: gpu.xid
+    version: 9
+    source: test
+    keywords: ["NVRM: Xid"]
+    pattern: 'NVRM: Xid'
+    event: gpu.xid
+    examples: [{line: "NVRM: Xid", expect: []}]
+""")
+    with pytest.raises(RuleError, match=r"rule 'gpu.xid': field 'id': duplicate id \(also in gpu.yaml\)"):
+        load_rule_pack([dup])
+    bad = _write(tmp_path, """
+rules:
+  - id: bad.regex
+    version: 1
+    source: test
+    keywords: ["X"]
+    pattern: 'X(?P<x>'
+    event: gpu.xid
+    examples: [{line: "X", expect: []}]
+""")
+    with pytest.raises(RuleError, match=r"rule 'bad.regex': field 'pattern': does not compile"):
+        load_rule_pack([bad])
+
+
+def test_extract_speed_on_real_records() -> None:
+    """The engine's budget is ~50k extract() calls/s; real mixes are mostly healthy lines."""
+    from correlators.records import group_records
+
+    obs = []
+    for p in sorted(REAL.rglob("*.log")):
+        for rec in group_records(p.read_text(encoding="utf-8").splitlines()):
+            obs.append(obs_for(rec.text, line=rec.first_line))
+    n = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.5:
+        for o in obs:
+            PACK.extract(o)
+        n += len(obs)
+    rate = n / (time.perf_counter() - t0)
+    assert rate > 20_000, rate

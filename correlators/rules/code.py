@@ -150,7 +150,7 @@ _SIZE = re.compile(r"^\s*([\d.]+)\s*([KMGT]?i?B)\s*$", re.I)
 
 
 def to_bytes(text: str) -> int | None:
-    """``279.40 GiB`` -> 300003904307 (bytes, int); ``518.00 MiB``; ``0 bytes``."""
+    """``279.40 GiB`` -> 300003465626 (bytes, int); ``518.00 MiB``; ``0 bytes``."""
     t = text.strip().replace("bytes", "B")
     m = _SIZE.match(t)
     if not m:
@@ -254,6 +254,7 @@ def pcie_aer(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: 
     assert match is not None
     a = draft.attributes
     name = a.pop("error").strip()
+    a.pop("printed_bit", None)
     device = a.get("device")
     severity = layer = None
     body = obs.body or ""
