@@ -96,7 +96,7 @@ def replay(
         return
     from streams.render import render_attribution
 
-    out = Console()
+    out = Console() if Console().is_terminal else Console(width=140)
     render_attribution(result.attribution, out)
     out.print(
         f"[dim]{result.lines_read:,} lines read, {len(result.events):,} events"
