@@ -238,7 +238,7 @@ def classify_xid(event: Event) -> tuple[str, str, str, float, str]:
         )
     if xid == 154:
         hint = str(a.get("recovery_action") or "None")
-        weight = 0.2 if hint in ("None", "") else 0.5
+        weight = 0.2 if hint.upper() in ("NONE", "") else 0.5
         return "gpu.xid.154", "gpu", "gpu_hardware", weight, f"{where}: driver asks for {hint}"
     if imm in ("IGNORE", "XID_154") or "sympathetic" in inv.lower() or imm.startswith("WORKFLOW_XID_45"):
         return f"gpu.xid.{xid}", "gpu", "gpu_hardware", 0.2, f"XID {xid} ({desc}) on {where}"
@@ -435,19 +435,23 @@ def _coverage_factor(coverage: Sequence[CoverageEntry]) -> float:
 def node_coverage(info: WorkloadInfo, coverage: Sequence[CoverageEntry]) -> list[CoverageEntry]:
     """Per-node coverage entries: a node of the workload that no source covers is ``empty``.
 
-    Sources are matched by name: ``file:logs/<host>/...`` and ``file:metrics/<host>/...``."""
+    Sources are matched by name: ``file:logs/<host>/...`` and ``file:metrics/<host>/...``
+    (BUNDLE.md layout); an existing ``host:<node>`` entry is kept as it is."""
+    by_host: dict[str, list[CoverageEntry]] = {}
+    for entry in coverage:
+        parts = entry.source.split("/")
+        if entry.source.startswith("host:"):
+            by_host.setdefault(entry.source[5:], []).append(entry)
+        elif len(parts) >= 3 and parts[0] in ("file:logs", "file:metrics"):
+            by_host.setdefault(parts[1], []).append(entry)
     out = []
     for node in sorted(info.nodes):
-        mine = [
-            c
-            for c in coverage
-            if f"logs/{node}/" in c.source or f"metrics/{node}/" in c.source or c.source == f"host:{node}"
-        ]
+        mine = by_host.get(node, [])
         if any(c.source == f"host:{node}" for c in mine):
             continue
         records = sum(c.records for c in mine)
         events = sum(c.events for c in mine)
-        if not mine or records == 0:
+        if records == 0:
             out.append(
                 CoverageEntry(
                     source=f"host:{node}",

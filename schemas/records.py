@@ -20,9 +20,9 @@ Conventions shared by all of them:
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
@@ -85,12 +85,20 @@ TIME_QUALITY_TRANSPORT = 0.2  # no time anywhere near: taken from the transport/
 def canonical_json(data: Any) -> str:
     """Serialise ``data`` (a model or plain JSON data) to canonical JSON.
 
-    Keys are sorted, separators are compact and non-ASCII is kept as UTF-8, so equal content
-    gives equal bytes. This is the form ids are computed from and the form ``--json`` prints.
-    """
+    Keys are sorted, separators are compact and non-ASCII is kept as UTF-8 (orjson, the same
+    bytes as ``json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)``), so
+    equal content gives equal bytes. This is the form ids are computed from and the form
+    ``--json`` prints. Raises ``TypeError`` for values JSON cannot hold."""
+    return _canonical_bytes(data).decode()
+
+
+def _canonical_bytes(data: Any) -> bytes:
     if isinstance(data, BaseModel):
         data = data.model_dump(mode="json")
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError as exc:
+        raise TypeError(str(exc)) from exc
 
 
 def content_id(prefix: str, *parts: Any) -> str:
@@ -99,7 +107,7 @@ def content_id(prefix: str, *parts: Any) -> str:
     The hash is BLAKE2b (96 bits shown): collisions are negligible at fleet scale, and the id
     stays short enough for ClickHouse primary keys and Kafka keys.
     """
-    digest = hashlib.blake2b(canonical_json(list(parts)).encode(), digest_size=12).hexdigest()
+    digest = hashlib.blake2b(_canonical_bytes(list(parts)), digest_size=12).hexdigest()
     return f"{prefix}-{digest}"
 
 

@@ -61,11 +61,11 @@ def test_replay_writes_rows_to_embedded_clickhouse_once(tmp_path):
         result = runner.invoke(app, ["replay", str(bundle), "--clickhouse", url])
         assert result.exit_code == 0, result.output
     assert "app.cuda.illegal_address" in result.stdout
-    sink = ClickHouseSink(url)
-    assert sink.count("attributions") == 1
-    events = sink.count("events")
-    assert events >= 2
-    assert sink.count("events", final=False) == events
+    with ClickHouseSink(url) as sink:
+        assert sink.count("attributions") == 1
+        events = sink.count("events")
+        assert events >= 2
+        assert sink.count("events", final=False) == events
 
 
 def test_human_output_names_cause_culprit_and_timeline():
