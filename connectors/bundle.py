@@ -31,6 +31,7 @@ malformed telemetry are reported in :meth:`BundleConnector.coverage`.
 from __future__ import annotations
 
 import gzip
+from bisect import bisect_right
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -68,6 +69,7 @@ _SCHEDULER = "_scheduler"
 _TOP_DIRS = ("fabric", "logs", "metrics")
 _RANK = re.compile(r"\[rank(\d+)\]:")
 _RAW_DMESG = r"^(?:kernel: )?\[ *\d+\.\d+\]"
+_NUL_MARK = "\u2400"  # SYMBOL FOR NULL: NUL bytes in text files are shown as this
 _TEXT_BYTES = bytes([9, 10, 13]) + bytes(range(32, 256))
 
 
@@ -351,7 +353,7 @@ class BundleConnector:
             text = text.replace("\r\n", "\n")
         nul = "\x00" in text
         if nul:
-            text = text.replace("\x00", "\ufffd")
+            text = text.replace("\x00", _NUL_MARK)
         if src.kind == "telemetry":
             done = yield from self._telemetry(text, src, stats)
             if done:
@@ -365,21 +367,37 @@ class BundleConnector:
         if not any(line.strip() for line in lines):
             stats.status = "empty"
             stats.notes.append("no non-blank lines")
-        series = pl.Series("line", lines, dtype=pl.String)
+        # One vectorised pass: polars evaluates these expressions in parallel.
+        col = pl.col("line")
+        exprs = [col.str.contains(TIMESTAMP_HINT).alias("hint")]
+        if self.keywords:
+            pattern = "|".join(re.escape(k) for k in self.keywords)
+            exprs += [col.str.contains(pattern).alias("kw"),
+                      col.str.contains(STRUCTURE_HINT).alias("struct")]
         if bad_utf8:
-            n_bad = int(series.str.contains("\ufffd", literal=True).sum())
-            stats.notes.append(f"invalid UTF-8 in {n_bad} lines (replaced with U+FFFD)")
+            exprs.append(col.str.contains("\ufffd", literal=True).sum().alias("bad_utf8"))
         if nul:
-            n_nul = int(series.str.contains("\ufffd", literal=True).sum())
-            stats.notes.append(f"NUL bytes in {n_nul} lines (replaced with U+FFFD)")
-        hint = series.str.contains(TIMESTAMP_HINT).to_numpy()
+            exprs.append(col.str.contains(_NUL_MARK, literal=True).sum().alias("nul"))
         if src.ctx.boot_time_ns is None:
-            n_raw = int(series.str.contains(_RAW_DMESG).sum())
-            if n_raw:
-                stats.notes.append(
-                    f"{n_raw} raw dmesg lines (seconds since boot) and no hosts.{src.host}.boot_time "
-                    "in workload.yaml: their times are inherited"
-                )
+            exprs.append(col.str.contains(_RAW_DMESG).sum().alias("raw"))
+        frame = pl.DataFrame({"line": pl.Series(lines, dtype=pl.String)})
+        scan = frame.lazy().select(
+            [e for e in exprs if e.meta.output_name() in ("hint", "kw", "struct")]
+        ).collect()
+        counts = frame.lazy().select(
+            [e for e in exprs if e.meta.output_name() not in ("hint", "kw", "struct")] or [pl.lit(0)]
+        ).collect().row(0, named=True)
+        del frame
+        hint = scan["hint"].to_numpy()
+        if bad_utf8:
+            stats.notes.append(f"invalid UTF-8 in {counts['bad_utf8']} lines (replaced with U+FFFD)")
+        if nul:
+            stats.notes.append(f"NUL bytes in {counts['nul']} lines (replaced with U+2400)")
+        if counts.get("raw"):
+            stats.notes.append(
+                f"{counts['raw']} raw dmesg lines (seconds since boot) and no hosts.{src.host}.boot_time "
+                "in workload.yaml: their times are inherited"
+            )
         times = _Times(lines, hint, src.ctx)
         tally = {"line": 0, "inferred": 0, "transport": 0, "truncated": 0}
         if self.keywords is None:
@@ -399,7 +417,7 @@ class BundleConnector:
             if blank:
                 stats.notes.append(f"{blank} blank lines not emitted")
         else:
-            yield from self._fast(series, lines, src, stats, times, hint, tally)
+            yield from self._fast(scan, lines, src, stats, times, hint, tally)
         stats.notes.append(
             f"{len(lines)} lines; record times: {tally['line']} line, {tally['inferred']} "
             f"inferred, {tally['transport']} transport"
@@ -407,28 +425,26 @@ class BundleConnector:
         if tally["truncated"]:
             stats.notes.append(f"{tally['truncated']} records cut at {MAX_BODY_CHARS} characters")
 
-    def _fast(self, series: pl.Series, lines: list[str], src: _Source, stats: _FileStats,
+    def _fast(self, scan: pl.DataFrame, lines: list[str], src: _Source, stats: _FileStats,
               times: _Times, hint: np.ndarray, tally: dict[str, int]) -> Iterator[Observation]:
         n = len(lines)
         if not self.keywords or n == 0:
             cand = np.empty(0, dtype=np.int64)
         else:
-            pattern = "|".join(re.escape(k) for k in self.keywords)
-            cand = np.flatnonzero(series.str.contains(pattern).to_numpy())
+            cand = np.flatnonzero(scan["kw"].to_numpy())
         materialised = 0  # records
         inside_lines = 0
         inside_unhinted = 0
         if len(cand):
-            struct = series.str.contains(STRUCTURE_HINT).to_numpy()
-            sidx = np.where(struct, np.arange(n, dtype=np.int64), -1)
-            sprev = np.maximum.accumulate(sidx)
+            struct = np.flatnonzero(scan["struct"].to_numpy()).tolist()
             end = 0
             for c in cand.tolist():
                 if c < end:
                     continue  # inside the record just emitted
-                near = int(sprev[min(c + 1, n - 1)])
-                if near >= 0 and near > c - MAX_RECORD_LINES:
-                    s, e = record_span(lines, c)
+                # record_span only matters with a structure line in [c - MAX + 1, c + 1].
+                k = bisect_right(struct, c + 1)
+                if k and struct[k - 1] > c - MAX_RECORD_LINES:
+                    s, e = record_span(lines, c, structure_lines=struct)
                 else:
                     s, e = c, c + 1
                 end = e

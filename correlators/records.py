@@ -26,6 +26,7 @@ matches it, ``record_span(lines, i) == (i, i + 1)``.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -53,6 +54,9 @@ _NVRM_HEAD = re.compile(r"\S.*NVRM: ")
 STRUCTURE_HINT: str = (
     r"^(?:\[rank\d+\]: )?(?:Traceback \(most recent|nccl[A-Z]\w*: )|^={10,}\s*$|^[ \t]+NVRM: "
 )
+
+
+_STRUCTURE = re.compile(STRUCTURE_HINT)
 
 
 @dataclass(frozen=True)
@@ -137,21 +141,34 @@ def _extent(lines: Sequence[str], s: int) -> int:
     return s + 1
 
 
-def record_span(lines: Sequence[str], i: int) -> tuple[int, int]:
+def record_span(
+    lines: Sequence[str], i: int, *, structure_lines: Sequence[int] | None = None
+) -> tuple[int, int]:
     """Return the 0-based ``[start, end)`` of the record containing line ``i``.
 
     Looks at most :data:`MAX_RECORD_LINES` lines back and forward from ``i``; agrees with
-    :func:`group_records` on every line. Raises ``IndexError`` if ``i`` is out of range.
+    :func:`group_records` on every line. ``structure_lines``, if given, are the sorted 0-based
+    indices of all lines matching :data:`STRUCTURE_HINT` (from a vectorised scan); they only
+    save time. Raises ``IndexError`` if ``i`` is out of range.
     """
     n = len(lines)
     if not 0 <= i < n:
         raise IndexError(i)
-    # The outermost record start at or before i whose record still covers i.
-    for s in range(max(0, i - MAX_RECORD_LINES + 1), i + 1):
+    lo = max(0, i - MAX_RECORD_LINES + 1)
+    hi = min(n, i + 2)
+    if structure_lines is None:
+        marked = [j for j in range(lo, hi) if _STRUCTURE.match(lines[j])]
+    else:
+        a, b = bisect_left(structure_lines, lo), bisect_left(structure_lines, hi)
+        marked = [int(j) for j in structure_lines[a:b]]
+    # A record other than a single line starts at s only if line s or s+1 matches the hint.
+    # The answer is the outermost (earliest) such start whose record still covers i.
+    starts = sorted({s for j in marked for s in (j - 1, j) if lo <= s <= i})
+    for s in starts:
         e = _extent(lines, s)
         if e > i:
             return s, e
-    return i, i + 1  # unreachable: _extent(lines, i) > i
+    return i, _extent(lines, i)
 
 
 def group_records(lines: Sequence[str]) -> Iterator[RawRecord]:
