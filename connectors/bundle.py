@@ -331,7 +331,7 @@ class BundleConnector:
             stats.notes.append("empty file")
             return
         if b"\x00" in data:
-            control = len(data) - len(data.translate(None, _TEXT_BYTES))
+            control = len(data.translate(None, _TEXT_BYTES))  # bytes that are not text
             if control / len(data) > BINARY_CONTROL_SHARE:
                 stats.status = "failed"
                 nlines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
