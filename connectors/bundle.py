@@ -380,14 +380,8 @@ class BundleConnector:
             exprs.append(col.str.contains(_NUL_MARK, literal=True).sum().alias("nul"))
         if src.ctx.boot_time_ns is None:
             exprs.append(col.str.contains(_RAW_DMESG).sum().alias("raw"))
-        frame = pl.DataFrame({"line": pl.Series(lines, dtype=pl.String)})
-        scan = frame.lazy().select(
-            [e for e in exprs if e.meta.output_name() in ("hint", "kw", "struct")]
-        ).collect()
-        counts = frame.lazy().select(
-            [e for e in exprs if e.meta.output_name() not in ("hint", "kw", "struct")] or [pl.lit(0)]
-        ).collect().row(0, named=True)
-        del frame
+        scan = pl.DataFrame({"line": pl.Series(lines, dtype=pl.String)}).select(exprs)
+        counts = scan.row(0, named=True) if len(scan) else {}
         hint = scan["hint"].to_numpy()
         if bad_utf8:
             stats.notes.append(f"invalid UTF-8 in {counts['bad_utf8']} lines (replaced with U+FFFD)")
@@ -451,7 +445,8 @@ class BundleConnector:
                 obs = self._log_obs(src, lines, s, e, times, tally)
                 materialised += 1
                 inside_lines += e - s
-                inside_unhinted += e - s - int(np.count_nonzero(hint[s:e]))
+                inside_unhinted += (e - s - int(np.count_nonzero(hint[s:e]))) if e - s > 1 \
+                    else int(not hint[s])
                 if obs.format == "unknown":
                     stats.unparsed += 1
                 yield obs

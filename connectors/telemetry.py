@@ -41,7 +41,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from correlators.timefmt import LineTime, TimeContext, parse_line_time, wall_to_ns
+from correlators.timefmt import LineTime, TimeContext, parse_line_time
 from schemas.records import TIME_QUALITY_SECONDS, GpuRef
 
 __all__ = [

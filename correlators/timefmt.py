@@ -53,6 +53,7 @@ MIN_YEAR = 1990
 MAX_YEAR = 2100
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 _MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 _MON = r"(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
@@ -153,13 +154,29 @@ def wall_to_ns(
     take the first occurrence (``fold=0``)."""
     if not MIN_YEAR <= year <= MAX_YEAR:
         return None
+    zone = _zone(tz) if isinstance(tz, str) else tz
+    if isinstance(zone, dt.timezone):  # fixed offset (UTC): plain arithmetic, no DST
+        days = _epoch_day(year, month, day)
+        if days is None or not (0 <= hour < 24 and 0 <= minute < 60 and 0 <= second < 60):
+            return None
+        offset = zone.utcoffset(None)
+        secs = days * 86_400 + hour * 3600 + minute * 60 + second - int(offset.total_seconds())
+        return secs * 1_000_000_000 + frac_ns
     try:
-        zone = _zone(tz) if isinstance(tz, str) else tz
         local = dt.datetime(year, month, day, hour, minute, second, tzinfo=zone)
     except (ValueError, OverflowError):
         return None
     delta = local - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + frac_ns
+
+
+@lru_cache(maxsize=4096)
+def _epoch_day(year: int, month: int, day: int) -> int | None:
+    """Days since 1970-01-01 of a valid date, else None."""
+    try:
+        return dt.date(year, month, day).toordinal() - _EPOCH_ORDINAL
+    except ValueError:
+        return None
 
 
 def _tz_offset(text: str) -> dt.tzinfo:
