@@ -13,7 +13,10 @@ How a verdict is reached (the rules are data, ``correlators/causal.yaml``):
    errors are the application; sympathetic XIDs (45, 63, 94, 43, ...) only count when alone.
 2. **Grouping.** Hypotheses of one family on one host (several XIDs of one GPU; the glog line
    and the torchrun summary of one killed rank) merge; their strength is the noisy-OR of the
-   weights of their distinct supporting rules. Hypotheses with the same code on several hosts
+   weights of their distinct supporting rules (halved for a kernel-side event whose time is
+   only the transport's), and the highest-weight, best-timed event names them. Before the workload
+   start only persistent faults (GPU, host, fabric) count; earlier application faults on the
+   same host belong to earlier processes. Hypotheses with the same code on several hosts
    merge into one with several culprits.
 3. **Detectors** propose causes that are patterns over many events (``correlators.detectors``):
    the *stalled rank* (every rank but a few logged a watchdog timeout: the silent ones stalled
@@ -52,6 +55,7 @@ from schemas.records import (
     Event,
     EvidenceItem,
     GpuRef,
+    TIME_QUALITY_TRANSPORT,
     RootCause,
     Scope,
     Window,
@@ -298,9 +302,15 @@ class Hypothesis:
 
     @property
     def strength(self) -> float:
-        """Noisy-OR of the best weight of each distinct supporting rule (0..1)."""
+        """Noisy-OR of the best weight of each distinct supporting rule (0..1). A kernel-side
+        event (driver, PCIe, host, fabric lines: every real collection of those carries a time)
+        whose time is only the transport's counts at half weight: its own timestamp was
+        missing or impossible, so where it sits in the timeline is a guess. Application
+        lines are often timeless by nature and keep their weight."""
         best: dict[str, float] = {}
-        for weight, rule, _ in self.support:
+        for weight, rule, event in self.support:
+            if event.time_quality <= TIME_QUALITY_TRANSPORT and event.type.startswith(KERNEL_TYPES):
+                weight *= 0.5
             best[rule] = max(best.get(rule, 0.0), weight)
         if self.derived_weight:
             best["_derived"] = self.derived_weight
@@ -340,12 +350,31 @@ class Hypothesis:
         return lo <= when <= hi
 
 
+def _primary(hyp: Hypothesis) -> Event:
+    """The event that names a hypothesis: the highest weight, then the best time quality,
+    then the earliest."""
+    return max(hyp.support, key=lambda s: (s[0], s[2].time_quality, -s[2].at, s[2].event_id))[2]
+
+
 def _event_sort_key(event: Event) -> tuple[int, int, str]:
     return (event.effective_at, event.at, event.event_id)
 
 
-def propose(events: Sequence[Event], rules: CausalRules) -> list[Hypothesis]:
-    """Hypotheses from single cause events, grouped by (family, host) then by code."""
+#: Event types read from kernel-side logs (dmesg, syslog, journald, switch logs).
+KERNEL_TYPES = ("gpu.", "pcie.", "host.", "fabric.")
+
+#: Families whose faults outlive a process: a GPU, host or link that broke shortly before the
+#: workload started still explains its failure. An application fault (XID 13/31, a CUDA
+#: error) before the start belongs to another process.
+PERSISTENT_FAMILIES = ("gpu", "host", "fabric")
+
+
+def propose(events: Sequence[Event], rules: CausalRules, start_ns: int | None = None) -> list[Hypothesis]:
+    """Hypotheses from single cause events, grouped by (family, host) then by code.
+
+    An event whose time is not from its own line or a neighbour (``time_quality`` at the
+    transport level: no timestamp anywhere near it) counts at half weight: its place in the
+    timeline is a guess. Before ``start_ns`` only strong, persistent faults count."""
     by_key: dict[tuple[str, str], Hypothesis] = {}
     for event in events:
         for rule in rules.causes:
@@ -359,13 +388,16 @@ def propose(events: Sequence[Event], rules: CausalRules) -> list[Hypothesis]:
                 code = _render(code, event)
                 text = _render(rule.text or code, event)
                 job_wide = rule.job_wide
+            if start_ns is not None and event.at < start_ns and (
+                family not in PERSISTENT_FAMILIES or weight < 0.8
+            ):
+                break
             key = (family, "*" if job_wide else event.host)
             hyp = by_key.get(key)
             if hyp is None:
                 hyp = by_key[key] = Hypothesis(code, family, domain, text, job_wide)
             hyp.support.append((weight, f"{rule.id}:{code}", event))
-            best = max(hyp.support, key=lambda s: (s[0], -s[2].at))
-            if best[2] is event:
+            if _primary(hyp) is event:
                 hyp.code, hyp.domain, hyp.text = code, domain, text
             break
     # hypotheses naming the same cause on several hosts are one multi-culprit cause
@@ -489,7 +521,10 @@ def decide(
     unique = {e.event_id: e for e in events if lo <= e.at <= hi}
     ordered = sorted(unique.values(), key=_event_sort_key)
 
-    hyps = propose(ordered, rules)
+    # before the start (less the skew) only persistent faults may be causes, and nothing is a
+    # symptom: earlier lines of the same host log belong to earlier processes
+    start = info.start_ns - rules.skew_ns
+    hyps = propose(ordered, rules, start_ns=info.start_ns)
     hyps += run_detectors(info, alloc, ordered, hyps, rules)
 
     # absorption: a weaker hypothesis whose every event a stronger one explains is a symptom
@@ -515,7 +550,7 @@ def decide(
             kept.append(hyp)
 
     support_ids = {e.event_id for h in kept for e in h.events}
-    symptom_pool = [e for e in ordered if e.type in rules.symptoms]
+    symptom_pool = [e for e in ordered if e.type in rules.symptoms and e.at >= start]
     for hyp in kept:
         own = {e.event_id for e in hyp.events}
         for event in symptom_pool:
@@ -585,7 +620,7 @@ def decide(
     symptom_ids = {e.event_id for e in symptoms}
     cause_ids = {e.event_id for e in causes}
     context = [e for e in ordered if e.event_id not in symptom_ids and e.event_id not in cause_ids]
-    primary = max(winner.support, key=lambda s: (s[0], -s[2].at))[2] if winner.support else None
+    primary = _primary(winner) if winner.support else None
     alternatives = [
         Alternative(
             code=h.code,
@@ -625,15 +660,27 @@ def _ranks(hyp: Hypothesis) -> set[int]:
 
 
 def _gpus(hyp: Hypothesis, alloc: Allocation) -> list[GpuRef]:
-    seen: dict[tuple, GpuRef] = {}
+    """Culprit GPUs, one entry per GPU: lines naming it by PCI id, index or UUID merge when
+    the host's GPU table links them."""
+    merged: dict[tuple[str, str], dict] = {}
     for event in hyp.events:
         if event.gpu is None:
             continue
         pci = normalise_pci(event.gpu.pci_bus_id)
         index = alloc.gpu_index(event.host, event.gpu)
-        ref = GpuRef(index=index, uuid=event.gpu.uuid, pci_bus_id=pci)
-        seen[(event.host, pci, index, event.gpu.uuid)] = ref
-    return [seen[k] for k in sorted(seen, key=lambda k: tuple(str(x) for x in k))]
+        key = (event.host, pci or (f"#{index}" if index is not None else event.gpu.uuid or "?"))
+        ref = merged.setdefault(key, {"index": None, "uuid": None, "pci_bus_id": pci})
+        ref["index"] = ref["index"] if ref["index"] is not None else index
+        ref["uuid"] = ref["uuid"] or event.gpu.uuid
+    # an index-only entry is the same GPU as a PCI entry of that host with that index
+    for key in [k for k in merged if k[1].startswith("#")]:
+        loose = merged[key]
+        for (host, _), ref in merged.items():
+            if host == key[0] and ref["pci_bus_id"] and ref["index"] == loose["index"]:
+                ref["uuid"] = ref["uuid"] or loose["uuid"]
+                del merged[key]
+                break
+    return [GpuRef(**merged[k]) for k in sorted(merged)]
 
 
 def _affected(info: WorkloadInfo, symptoms: Sequence[Event]) -> Affected:

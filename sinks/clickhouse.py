@@ -448,14 +448,20 @@ def _chdb_path(url: str) -> str:
     rest = url[len("chdb://") :]
     if "?" in rest or "#" in rest:
         raise SinkError(f"chDB URL {url!r} takes no query or fragment")
-    if rest in ("", "memory", ":memory:"):
+    if rest == "":
+        raise SinkError("chDB URL 'chdb://' names no directory: use chdb://DIR, or chdb://memory for a throw-away in-memory engine")
+    if rest in ("memory", ":memory:"):
         return ":memory:"
     return str(Path(rest).expanduser().resolve())
 
 
 def _redact(url: str) -> str:
-    parsed = urlparse(url)
-    if parsed.password is None:
+    try:
+        parsed = urlparse(url)
+        password = parsed.password
+    except ValueError:
+        return "<unparseable URL>"
+    if password is None:
         return url
     netloc = f"{parsed.username}:***@{parsed.hostname}"
     if parsed.port:
@@ -531,7 +537,11 @@ class ClickHouseSink:
     # -- connection ----------------------------------------------------------------------
 
     def _connect_http(self, url: str, connect_timeout_s: float) -> Any:
-        parsed = urlparse(url)
+        try:
+            parsed = urlparse(url)
+            parsed.hostname  # noqa: B018 -- raises ValueError on a malformed IPv6 host
+        except ValueError as exc:
+            raise SinkError(f"malformed ClickHouse URL: {exc}") from exc
         if not parsed.hostname:
             raise SinkError(f"ClickHouse URL {_redact(url)!r} names no host")
         if parsed.path not in ("", "/"):
@@ -548,6 +558,7 @@ class ClickHouseSink:
         def connect() -> Any:
             return clickhouse_connect.get_client(
                 dsn=dsn,
+                secure=parsed.scheme == "https",
                 database="default",
                 connect_timeout=connect_timeout_s,
                 send_receive_timeout=max(30.0, connect_timeout_s),

@@ -48,6 +48,17 @@ _COVERAGE_STYLE = {"present": "green", "empty": "bold yellow", "lagging": "bold 
                    "failed": "bold red"}
 
 
+def _plain(*cells: Any) -> list[Any]:
+    """Table cells with every plain string wrapped in :class:`rich.text.Text`, so text that
+    came from logs (``[/pytorch/...]``, ``[rank0]``) is shown as written, never parsed as
+    rich markup."""
+    return [Text(c) if isinstance(c, str) else c for c in cells]
+
+
+def _row(table: Table, *cells: Any, **kwargs: Any) -> None:
+    table.add_row(*_plain(*cells), **kwargs)
+
+
 def format_ns(ns: int) -> str:
     """UTC nanoseconds since the epoch -> ``YYYY-MM-DD HH:MM:SS.mmm`` (UTC, truncated to ms)."""
     seconds, rest = divmod(int(ns), 1_000_000_000)
@@ -89,18 +100,18 @@ def _header(att: Attribution) -> Panel:
     scope = f"{att.scope.kind} {att.scope.id}"
     if att.scope.cluster:
         scope += f" (cluster {att.scope.cluster})"
-    grid.add_row("Scope", scope)
-    grid.add_row("Outcome", att.outcome)
-    grid.add_row("Domain", att.domain)
-    grid.add_row("Root cause", Text.assemble((att.root_cause.code, "bold"), " -- ",
+    _row(grid, "Scope", scope)
+    _row(grid, "Outcome", att.outcome)
+    _row(grid, "Domain", att.domain)
+    _row(grid, "Root cause", Text.assemble((att.root_cause.code, "bold"), " -- ",
                                              att.root_cause.text))
-    grid.add_row("Quality", Text(att.quality, style=f"bold {style}"))
-    grid.add_row("Confidence", f"{att.confidence:.2f}")
-    grid.add_row("Revision", str(att.revision))
-    grid.add_row("Window", f"{format_ns(att.window.start)} .. {format_ns(att.window.end)} UTC")
+    _row(grid, "Quality", Text(att.quality, style=f"bold {style}"))
+    _row(grid, "Confidence", f"{att.confidence:.2f}")
+    _row(grid, "Revision", str(att.revision))
+    _row(grid, "Window", f"{format_ns(att.window.start)} .. {format_ns(att.window.end)} UTC")
     if att.incident_id:
-        grid.add_row("Incident", att.incident_id)
-    grid.add_row("Rules", f"{att.ruleset_version}, engine {att.engine_version}")
+        _row(grid, "Incident", att.incident_id)
+    _row(grid, "Rules", f"{att.ruleset_version}, engine {att.engine_version}")
     return Panel(grid, title="faultstream verdict", title_align="left", border_style=style,
                  box=box.ROUNDED)
 
@@ -121,7 +132,7 @@ def _culprits(att: Attribution) -> Panel:
         body: Any = Text("none named", style="dim")
     else:
         for key, value in shown:
-            grid.add_row(key, value)
+            _row(grid, key, value)
         body = grid
     return Panel(body, title="Culprits", title_align="left", box=box.ROUNDED)
 
@@ -148,7 +159,7 @@ def _symptoms(att: Attribution) -> Any:
     table.add_column("ranks")
     for typ, group in sorted(by_type.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         group_ranks = [e.rank for e in group if e.rank is not None]
-        table.add_row(typ, str(len(group)), str(len({e.host for e in group})),
+        _row(table, typ, str(len(group)), str(len({e.host for e in group})),
                       format_ranks(group_ranks) or "-")
     missing = len(set(att.symptoms) - in_trail)
     if missing:
@@ -167,7 +178,7 @@ def _alternatives(att: Attribution) -> Table:
     table.add_column("ranks")
     table.add_column("why")
     for alt in sorted(att.alternatives, key=lambda a: (-a.score, a.code)):
-        table.add_row(alt.code, alt.domain, f"{alt.score:.2f}", ", ".join(alt.hosts),
+        _row(table, alt.code, alt.domain, f"{alt.score:.2f}", ", ".join(alt.hosts),
                       format_ranks(alt.ranks), alt.text)
     return table
 
@@ -186,7 +197,7 @@ def _coverage(att: Attribution) -> Any:
     for entry in att.coverage:
         style = _COVERAGE_STYLE.get(entry.status, "")
         row_style = style if entry.status != "present" else None
-        table.add_row(entry.source, Text(entry.status, style=style), str(entry.records),
+        _row(table, entry.source, Text(entry.status, style=style), str(entry.records),
                       str(entry.unparsed), str(entry.events), entry.detail, style=row_style)
     return table
 
@@ -226,7 +237,7 @@ def _timeline(att: Attribution, max_timeline: int) -> Any:
     table.add_column("summary")
     for item in shown:
         style = _ROLE_STYLE.get(item.role, "")
-        table.add_row(format_ns(item.at), Text(item.role, style=style), item.type, item.host,
+        _row(table, format_ns(item.at), Text(item.role, style=style), item.type, item.host,
                       "" if item.rank is None else str(item.rank), item.summary,
                       style="bold" if item.role == "cause" else None)
     hidden = len(items) - len(shown)
@@ -303,7 +314,7 @@ def render_score_table(rows: Iterable[ScoreRow | Mapping[str, Any] | Any], conso
                             Text("HIT", style="bold green") if r.hit else Text("MISS", style="bold red")]
         if with_detail:
             cells.append(r.detail)
-        table.add_row(*cells)
+        _row(table, *cells)
     console.print(table)
     misses = len(score_rows) - hits
     style = "bold green" if misses == 0 and score_rows else "bold red"

@@ -207,3 +207,45 @@ def test_no_cause_is_insufficient_not_a_guess():
     assert att.quality == "insufficient"
     assert att.root_cause.code == "unknown"
     assert att.symptoms == [events[0].event_id]
+
+
+def test_application_faults_before_the_start_belong_to_earlier_processes():
+    s = spec(nodes=("node-a01",), rpn=1)
+    events = [
+        xid(-1.6, "node-a01", 31, 0, pid=647, process="python3"),  # the previous job's fault
+        xid(4, "node-a01", 43, 0, pid=671, process="python3"),
+        ev("cuda.error", 3.5, "node-a01", error="device_assert", text="device-side assert triggered"),
+    ]
+    att = run(s, events, present("node-a01"))
+    assert att.root_cause.code == "app.cuda.device_assert"
+    causes = [i for i in att.evidence if i.role == "cause"]
+    assert all(i.at >= T0 for i in causes), [i.summary for i in causes]
+    assert not any("Xid 31" in i.summary for i in att.evidence if i.role != "context")
+
+
+def test_a_kernel_line_whose_time_could_not_be_read_does_not_outrank_a_timed_one():
+    s = spec()
+    timed = xid(600, "node-a02", 79, 5)
+    guessed = xid(0, "node-a01", 48, 2).model_copy(update={"time_quality": 0.2}).with_id()
+    events = [timed, guessed] + [
+        watchdog(1200 + r / 10, s.rank_map()[r].host, r) for r in range(16) if r not in (2, 13)
+    ]
+    att = run(s, events, present("node-a01", "node-a02"))
+    assert att.root_cause.code == "gpu.xid.79"
+    assert att.culprits.hosts == ["node-a02"]
+    assert att.quality != "ambiguous"
+
+
+def test_one_gpu_named_by_pci_id_and_by_index_is_one_culprit():
+    s = spec(nodes=("node-a01",), rpn=8)
+    alloc = Allocation.from_workload(s)
+    alloc.gpus[("node-a01", "0000:9c:00")] = 2
+    a = ev("gpu.xid", 10, "node-a01", gpu=GpuRef(pci_bus_id="0000:9c:00"), xid=48,
+           immediate_action="WORKFLOW_XID_48", investigatory_action="WORKFLOW_XID_48")
+    b = ev("telemetry.ecc_uncorrected", 11, "node-a01", gpu=GpuRef(index=2, uuid="GPU-0002"), count=3)
+    events = [alloc.enrich(e) for e in (a, b)]
+    att = decide(WorkloadInfo.from_spec(s), alloc, events, present("node-a01"), ruleset_version="t")
+    assert [g.model_dump() for g in att.culprits.gpus] == [
+        {"index": 2, "uuid": "GPU-0002", "pci_bus_id": "0000:9c:00"}
+    ]
+    assert att.culprits.ranks == [2]

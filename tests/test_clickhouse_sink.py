@@ -399,6 +399,8 @@ def test_relative_chdb_url_resolves_against_cwd(tmp_path: Path, monkeypatch: pyt
         ("chdb:///tmp/x?udf_path=/y", "faultstream", "takes no query"),
         ("http://default:secret@127.0.0.1:8123/faultstream", "faultstream", "database="),
         ("chdb://memory", "bad-name; DROP", "bad database name"),
+        ("chdb://", "faultstream", "names no directory"),
+        ("http://[::1", "faultstream", "malformed ClickHouse URL"),
     ],
 )
 def test_bad_urls(url: str, database: str, message: str) -> None:
@@ -413,6 +415,12 @@ def test_unreachable_server_is_retried_then_reported() -> None:
         ClickHouseSink("http://default:secret@127.0.0.1:9", retry_attempts=3, retry_max_wait_s=0.05,
                        connect_timeout_s=1)
     assert "secret" not in str(info.value)
+
+
+def test_https_is_not_downgraded_to_plain_http() -> None:
+    with pytest.raises(SinkError) as info:
+        ClickHouseSink("https://127.0.0.1:9", retry_attempts=1, connect_timeout_s=1)
+    assert "HTTPSConnectionPool" in str(info.value)
 
 
 def test_transient_classification() -> None:
