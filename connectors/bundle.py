@@ -218,10 +218,13 @@ class BundleConnector:
     never loops over every line in Python; telemetry samples are always emitted. ``None``
     emits every record.
 
-    Attributes after construction: ``path``, ``workload``, ``topology``, ``expected``.
+    Attributes after construction: ``path``, ``workload``, ``topology``, ``expected`` (None
+    when absent or invalid; then ``expected_error`` holds the message naming file and field).
     After :meth:`observations` is exhausted: ``lines_read`` (physical lines of all files) and
     :meth:`coverage`. Raises :class:`BundleError` if the directory or ``workload.yaml`` is
-    missing or any spec file is invalid (message names the file and the field).
+    missing or ``workload.yaml``/``topology.yaml`` is invalid (message names the file and the
+    field). Observation sources are ``bundle:<cluster>/<workload_id>``, so ids do not depend
+    on the directory the bundle was unpacked in.
     """
 
     def __init__(self, path: str | Path, *, keywords: Sequence[str] | None = None):
@@ -231,8 +234,15 @@ class BundleConnector:
         self.keywords = None if keywords is None else [k for k in keywords if k.strip()]
         self.workload: WorkloadSpec = _load_spec(self.path / "workload.yaml", WorkloadSpec, True)
         self.topology: TopologySpec | None = _load_spec(self.path / "topology.yaml", TopologySpec, False)
-        self.expected: ExpectedSpec | None = _load_spec(self.path / "expected.yaml", ExpectedSpec, False)
-        self._instance = self.path.resolve().name
+        # expected.yaml only matters for scoring: a broken one must not stop a replay
+        self.expected: ExpectedSpec | None = None
+        self.expected_error: str | None = None
+        try:
+            self.expected = _load_spec(self.path / "expected.yaml", ExpectedSpec, False)
+        except BundleError as exc:
+            self.expected_error = str(exc)
+        # ids must not depend on where the bundle was unpacked: name it by its workload
+        self._instance = f"{self.workload.cluster}/{self.workload.workload_id}"
         self._start_ns = self.workload.start_ns
         self._contexts: dict[str, TimeContext] = {}
         for host, facts in self.workload.hosts.items():
@@ -264,7 +274,14 @@ class BundleConnector:
             seen_hosts.add(src.host)
             stats = _FileStats()
             try:
-                yield from self._read_file(file, src, stats)
+                if not file.is_file():
+                    # never open it: a FIFO would block, a loop or dangling link cannot be read
+                    stats.status = "failed"
+                    stats.notes.append(
+                        "not a regular file (dangling or looping symlink, FIFO, socket or device): not read"
+                    )
+                else:
+                    yield from self._read_file(file, src, stats)
             except (OSError, MemoryError) as exc:
                 stats.status = "failed"
                 stats.notes.append(f"cannot read: {exc}")
@@ -292,7 +309,9 @@ class BundleConnector:
         for top in _TOP_DIRS:
             root = self.path / top
             if root.is_dir():
-                files.extend(p for p in root.rglob("*") if p.is_file())
+                # everything but directories: entries that are not regular files are listed
+                # too, so coverage reports them instead of skipping them silently
+                files.extend(p for p in root.rglob("*") if not p.is_dir())
         return sorted(files, key=lambda p: p.relative_to(self.path).as_posix())
 
     def _ctx(self, host: str) -> TimeContext:

@@ -16,6 +16,7 @@ no traceback.
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Optional
@@ -39,6 +40,9 @@ schemas_app = typer.Typer(help="JSON Schema files of faultstream's records.", no
 app.add_typer(schemas_app, name="schemas")
 
 err = Console(stderr=True)
+# clickhouse-connect logs every failed HTTP attempt at ERROR; the sink retries and reports
+# one clear error itself
+logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -107,9 +111,10 @@ def replay(
 
 @app.command()
 def score(dirs: list[Path] = typer.Argument(..., help="directories holding bundles")) -> None:
-    """Replay every bundle that has an expected.yaml; exit 1 on any miss."""
+    """Replay every bundle that has an expected.yaml; exit 1 on any miss (a bundle that
+    cannot be replayed or whose expected.yaml is invalid is a miss naming it)."""
     from streams.render import render_score_table
-    from streams.replay import replay_bundle, score as score_one
+    from streams.replay import ScoreRow, replay_bundle, score as score_one
 
     bundles = sorted({p.parent for d in dirs for p in Path(d).rglob("expected.yaml")})
     if not bundles:
@@ -119,7 +124,11 @@ def score(dirs: list[Path] = typer.Argument(..., help="directories holding bundl
         try:
             result = replay_bundle(bundle)
         except BundleError as exc:
-            _fail(str(exc))
+            rows.append(ScoreRow(bundle.name, "?", "not replayed", (f"{bundle}: {exc}",)))
+            continue
+        if result.expected is None:
+            rows.append(ScoreRow(bundle.name, "?", result.attribution.root_cause.code, (f"{bundle}: {result.expected_error}",)))
+            continue
         rows.append(score_one(result.attribution, result.expected, bundle.name))
     render_score_table(rows, Console())
     if not all(r.hit for r in rows):

@@ -33,6 +33,7 @@ class ReplayResult:
     observations: list[Observation]
     lines_read: int
     expected: ExpectedSpec | None = None
+    expected_error: str | None = None
     bundle: Path = field(default_factory=Path)
 
 
@@ -83,6 +84,7 @@ def replay_bundle(
         observations=[used[k] for k in sorted(used)],
         lines_read=connector.lines_read,
         expected=connector.expected,
+        expected_error=connector.expected_error,
         bundle=Path(path),
     )
 

@@ -86,7 +86,7 @@ def test_specs_and_identity(tmp_path: Path, real_fixtures: Path) -> None:
     assert conn.topology.links[0].port_id == "leaf-02/Eth1/12"
     assert conn.expected.culprit_hosts == ["node-a01"]
     obs = list(conn.observations())
-    assert all(o.source.connector == "bundle" and o.source.instance == "incident-1" for o in obs)
+    assert all(o.source.connector == "bundle" and o.source.instance == "c1/job-1001" for o in obs)
     assert all(o.cluster == "c1" and o.workload_id == "job-1001" for o in obs)
     assert all(o.observation_id.startswith("obs-") for o in obs)
     assert len({o.observation_id for o in obs}) == len(obs)

@@ -134,3 +134,42 @@ def test_bad_inputs_in_a_bundle_are_counted_not_fatal(tmp_path):
     assert cov["file:logs/node-a01/garbage.bin"]["status"] in ("failed", "present")
     assert cov["file:logs/node-a01/garbage.bin"]["unparsed"] > 0 or cov["file:logs/node-a01/garbage.bin"]["status"] == "failed"
     assert "utf" in cov["file:logs/node-a01/invalid-utf8.log"]["detail"].lower()
+
+
+def test_score_reports_a_broken_bundle_and_scores_the_rest(tmp_path):
+    good = next(b for b in BUNDLES if "sigkill" in b.name)
+    shutil.copytree(good, tmp_path / "good")
+    shutil.copytree(good, tmp_path / "bad-expected")
+    (tmp_path / "bad-expected" / "expected.yaml").write_text("domain: not_a_domain\n")
+    result = runner.invoke(app, ["score", str(tmp_path)], env={"COLUMNS": "250"})
+    assert result.exit_code == 1
+    assert "1/2 hit, 1 miss" in result.stdout
+    assert "bad-expected" in result.stdout
+    # replay does not need expected.yaml: a broken one does not stop it
+    replayed = runner.invoke(app, ["replay", str(tmp_path / "bad-expected"), "--json", "--no-store"])
+    assert replayed.exit_code == 0, replayed.output
+
+
+def test_ids_do_not_depend_on_the_bundle_directory_name(tmp_path):
+    src = next(b for b in BUNDLES if "sigkill" in b.name)
+    shutil.copytree(src, tmp_path / "renamed-copy")
+    a = runner.invoke(app, ["replay", str(src), "--json", "--no-store"]).stdout
+    b = runner.invoke(app, ["replay", str(tmp_path / "renamed-copy"), "--json", "--no-store"]).stdout
+    assert a == b
+
+
+def test_non_regular_files_are_reported_in_coverage(tmp_path):
+    src = next(b for b in BUNDLES if "sigkill" in b.name)
+    bundle = tmp_path / "odd"
+    shutil.copytree(src, bundle)
+    logs = bundle / "logs" / "node-a01"
+    (logs / "dangling.log").symlink_to(tmp_path / "does-not-exist")
+    (logs / "loop.log").symlink_to(logs / "loop.log")
+    os.mkfifo(logs / "pipe.log")
+    result = runner.invoke(app, ["replay", str(bundle), "--json", "--no-store"])
+    assert result.exit_code == 0, result.output
+    cov = {c["source"]: c for c in json.loads(result.stdout)["coverage"]}
+    for name in ("dangling.log", "loop.log", "pipe.log"):
+        entry = cov[f"file:logs/node-a01/{name}"]
+        assert entry["status"] == "failed"
+        assert "not a regular file" in entry["detail"]
