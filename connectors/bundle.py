@@ -68,6 +68,8 @@ BINARY_CONTROL_SHARE = 0.10
 _SCHEDULER = "_scheduler"
 _TOP_DIRS = ("fabric", "logs", "metrics")
 _RANK = re.compile(r"\[rank(\d+)\]:")
+#: Log lines decoded before one vectorised scan runs over them all (bounds memory).
+SCAN_BATCH_LINES = 262_144
 _RAW_DMESG = r"^(?:kernel: )?\[ *\d+\.\d+\]"
 _NUL_MARK = "\u2400"  # SYMBOL FOR NULL: NUL bytes in text files are shown as this
 _TEXT_BYTES = bytes([9, 10, 13]) + bytes(range(32, 256))
@@ -148,6 +150,28 @@ class _FileStats:
     unparsed: int = 0
     notes: list[str] = field(default_factory=list)
     status: str = "present"
+
+
+@dataclass
+class _Decoded:
+    """One file's decoded lines, waiting for the batch scan. ``src`` may differ from the
+    file's first guess (a metrics file no telemetry parser recognised is read as log lines)."""
+
+    src: "_Source"
+    lines: list[str]
+    bad_utf8: bool
+    nul: bool
+
+
+@dataclass
+class _Scan:
+    """Per-line boolean arrays of the vectorised scan for one file (``hint``, ``kw``,
+    ``struct``, ``raw``, and ``bad_utf8``/``nul`` when present)."""
+
+    arrays: dict[str, np.ndarray]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
 
 
 class _Times:
@@ -232,6 +256,7 @@ class BundleConnector:
         if not self.path.is_dir():
             raise BundleError(f"{self.path}: not a bundle directory")
         self.keywords = None if keywords is None else [k for k in keywords if k.strip()]
+        self._kw_pattern = "|".join(re.escape(k) for k in self.keywords or ())
         self.workload: WorkloadSpec = _load_spec(self.path / "workload.yaml", WorkloadSpec, True)
         self.topology: TopologySpec | None = _load_spec(self.path / "topology.yaml", TopologySpec, False)
         # expected.yaml only matters for scoring: a broken one must not stop a replay
@@ -265,14 +290,31 @@ class BundleConnector:
     # -- public ---------------------------------------------------------------------------
 
     def observations(self) -> Iterator[Observation]:
-        """Yield Observations: files in sorted relative-path order, records in file order."""
+        """Yield Observations: files in sorted relative-path order, records in file order.
+
+        Log files are decoded one by one and scanned in batches of up to ``SCAN_BATCH_LINES``
+        lines with one vectorised polars pass per batch (a bundle of thousands of small
+        per-host files costs a few passes, not thousands)."""
         self._coverage = []
         self.lines_read = 0
         seen_hosts: set[str] = set()
+        batch: list[tuple[_Source, _FileStats, _Decoded]] = []
+        batch_lines = 0
+
+        def flush() -> Iterator[Observation]:
+            nonlocal batch, batch_lines
+            if batch:
+                scans = self._scan([d for _, _, d in batch])
+                for (src, stats, decoded), scan in zip(batch, scans):
+                    yield from self._process(decoded, stats, scan)
+                    self._cover(src, stats)
+            batch, batch_lines = [], 0
+
         for file in self._files():
             src = self._source(file)
             seen_hosts.add(src.host)
             stats = _FileStats()
+            decoded = None
             try:
                 if not file.is_file():
                     # never open it: a FIFO would block, a loop or dangling link cannot be read
@@ -281,20 +323,33 @@ class BundleConnector:
                         "not a regular file (dangling or looping symlink, FIFO, socket or device): not read"
                     )
                 else:
-                    yield from self._read_file(file, src, stats)
+                    if src.kind == "telemetry":
+                        yield from flush()  # keep file order
+                    decoded = yield from self._load(file, src, stats)
             except (OSError, MemoryError) as exc:
                 stats.status = "failed"
                 stats.notes.append(f"cannot read: {exc}")
-            self._coverage.append(CoverageEntry(
-                source=f"file:{src.rel}", status=stats.status, records=stats.records,
-                unparsed=stats.unparsed, detail="; ".join(stats.notes),
-            ))
+                decoded = None
+            if decoded is None:
+                self._cover(src, stats)
+                continue
+            batch.append((src, stats, decoded))
+            batch_lines += len(decoded.lines)
+            if batch_lines >= SCAN_BATCH_LINES:
+                yield from flush()
+        yield from flush()
         for node in self.workload.nodes:
             if node not in seen_hosts:
                 self._coverage.append(CoverageEntry(
                     source=f"host:{node}", status="empty",
                     detail="no logs or metrics for this node in the bundle",
                 ))
+
+    def _cover(self, src: "_Source", stats: "_FileStats") -> None:
+        self._coverage.append(CoverageEntry(
+            source=f"file:{src.rel}", status=stats.status, records=stats.records,
+            unparsed=stats.unparsed, detail="; ".join(stats.notes),
+        ))
 
     def coverage(self) -> list[CoverageEntry]:
         """One entry per file (``source="file:<relative path>"``) plus ``host:<node>`` entries
@@ -333,7 +388,9 @@ class BundleConnector:
             kind = "log_line"
         return _Source(rel, kind, host, self._ctx(host))
 
-    def _read_file(self, file: Path, src: _Source, stats: _FileStats) -> Iterator[Observation]:
+    def _load(self, file: Path, src: _Source, stats: _FileStats):
+        """Read and decode one file. A generator: telemetry files yield their Observations
+        here; returns the decoded lines of a log file (None when there is nothing to scan)."""
         data = file.read_bytes()
         if src.host == "_unknown":
             stats.notes.append("file is not inside a <host>/ directory: host '_unknown'")
@@ -344,11 +401,11 @@ class BundleConnector:
             except (OSError, EOFError, zlib.error) as exc:
                 stats.status = "failed"
                 stats.notes.append(f"corrupt gzip: {exc}")
-                return
+                return None
         if not data:
             stats.status = "empty"
             stats.notes.append("empty file")
-            return
+            return None
         if b"\x00" in data:
             control = len(data.translate(None, _TEXT_BYTES))  # bytes that are not text
             if control / len(data) > BINARY_CONTROL_SHARE:
@@ -360,7 +417,7 @@ class BundleConnector:
                 stats.notes.append(
                     f"binary content ({control} of {len(data)} bytes are NUL/control bytes): not read"
                 )
-                return
+                return None
         try:
             text = data.decode("utf-8")
             bad_utf8 = False
@@ -376,7 +433,7 @@ class BundleConnector:
         if src.kind == "telemetry":
             done = yield from self._telemetry(text, src, stats)
             if done:
-                return
+                return None
             src = _Source(src.rel, "log_line", src.host, src.ctx)
         lines = text.split("\n")
         del text
@@ -386,22 +443,37 @@ class BundleConnector:
         if not any(line.strip() for line in lines):
             stats.status = "empty"
             stats.notes.append("no non-blank lines")
-        # One vectorised pass: polars evaluates these expressions in parallel.
+        return _Decoded(src, lines, bad_utf8, nul)
+
+    def _scan(self, files: list[_Decoded]) -> list[_Scan]:
+        """One vectorised polars pass over the lines of several files; per-file results."""
+        lines = [line for d in files for line in d.lines]
         col = pl.col("line")
         exprs = [col.str.contains(TIMESTAMP_HINT).alias("hint")]
         if self.keywords:
-            pattern = "|".join(re.escape(k) for k in self.keywords)
-            exprs += [col.str.contains(pattern).alias("kw"),
+            exprs += [col.str.contains(self._kw_pattern).alias("kw"),
                       col.str.contains(STRUCTURE_HINT).alias("struct")]
-        if bad_utf8:
-            exprs.append(col.str.contains("\ufffd", literal=True).sum().alias("bad_utf8"))
-        if nul:
-            exprs.append(col.str.contains(_NUL_MARK, literal=True).sum().alias("nul"))
-        if src.ctx.boot_time_ns is None:
-            exprs.append(col.str.contains(_RAW_DMESG).sum().alias("raw"))
-        scan = pl.DataFrame({"line": pl.Series(lines, dtype=pl.String)}).select(exprs)
-        counts = scan.row(0, named=True) if len(scan) else {}
-        hint = scan["hint"].to_numpy()
+        exprs.append(col.str.contains(_RAW_DMESG).alias("raw"))
+        if any(d.bad_utf8 for d in files):
+            exprs.append(col.str.contains("\ufffd", literal=True).alias("bad_utf8"))
+        if any(d.nul for d in files):
+            exprs.append(col.str.contains(_NUL_MARK, literal=True).alias("nul"))
+        frame = pl.DataFrame({"line": pl.Series(lines, dtype=pl.String)}).select(exprs)
+        arrays = {name: frame[name].to_numpy() for name in frame.columns}
+        out, at = [], 0
+        for d in files:
+            n = len(d.lines)
+            out.append(_Scan({name: a[at:at + n] for name, a in arrays.items()}))
+            at += n
+        return out
+
+    def _process(self, decoded: _Decoded, stats: _FileStats, scan: _Scan) -> Iterator[Observation]:
+        lines, bad_utf8, nul, src = decoded.lines, decoded.bad_utf8, decoded.nul, decoded.src
+        counts = {name: int(np.count_nonzero(a)) for name, a in scan.arrays.items()
+                  if name in ("bad_utf8", "nul", "raw")}
+        if src.ctx.boot_time_ns is not None:
+            counts.pop("raw", None)
+        hint = scan["hint"]
         if bad_utf8:
             stats.notes.append(f"invalid UTF-8 in {counts['bad_utf8']} lines (replaced with U+FFFD)")
         if nul:
@@ -438,18 +510,18 @@ class BundleConnector:
         if tally["truncated"]:
             stats.notes.append(f"{tally['truncated']} records cut at {MAX_BODY_CHARS} characters")
 
-    def _fast(self, scan: pl.DataFrame, lines: list[str], src: _Source, stats: _FileStats,
+    def _fast(self, scan: "_Scan", lines: list[str], src: _Source, stats: _FileStats,
               times: _Times, hint: np.ndarray, tally: dict[str, int]) -> Iterator[Observation]:
         n = len(lines)
         if not self.keywords or n == 0:
             cand = np.empty(0, dtype=np.int64)
         else:
-            cand = np.flatnonzero(scan["kw"].to_numpy())
+            cand = np.flatnonzero(scan["kw"])
         materialised = 0  # records
         inside_lines = 0
         inside_unhinted = 0
         if len(cand):
-            struct = np.flatnonzero(scan["struct"].to_numpy()).tolist()
+            struct = np.flatnonzero(scan["struct"]).tolist()
             end = 0
             for c in cand.tolist():
                 if c < end:
