@@ -92,13 +92,25 @@ def canonical_json(data: Any) -> str:
     return _canonical_bytes(data).decode()
 
 
+def _fields(value: Any) -> dict[str, Any]:
+    # faultstream's records hold JSON-native values only, so their field dict is their JSON
+    # form (and much cheaper to get); other models go through pydantic's JSON mode
+    if isinstance(value, _Record):
+        return value.__dict__
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
 def _canonical_bytes(data: Any) -> bytes:
-    if isinstance(data, BaseModel):
-        data = data.model_dump(mode="json")
     try:
-        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(data, default=_fields, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError as exc:
         raise TypeError(str(exc)) from exc
+
+
+def _origin(position: "Position") -> dict[str, Any]:
+    return {"file": position.file, "line": position.line}
 
 
 def content_id(prefix: str, *parts: Any) -> str:
@@ -112,6 +124,9 @@ def content_id(prefix: str, *parts: Any) -> str:
 
 
 class _Record(BaseModel):
+    """Base of every record model: JSON-native field values only (str, int, float, bool,
+    None, lists, dicts and other records), which :func:`canonical_json` relies on."""
+
     model_config = ConfigDict(extra="forbid", frozen=False)
 
 
@@ -176,9 +191,9 @@ class Observation(_Record):
     def with_id(self) -> "Observation":
         """Fill ``observation_id`` from the content (origin position included, transport
         position excluded) and return self."""
-        data = self.model_dump(mode="json", exclude={"observation_id"})
-        for key in ("topic", "partition", "offset"):
-            data["position"].pop(key, None)
+        data = dict(self.__dict__)
+        del data["observation_id"]
+        data["position"] = _origin(self.position)
         self.observation_id = content_id("obs", data)
         return self
 
@@ -219,10 +234,12 @@ class Event(_Record):
 
     def with_id(self) -> "Event":
         """Fill ``event_id`` from the content (transport positions excluded) and return self."""
-        data = self.model_dump(mode="json", exclude={"event_id"})
-        for ref in data["evidence"]:
-            for key in ("topic", "partition", "offset"):
-                ref["position"].pop(key, None)
+        data = dict(self.__dict__)
+        del data["event_id"]
+        data["evidence"] = [
+            {"observation_id": ref.observation_id, "position": _origin(ref.position)}
+            for ref in self.evidence
+        ]
         self.event_id = content_id("evt", data)
         return self
 
