@@ -178,7 +178,7 @@ def parse_causal_rules(data: dict[str, Any], name: str = "causal.yaml") -> Causa
 def default_causal_rules() -> CausalRules:
     """The packaged ``correlators/causal.yaml``."""
     text = resources.files("correlators").joinpath("causal.yaml").read_text()
-    return parse_causal_rules(yaml.safe_load(text))
+    return parse_causal_rules(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
 
 
 @dataclass(frozen=True)

@@ -619,7 +619,8 @@ def _parse_rule(file: str, raw: Any, pos: int) -> Rule:
 def _load_file(path: Path) -> list[Rule]:
     name = path.name if path.parent == RULES_DIR else str(path)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # libyaml's C loader when present: the pack loads on every CLI start
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise RuleError(f"{name}: not valid YAML: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list):
