@@ -531,32 +531,31 @@ def decide(
     hyps.sort(key=lambda h: (-h.strength, h.at, h.code))
     kept: list[Hypothesis] = []
     for hyp in hyps:
-        host_rule = None
-        for strong in kept:
-            if strong.strength <= hyp.strength or not hyp.support:
-                continue
-            ok = True
-            for event in hyp.events:
-                host_rule = rules.symptoms.get(event.type)
-                if host_rule is None or not strong.explains(event, host_rule, rules.skew_ns):
-                    ok = False
-                    break
-            if ok:
-                for event in hyp.events:
-                    strong.explained[event.event_id] = event
-                strong.extra_ranks |= hyp.extra_ranks if hyp.family == strong.family else set()
-                break
-        else:
+        absorber = next(
+            (
+                strong
+                for strong in kept
+                if hyp.support
+                and strong.strength > hyp.strength
+                and all(_explains(strong, event, rules) for event in hyp.events)
+            ),
+            None,
+        )
+        if absorber is None:
             kept.append(hyp)
+            continue
+        for event in hyp.events:
+            absorber.explained[event.event_id] = event
+        if hyp.family == absorber.family:
+            absorber.extra_ranks |= hyp.extra_ranks
 
-    support_ids = {e.event_id for h in kept for e in h.events}
     symptom_pool = [e for e in ordered if e.type in rules.symptoms and e.at >= start]
     for hyp in kept:
         own = {e.event_id for e in hyp.events}
         for event in symptom_pool:
             if event.event_id in own or event.event_id in hyp.explained:
                 continue
-            if hyp.explains(event, rules.symptoms[event.type], rules.skew_ns):
+            if _explains(hyp, event, rules):
                 hyp.explained[event.event_id] = event
 
     def score(hyp: Hypothesis) -> tuple[float, float]:
@@ -653,6 +652,11 @@ def decide(
         quality=quality,
         alternatives=alternatives,
     )
+
+
+def _explains(hyp: Hypothesis, event: Event, rules: CausalRules) -> bool:
+    rule = rules.symptoms.get(event.type)
+    return rule is not None and hyp.explains(event, rule, rules.skew_ns)
 
 
 def _ranks(hyp: Hypothesis) -> set[int]:

@@ -23,9 +23,8 @@ rounded) to milliseconds for display.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console, Group
@@ -35,7 +34,10 @@ from rich.text import Text
 
 from schemas.records import Attribution, EvidenceItem, GpuRef
 
-__all__ = ["render_attribution", "render_score_table", "ScoreRow", "format_ns", "format_ranks"]
+if TYPE_CHECKING:
+    from streams.replay import ScoreRow
+
+__all__ = ["render_attribution", "render_score_table", "format_ns", "format_ranks"]
 
 _QUALITY_STYLE = {
     "definitive": "green",
@@ -264,41 +266,11 @@ def render_attribution(att: Attribution, console: Console, *, max_timeline: int 
     console.print(_timeline(att, max_timeline))
 
 
-@dataclass(frozen=True)
-class ScoreRow:
-    """One line of ``faultstream score``: the bundle, what ``expected.yaml`` asks for, what
-    the verdict gave (both short human strings, e.g. ``gpu_hardware gpu.xid.79 node-a02``),
-    whether it is a hit, and an optional note on the miss."""
-
-    bundle: str
-    expected: str
-    got: str
-    hit: bool
-    detail: str = ""
-
-
-def _as_score_row(row: ScoreRow | Mapping[str, Any] | Any) -> ScoreRow:
-    if isinstance(row, ScoreRow):
-        return row
-    if isinstance(row, Mapping):
-        get = row.get
-    else:
-        def get(key: str, default: Any = None) -> Any:
-            return getattr(row, key, default)
-    misses = tuple(get("misses", ()) or ())
-    detail = get("detail", "") or "; ".join(str(m) for m in misses)
-    hit = get("hit", None)
-    return ScoreRow(bundle=str(get("bundle", "")), expected=str(get("expected", "")),
-                    got=str(get("got", "")), hit=(not misses) if hit is None else bool(hit),
-                    detail=str(detail))
-
-
-def render_score_table(rows: Iterable[ScoreRow | Mapping[str, Any] | Any], console: Console) -> None:
-    """Print the score table: bundle, expected, got, HIT/MISS (and detail when any row has
-    one), then ``N/M hit, K miss``. ``rows`` are :class:`ScoreRow`, mappings or objects with
-    ``bundle``, ``expected``, ``got`` and ``hit`` and/or ``misses`` (a sequence of strings;
-    empty = hit, joined with ``; `` as the detail when ``detail`` is absent)."""
-    score_rows = [_as_score_row(r) for r in rows]
+def render_score_table(rows: Iterable["ScoreRow"], console: Console) -> None:
+    """Print the score table of :class:`streams.replay.ScoreRow` rows: bundle, expected, got,
+    HIT/MISS (and the misses, joined with ``; ``, when any row has one), then
+    ``N/M hit, K miss``."""
+    score_rows = list(rows)
     hits = sum(r.hit for r in score_rows)
     table = Table(title="faultstream score", title_justify="left", title_style="bold",
                   box=box.SIMPLE_HEAD)
@@ -306,14 +278,14 @@ def render_score_table(rows: Iterable[ScoreRow | Mapping[str, Any] | Any], conso
     table.add_column("expected")
     table.add_column("got")
     table.add_column("result")
-    with_detail = any(r.detail for r in score_rows)
+    with_detail = any(r.misses for r in score_rows)
     if with_detail:
         table.add_column("detail")
     for r in score_rows:
         cells: list[Any] = [r.bundle, r.expected, r.got,
                             Text("HIT", style="bold green") if r.hit else Text("MISS", style="bold red")]
         if with_detail:
-            cells.append(r.detail)
+            cells.append("; ".join(r.misses))
         _row(table, *cells)
     console.print(table)
     misses = len(score_rows) - hits

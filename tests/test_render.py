@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from rich.console import Console
 
@@ -19,7 +18,8 @@ from schemas.records import (
     Window,
     content_id,
 )
-from streams.render import ScoreRow, format_ns, format_ranks, render_attribution, render_score_table
+from streams.render import format_ns, format_ranks, render_attribution, render_score_table
+from streams.replay import ScoreRow
 
 T0 = 1_796_001_664_123_000_000  # 2026-11-30 01:21:04.123 UTC
 SEC = 1_000_000_000
@@ -187,47 +187,12 @@ def test_empty_verdict_renders_placeholders() -> None:
     assert "Evidence: none" in text
 
 
-def test_score_table() -> None:
-    console = Console(record=True, width=120, color_system=None)
-    render_score_table(
-        [
-            ScoreRow("xid79-fell-off-bus", "gpu_hardware gpu.xid.79 node-a02",
-                     "gpu_hardware gpu.xid.79 node-a02", True),
-            {"bundle": "port-flap-leaf02", "expected": "fabric leaf-02/Eth1/12",
-             "got": "host host.oom_kill node-b07", "hit": False, "detail": "domain differs"},
-        ],
-        console,
-    )
-    text = console.export_text()
-    lines = text.splitlines()
-    hit = next(l for l in lines if "xid79-fell-off-bus" in l)
-    assert hit.split()[-1] == "HIT"
-    miss = next(l for l in lines if "port-flap-leaf02" in l)
-    assert "MISS" in miss and "domain differs" in miss
-    assert "host host.oom_kill node-b07" in miss
-    assert "1/2 hit, 1 miss" in text
-
-
-@dataclass(frozen=True)
-class _ReplayScore:
-    """The shape streams.replay's scorer returns: misses, and hit derived from them."""
-
-    bundle: str
-    expected: str
-    got: str
-    misses: tuple[str, ...]
-
-    @property
-    def hit(self) -> bool:
-        return not self.misses
-
-
 def test_score_table_from_objects_with_misses() -> None:
     console = Console(record=True, width=160, color_system=None)
     render_score_table(
         [
-            _ReplayScore("xid79", "gpu.xid.79", "gpu.xid.79 (gpu_hardware, definitive)", ()),
-            _ReplayScore("stalled-rank", "proc.stalled", "nccl.watchdog_timeout (software, probable)",
+            ScoreRow("xid79", "gpu.xid.79", "gpu.xid.79 (gpu_hardware, definitive)", ()),
+            ScoreRow("stalled-rank", "proc.stalled", "nccl.watchdog_timeout (software, probable)",
                          ("root cause nccl.watchdog_timeout !~ proc.stalled", "ranks [0] != [13]")),
         ],
         console,

@@ -7,7 +7,6 @@ formats with no real line are written in the exact format their source prints.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from pathlib import Path
