@@ -439,10 +439,13 @@ def summarise(event: Event) -> str:
             text += f" (caused by Xid {a['caused_by_xid']})"
         return f"{text} [{_gpu_label(event.gpu)}]"
     if t == "nccl.watchdog_timeout":
-        return (
+        text = (
             f"watchdog timeout {a.get('op_type', '?')} SeqNum={a.get('seq_num', '?')} "
             f"ran for {a.get('ran_for_ms', '?')} ms (timeout {a.get('timeout_ms', '?')} ms)"
         )
+        if event.began_at is not None:
+            text += f"; placed at the stall's start, logged {(event.at - event.began_at) / NS:.1f} s later"
+        return text
     keys = [k for k in sorted(a) if k not in ("description", "text", "detail") and a[k] not in (None, "")]
     parts = [f"{k}={a[k]}" for k in keys[:4]]
     if event.peer:

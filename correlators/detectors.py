@@ -73,7 +73,7 @@ def stalled_rank(info, alloc: Allocation, events: Sequence[Event], hyps: list, p
         code=params["code"],
         family="stall",
         domain=params.get("domain", "unknown"),
-        text=_render(params.get("text", params["code"]), None, ranks=silent, hosts=", ".join(hosts)),
+        text=_render(params.get("text", params["code"]), None, ranks=", ".join(map(str, silent)), hosts=", ".join(hosts)),
         job_wide=False,
         extra_ranks=set(silent),
         extra_hosts=set(hosts),

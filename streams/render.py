@@ -145,7 +145,7 @@ def _symptoms(att: Attribution) -> Any:
     by_type: dict[str, list[EvidenceItem]] = {}
     for item in items:
         by_type.setdefault(item.type, []).append(item)
-    hosts = {e.host for e in items}
+    hosts = {e.host for e in items if not e.host.startswith("_")}  # not _scheduler/_unknown
     ranks = {e.rank for e in items if e.rank is not None}
     total = len(set(att.symptoms) | in_trail)
     title = (
