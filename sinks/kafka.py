@@ -22,6 +22,7 @@ its cursor after a flush that did not raise.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -121,6 +122,8 @@ class RecordProducer:
             "queue.buffering.max.kbytes": queue_max_kbytes,
             "compression.type": compression,
         })
+        # librdkafka's own log lines (connection refused, ...) go to Python logging
+        conf.setdefault("logger", logging.getLogger("faultstream.kafka"))
         if config:
             conf.update(config)
         self._producer = Producer(conf)

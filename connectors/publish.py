@@ -1,0 +1,181 @@
+"""Publishing Observations to Kafka, and the incident-bundle publisher.
+
+* :func:`publish` -- send Observations (key = ``obs.host``) through a
+  :class:`sinks.kafka.RecordProducer`, flush, and only then persist the cursor: a crash
+  republishes at most the unconfirmed tail (duplicates collapse downstream by their
+  deterministic ids) and loses nothing.
+* :func:`bundle_records` -- an incident bundle as the stream should see it: the scheduler's
+  view (``workload.yaml``) first, ``topology.yaml`` second (if present), then every record of
+  ``BundleConnector(path, keywords=None)`` in event-time order.
+* :func:`publish_bundle` -- publish those records, optionally paced at ``speed`` x real time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, Iterator
+
+import typer
+
+from connectors.bundle import BundleConnector
+from schemas.records import TIME_QUALITY_EXACT, Observation, Position, Source
+
+if TYPE_CHECKING:  # pragma: no cover
+    from connectors.cursor import CursorStore
+    from sinks.kafka import RecordProducer
+
+__all__ = ["publish", "bundle_records", "publish_bundle", "workload_observation", "topology_observation"]
+
+SCHEDULER_HOST = "_scheduler"
+DEFAULT_TOPIC = "faultstream.observations"
+
+
+def publish(
+    observations: Iterable[Observation],
+    producer: "RecordProducer",
+    *,
+    topic: str | None = None,
+    cursor: "CursorStore | None" = None,
+    state: Callable[[], dict[str, Any]] | None = None,
+    flush_timeout: float = 60.0,
+) -> int:
+    """Send every observation (key = ``obs.host``) to ``topic`` (default: the producer's),
+    flush, then persist the cursor.
+
+    ``cursor``: a ``connectors.cursor.CursorStore``; saved **only after the flush succeeded**.
+    ``state``: returns the dict to save (a connector's position after the last observation it
+    produced, e.g. :meth:`connectors.files.FilesConnector.checkpoint`); it is called after
+    the iterable is exhausted. Without it, ``{"published": n}`` is saved. Returns the number
+    of observations sent. Raises :class:`sinks.kafka.DeliveryError` (cursor untouched) when
+    any delivery failed, :class:`sinks.kafka.BackPressureTimeout` when the broker stays
+    unreachable."""
+    n = 0
+    for obs in observations:
+        producer.send(obs.host, obs, topic=topic)
+        n += 1
+    producer.flush(flush_timeout)
+    if cursor is not None:
+        cursor.save(state() if state is not None else {"published": n})
+    return n
+
+
+def _spec_data(model: Any) -> dict[str, Any]:
+    # JSON round trip: int dict keys (ranks) become strings, datetimes ISO strings
+    return json.loads(model.model_dump_json())
+
+
+def workload_observation(conn: BundleConnector) -> Observation:
+    """The scheduler's view of the attempt: ``kind="scheduler_event"``, host ``_scheduler``,
+    ``format="workload_yaml"``, body = the ``workload.yaml`` text, ``attributes.workload`` =
+    the validated :class:`schemas.bundle.WorkloadSpec` as JSON data, ``observed_at`` = the
+    workload start (UTC ns)."""
+    w = conn.workload
+    return Observation(
+        source=Source(connector="bundle", instance=f"{w.cluster}/{w.workload_id}"),
+        kind="scheduler_event",
+        observed_at=w.start_ns,
+        time_source="line",
+        time_quality=TIME_QUALITY_EXACT,
+        host=SCHEDULER_HOST,
+        cluster=w.cluster,
+        workload_id=w.workload_id,
+        format="workload_yaml",
+        body=(conn.path / "workload.yaml").read_text("utf-8", errors="replace"),
+        attributes={"workload": _spec_data(w)},
+        position=Position(file="workload.yaml", line=1),
+    ).with_id()
+
+
+def topology_observation(conn: BundleConnector) -> Observation | None:
+    """``topology.yaml`` as ``kind="topology"`` (host ``_scheduler``, ``format="topology_yaml"``,
+    ``attributes.topology`` = the validated spec), or None when the bundle has none."""
+    if conn.topology is None:
+        return None
+    w = conn.workload
+    return Observation(
+        source=Source(connector="bundle", instance=f"{w.cluster}/{w.workload_id}"),
+        kind="topology",
+        observed_at=w.start_ns,
+        time_source="transport",
+        time_quality=TIME_QUALITY_EXACT,
+        host=SCHEDULER_HOST,
+        cluster=w.cluster,
+        workload_id=w.workload_id,
+        format="topology_yaml",
+        body=(conn.path / "topology.yaml").read_text("utf-8", errors="replace"),
+        attributes={"topology": _spec_data(conn.topology)},
+        position=Position(file="topology.yaml", line=1),
+    ).with_id()
+
+
+def bundle_records(path: str | Path) -> tuple[list[Observation], BundleConnector]:
+    """All records of the bundle at ``path`` in publishing order: the workload record, the
+    topology record (if any), then every ``BundleConnector(path, keywords=None)`` observation
+    sorted by ``(observed_at, position.file, position.line)``. Returns the list and the
+    connector (for its ``coverage()``). Raises :class:`connectors.bundle.BundleError` for an
+    unreadable bundle."""
+    conn = BundleConnector(path, keywords=None)
+    body = sorted(conn.observations(),
+                  key=lambda o: (o.observed_at, o.position.file or "", o.position.line or 0))
+    head = [workload_observation(conn)]
+    topo = topology_observation(conn)
+    if topo is not None:
+        head.append(topo)
+    return head + body, conn
+
+
+def paced(records: list[Observation], speed: float, *, wait: Callable[[float], Any] = time.sleep,
+          skip: int = 0) -> Iterator[Observation]:
+    """Yield ``records`` (sorted by event time after the head records) paced at ``speed`` x
+    real time: the record at event time ``t`` is yielded ``(t - t0) / speed`` seconds after
+    the first, ``t0`` the first record's time. ``speed <= 0``: no pauses. ``wait(seconds)``
+    sleeps (pass the producer's ``poll`` to serve delivery reports while waiting)."""
+    if speed <= 0 or not records:
+        yield from records
+        return
+    t0 = records[0].observed_at
+    start = time.monotonic()
+    for obs in records:
+        due = start + max(0, obs.observed_at - t0) / 1e9 / speed
+        delay = due - time.monotonic()
+        while delay > 0:
+            wait(delay)
+            delay = due - time.monotonic()
+        yield obs
+
+
+def publish_bundle(path: str | Path, producer: "RecordProducer", *, speed: float = 0.0,
+                   topic: str | None = None) -> tuple[int, BundleConnector]:
+    """Publish the bundle at ``path`` (see :func:`bundle_records`) through ``producer``,
+    paced at ``speed`` x real time (0 = as fast as possible), then flush. Returns the number of
+    records sent and the connector (coverage). Raises ``BundleError``, ``DeliveryError``,
+    ``BackPressureTimeout``."""
+    records, conn = bundle_records(path)
+    n = publish(paced(records, speed, wait=producer.poll), producer, topic=topic)
+    return n, conn
+
+
+# -- CLI ------------------------------------------------------------------------------------
+
+
+def connect_bundle_cli(
+    bundle: Annotated[Path, typer.Argument(help="incident bundle directory (BUNDLE.md v1)")],
+    speed: Annotated[float, typer.Option(min=0.0, help="replay at N x real time (0 = as fast as possible)")] = 0.0,
+    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
+    topic: Annotated[str, typer.Option(help="topic to publish to")] = DEFAULT_TOPIC,
+) -> None:
+    """Publish an incident bundle's records to Kafka in event-time order (workload.yaml first)."""
+    from connectors.bundle import BundleError
+    from connectors.registry import cli_fail, make_producer
+    from sinks.kafka import KafkaProducerError
+
+    try:
+        with make_producer(bootstrap, topic) as producer:
+            n, conn = publish_bundle(bundle, producer, speed=speed)
+    except (BundleError, KafkaProducerError) as exc:
+        cli_fail(str(exc))
+    failed = [c for c in conn.coverage() if c.status == "failed"]
+    typer.echo(f"published {n} records of {bundle} to {topic}"
+               + (f" ({len(failed)} files could not be read)" if failed else ""), err=True)
