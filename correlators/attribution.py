@@ -513,7 +513,8 @@ def decide(
 
     ``events`` must already be enriched (:meth:`Allocation.enrich`); duplicates (same
     ``event_id``) collapse and order does not matter. ``coverage`` is the per-source coverage
-    of the inputs; per-node entries are added here. Returns one :class:`Attribution` whose
+    the connectors reported (``file:<path>`` sources); the events counted per source (from
+    the events' evidence positions) and per-node entries are added here. Returns one :class:`Attribution` whose
     ``decided_at`` is the window end (event time). Pure: no I/O, no clock.
     """
     from correlators.detectors import run_detectors
@@ -521,8 +522,8 @@ def decide(
     rules = rules or default_causal_rules()
     lo = info.start_ns - rules.before_start_ns
     hi = (info.end_ns if info.end_ns is not None else math.inf) + rules.after_end_ns
-    unique = {e.event_id: e for e in events if lo <= e.at <= hi}
-    ordered = sorted(unique.values(), key=_event_sort_key)
+    all_events = {e.event_id: e for e in events}
+    ordered = sorted((e for e in all_events.values() if lo <= e.at <= hi), key=_event_sort_key)
 
     # before the start (less the skew) only persistent faults may be causes, and nothing is a
     # symptom: earlier lines of the same host log belong to earlier processes
@@ -569,6 +570,15 @@ def decide(
         return round(hyp.strength * (1.0 + frac), 6), frac
 
     scored = sorted(((score(h), h) for h in kept), key=lambda x: (-x[0][0], x[1].at, x[1].code))
+    # events per source, from the events' own evidence, so every driver counts alike
+    per_source: dict[str, int] = {}
+    for event in all_events.values():
+        for source in {f"file:{ref.position.file}" for ref in event.evidence if ref.position.file}:
+            per_source[source] = per_source.get(source, 0) + 1
+    coverage = [
+        c.model_copy(update={"events": per_source[c.source]}) if c.source in per_source else c
+        for c in coverage
+    ]
     coverage_all = sorted(
         list(coverage) + node_coverage(info, coverage), key=lambda c: c.source
     )

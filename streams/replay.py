@@ -8,7 +8,6 @@ same bundle always gives byte-identical verdicts.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -52,7 +51,6 @@ def replay_bundle(
     connector = BundleConnector(path, keywords=pack.keywords)
     alloc = Allocation.from_workload(connector.workload)
     raw_events: list[Event] = []
-    sources: list[tuple[str, int]] = []
     used: dict[str, Observation] = {}
     for obs in connector.observations():
         if on_observation is not None:
@@ -63,19 +61,14 @@ def replay_bundle(
         if extracted:
             used[obs.observation_id] = obs
             raw_events.extend(extracted)
-            sources.append((f"file:{obs.position.file}", len(extracted)))
     # enrich after the whole bundle is read, so GPU tables learned from telemetry apply to
     # every event whatever the file order
     events = [alloc.enrich(e) for e in raw_events]
-    per_source: Counter[str] = Counter()
-    for source, n in sources:
-        per_source[source] += n
-    coverage = [c.model_copy(update={"events": per_source.get(c.source, c.events)}) for c in connector.coverage()]
     attribution = decide(
         WorkloadInfo.from_spec(connector.workload),
         alloc,
         events,
-        coverage,
+        connector.coverage(),
         ruleset_version=pack.version,
     )
     return ReplayResult(
