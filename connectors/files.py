@@ -562,8 +562,7 @@ def connect_files_cli(
     bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
     topic: Annotated[str, typer.Option(help="topic to publish to")] = "faultstream.observations",
 ) -> None:
-    """Publish log files' records to Kafka (key = host), resuming from the cursor; with
-    --follow keep tailing them like tail -F (rotation and truncation handled)."""
+    """Publish log files' records to Kafka (key = host) from the saved cursor; --follow tails them like tail -F."""
     from connectors.cursor import CursorError, CursorStore
     from connectors.registry import cli_fail, make_producer
     from sinks.kafka import KafkaProducerError

@@ -149,3 +149,10 @@ def main() -> None:  # pragma: no cover - console entry
 
 if __name__ == "__main__":  # pragma: no cover
     app()
+
+
+# -- connect: publishers to Kafka, one command per registered connector (connectors/registry.py)
+from connectors.registry import add_connect_commands  # noqa: E402
+
+connect_app = typer.Typer(help="Publish inputs (bundles, log files, ...) to Kafka.", no_args_is_help=True)
+app.add_typer(add_connect_commands(connect_app), name="connect")
