@@ -1,0 +1,221 @@
+"""FilesConnector against a real Kafka broker: append, partial line, rotation, truncation,
+restart from the cursor (exactly once), crash before the cursor is saved (same ids, nothing
+lost), follow mode with a multi-line record, invalid UTF-8 and a 5 MB line."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer
+
+from connectors.bundle import MAX_BODY_CHARS
+from connectors.cursor import CursorStore
+from connectors.files import FilesConnector
+from connectors.publish import publish
+from sinks.kafka import RecordProducer
+from sinks.kafka_settings import KafkaSettings
+from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: F401
+
+
+def consume(config: dict, topic: str, expect: int, timeout_s: float = 30.0, settle_s: float = 0.5) -> list:
+    """Every message of ``topic`` from the start: waits until at least ``expect`` arrived, then
+    ``settle_s`` more seconds for unexpected extras. Returns confluent_kafka Messages."""
+    c = Consumer(dict(config, **{"group.id": f"test-{uuid.uuid4().hex}", "auto.offset.reset": "earliest",
+                                  "enable.auto.commit": False}))
+    c.subscribe([topic])
+    out, deadline, settle_until = [], time.monotonic() + timeout_s, None
+    try:
+        while time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                out.append(msg)
+            if len(out) >= expect:
+                settle_until = settle_until or time.monotonic() + settle_s
+                if time.monotonic() >= settle_until:
+                    break
+    finally:
+        c.close()
+    return out
+
+
+def values(msgs) -> list[dict]:
+    return [json.loads(m.value()) for m in msgs]
+
+
+def ts(sec: int) -> str:
+    return f"2026-11-30T01:20:{sec:02d}.000Z"
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str) -> KafkaSettings:  # noqa: F811
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+        return KafkaSettings()
+    return KafkaSettings(bootstrap_servers=kafka_bootstrap)
+
+
+def _run_once(path: Path, cursor: CursorStore, settings: KafkaSettings, topic: str) -> FilesConnector:
+    conn = FilesConnector([path], host="node-a01", cluster="c1", cursor=cursor)
+    with RecordProducer(settings, topic) as producer:
+        conn.run(producer)
+    conn.close()
+    return conn
+
+
+def test_append_partial_rotate_truncate_restart_exactly_once(tmp_path, settings, kafka_config, kafka_topic_factory):  # noqa: F811
+    topic = kafka_topic_factory("files")
+    log = tmp_path / "train.log"
+    cursor = CursorStore(tmp_path / "cursor.json")
+    expected: list[str] = []
+
+    # 1. three lines and a partial one
+    log.write_text(f"{ts(0)} a\n{ts(1)} b\n{ts(2)} c\n{ts(3)} par")
+    expected += [f"{ts(0)} a", f"{ts(1)} b", f"{ts(2)} c"]
+    conn = _run_once(log, cursor, settings, topic)
+    assert conn.records == 3 and conn.lines_read == 3
+    saved = cursor.load()["files"][str(log)]
+    assert saved["offset"] == len(f"{ts(0)} a\n{ts(1)} b\n{ts(2)} c\n") and saved["line"] == 3
+
+    # 2. restart from the cursor: the partial line is completed, one more line appended
+    with log.open("a") as fh:
+        fh.write(f"tial\n{ts(4)} d\n")
+    expected += [f"{ts(3)} partial", f"{ts(4)} d"]
+    conn = _run_once(log, cursor, settings, topic)
+    assert conn.records == 2
+
+    # 3. rotation while stopped: rename, the old file still gets a last line, a new file
+    with log.open("a") as fh:
+        fh.write(f"{ts(5)} e\n")
+    log.rename(tmp_path / "train.log.1")
+    with (tmp_path / "train.log.1").open("a") as fh:
+        fh.write(f"{ts(6)} f-last-in-old")  # no newline: the old file is finished anyway
+    log.write_text(f"{ts(7)} g-new\n{ts(8)} h-new\n")
+    expected += [f"{ts(5)} e", f"{ts(6)} f-last-in-old", f"{ts(7)} g-new", f"{ts(8)} h-new"]
+    conn = _run_once(log, cursor, settings, topic)
+    assert conn.records == 4 and conn.rotations == 1
+
+    # 4. rotation while running (between two polls of one connector) and truncation
+    conn = FilesConnector([log], host="node-a01", cluster="c1", cursor=cursor)
+    with RecordProducer(settings, topic) as producer:
+        with log.open("a") as fh:
+            fh.write(f"{ts(9)} i\n")
+        publish(conn.poll(), producer, cursor=cursor, state=conn.checkpoint)
+        os.replace(log, tmp_path / "train.log.2")
+        log.write_text(f"{ts(10)} j-after-rotate\n{ts(11)} k\n")
+        publish(conn.poll(), producer, cursor=cursor, state=conn.checkpoint)
+        log.write_text(f"{ts(12)} l\n")  # truncated: shorter than the offset
+        publish(conn.poll(), producer, cursor=cursor, state=conn.checkpoint)
+    expected += [f"{ts(9)} i", f"{ts(10)} j-after-rotate", f"{ts(11)} k", f"{ts(12)} l"]
+    assert conn.rotations == 1 and conn.truncations == 1
+    detail = conn.coverage()[0].detail
+    assert "truncated" in detail and "1 truncations" in detail
+    conn.close()
+
+    # 5. a restart with nothing new publishes nothing
+    assert _run_once(log, cursor, settings, topic).records == 0
+
+    msgs = consume(kafka_config, topic, len(expected))
+    got = values(msgs)
+    assert [o["body"] for o in got] == expected  # every record once, in file order
+    assert len({o["observation_id"] for o in got}) == len(expected)
+    assert {m.key() for m in msgs} == {b"node-a01"}
+    assert all(dict(m.headers())["schema"] == b"Observation" for m in msgs)
+    first = got[0]
+    assert first["source"] == {"connector": "files", "instance": "node-a01"}
+    assert first["position"]["file"] == str(log) and first["position"]["line"] == 1
+    assert first["observed_at"] == 1796001600_000_000_000 and first["time_source"] == "line"
+    # the new file after rotation restarts line numbers, in a new generation
+    g = got[expected.index(f"{ts(7)} g-new")]
+    assert g["position"]["line"] == 1 and g["attributes"]["file_epoch"] == 1
+    last = got[-1]
+    assert last["position"]["line"] == 1 and last["attributes"]["file_epoch"] == 3
+
+
+def test_crash_before_cursor_saved_republishes_same_ids(tmp_path, settings, kafka_config, kafka_topic_factory):  # noqa: F811
+    topic = kafka_topic_factory("crash")
+    log = tmp_path / "a.log"
+    cursor = CursorStore(tmp_path / "cursor.json")
+    log.write_text(f"{ts(0)} one\n{ts(1)} two\n")
+    _run_once(log, cursor, settings, topic)
+    with log.open("a") as fh:
+        fh.write(f"{ts(2)} three\nno time here\n{ts(3)} four\n")
+    # "crash": the records are sent but the process dies before the cursor is saved
+    crashed = FilesConnector([log], host="node-a01", cluster="c1", cursor=cursor)
+    with RecordProducer(settings, topic) as producer:
+        publish(crashed.poll(), producer)  # no cursor
+    assert cursor.load()["files"][str(log)]["line"] == 2
+    _run_once(log, cursor, settings, topic)  # restart: the unconfirmed tail again
+
+    got = values(consume(kafka_config, topic, 2 + 3 + 3))
+    bodies = [o["body"] for o in got]
+    assert bodies == [f"{ts(0)} one", f"{ts(1)} two"] + [f"{ts(2)} three", "no time here", f"{ts(3)} four"] * 2
+    ids = [o["observation_id"] for o in got]
+    assert ids[2:5] == ids[5:8]  # duplicates collapse downstream: same deterministic ids
+    untimed = got[3]
+    assert untimed["time_source"] == "inferred" and untimed["time_quality"] == 0.5
+    assert untimed["observed_at"] == got[2]["observed_at"]
+
+
+def test_follow_mode_multiline_and_idle_emission(tmp_path, settings, kafka_config, kafka_topic_factory):  # noqa: F811
+    topic = kafka_topic_factory("follow")
+    cursor = CursorStore(tmp_path / "cursor.json")
+    stop = threading.Event()
+    result: dict = {}
+
+    def worker():
+        with RecordProducer(settings, topic) as producer:
+            result["n"] = conn.run(producer, stop=stop.is_set)
+
+    log = tmp_path / "node-b07-rank0.log"
+    conn = FilesConnector([log], host_from_path=r"/(?P<host>node-\w+)-", cursor=cursor,
+                          follow=True, poll_s=0.05, idle_s=0.3)
+    t = threading.Thread(target=worker)
+    t.start()
+    try:
+        time.sleep(0.2)  # the file does not exist yet
+        with log.open("a") as fh:
+            fh.write(f"{ts(0)} start\n[rank0]: Traceback (most recent call last):\n")
+            fh.flush()
+            time.sleep(0.1)
+            fh.write('[rank0]:   File "train.py", line 3, in <module>\n[rank0]: RuntimeError: boom\n')
+        # the traceback is the file's last record: emitted after the idle timeout
+        got = values(consume(kafka_config, topic, 2, timeout_s=20))
+    finally:
+        stop.set()
+        t.join(30)
+    assert not t.is_alive()
+    assert [o["body"] for o in got] == [
+        f"{ts(0)} start",
+        '[rank0]: Traceback (most recent call last):\n[rank0]:   File "train.py", line 3, in <module>\n'
+        "[rank0]: RuntimeError: boom",
+    ]
+    assert got[1]["rank"] == 0 and got[1]["host"] == "node-b07" and got[1]["time_source"] == "inferred"
+    assert result["n"] == 2
+    assert cursor.load()["files"][str(log)]["offset"] == log.stat().st_size
+
+
+def test_invalid_utf8_and_5mb_line(tmp_path, settings, kafka_config, kafka_topic_factory):  # noqa: F811
+    topic = kafka_topic_factory("bad")
+    log = tmp_path / "bad.log"
+    cursor = CursorStore(tmp_path / "cursor.json")
+    huge = b"X" * 5_000_000
+    log.write_bytes(
+        f"{ts(0)} ok\n".encode() + b"\xff\xfe broken \xc3\n" + huge + b"\n" + b"nul\x00byte\n" + f"{ts(1)} after\n".encode()
+    )
+    conn = _run_once(log, cursor, settings, topic)
+    assert conn.bad_utf8_lines == 1 and conn.records == 5
+    assert "invalid UTF-8 in 1 lines" in conn.coverage()[0].detail
+    got = values(consume(kafka_config, topic, 5))
+    assert [o["position"]["line"] for o in got] == [1, 2, 3, 4, 5]
+    assert got[1]["body"] == "\ufffd\ufffd broken \ufffd"
+    assert got[2]["attributes"]["truncated"] == 5_000_000
+    assert got[2]["body"].startswith("X" * MAX_BODY_CHARS + "\n[faultstream: cut, ")
+    assert got[3]["body"] == "nul\u2400byte"
+    assert got[4]["body"] == f"{ts(1)} after"
+    assert cursor.load()["files"][str(log)]["offset"] == log.stat().st_size
