@@ -1,0 +1,154 @@
+"""``faultstream connect bundle`` against a real Kafka broker: every example bundle published and
+consumed back (ids = the bundle reader's ids plus the workload/topology records; event-time
+order per partition), ``--speed`` pacing, and the producer's back-pressure and delivery errors
+against an address where no broker listens (real librdkafka, no mock)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from connectors.bundle import BundleConnector
+from connectors.publish import bundle_records, publish_bundle
+from schemas.bundle import WorkloadSpec
+from schemas.records import Observation, Source
+from sinks.kafka import BackPressureTimeout, DeliveryError, RecordProducer
+from sinks.kafka_settings import KafkaSettings
+from streams.cli import app
+from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: F401
+from tests.test_files_connector import consume, settings, values  # noqa: F401
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "incidents"
+BUNDLES = sorted(p.parent for p in EXAMPLES.glob("*/workload.yaml"))
+
+
+def test_examples_present():
+    assert len(BUNDLES) >= 15
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
+def test_every_example_bundle_round_trips(bundle: Path, settings: KafkaSettings, kafka_config, kafka_topic_factory):  # noqa: F811
+    topic = kafka_topic_factory("obs", partitions=3)
+    result = CliRunner().invoke(app, ["connect", "bundle", str(bundle), "--bootstrap",
+                                      settings.bootstrap_servers, "--topic", topic])
+    assert result.exit_code == 0, result.output
+    reader_ids = {o.observation_id for o in BundleConnector(bundle).observations()}
+    spec = BundleConnector(bundle).workload
+    has_topology = (bundle / "topology.yaml").is_file()
+    n = len(reader_ids) + 1 + int(has_topology)
+    assert f"published {n} records" in result.output
+
+    msgs = consume(kafka_config, topic, n)
+    got = values(msgs)
+    assert len(got) == n
+    heads = [o for o in got if o["format"] in ("workload_yaml", "topology_yaml")]
+    body_ids = {o["observation_id"] for o in got if o not in heads}
+    assert body_ids == reader_ids
+
+    (wl,) = [o for o in heads if o["format"] == "workload_yaml"]
+    assert wl["kind"] == "scheduler_event" and wl["host"] == "_scheduler"
+    assert wl["body"] == (bundle / "workload.yaml").read_text()
+    assert WorkloadSpec.model_validate(wl["attributes"]["workload"]) == spec
+    assert wl["observed_at"] == spec.start_ns and wl["workload_id"] == spec.workload_id
+    assert Observation.model_validate(wl).model_copy().with_id().observation_id == wl["observation_id"]
+    topo = [o for o in heads if o["format"] == "topology_yaml"]
+    assert len(topo) == int(has_topology)
+    if topo:
+        assert topo[0]["kind"] == "topology" and topo[0]["attributes"]["topology"]["links"]
+
+    # per partition: the head records first, then event-time order
+    by_part: dict[int, list] = defaultdict(list)
+    for m, o in zip(msgs, got):
+        assert m.key().decode() == o["host"]
+        by_part[m.partition()].append((m.offset(), o))
+    for part, items in by_part.items():
+        items.sort(key=lambda x: x[0])
+        seq = [o for _, o in items]
+        if any(o is wl for o in seq):
+            assert seq[0] is wl
+        times = [o["observed_at"] for o in seq if o not in heads]
+        assert times == sorted(times), f"partition {part} out of event-time order"
+
+
+def _tiny_bundle(root: Path) -> Path:
+    b = root / "tiny"
+    (b / "logs" / "node-a01").mkdir(parents=True)
+    (b / "workload.yaml").write_text(
+        "workload_id: job-7\ncluster: c1\nstate: FAILED\nstart: 2026-11-30T01:20:00Z\n"
+        "end: 2026-11-30T01:20:05Z\nnodes: [node-a01]\nranks_per_node: 1\n"
+    )
+    (b / "logs" / "node-a01" / "train.log").write_text(
+        "2026-11-30T01:20:01.000Z start\n2026-11-30T01:20:02.000Z middle\n2026-11-30T01:20:03.000Z end\n"
+    )
+    return b
+
+
+def test_speed_is_honoured(tmp_path: Path, settings: KafkaSettings, kafka_config, kafka_topic_factory):  # noqa: F811
+    bundle = _tiny_bundle(tmp_path)
+    topic = kafka_topic_factory("speed")
+    records, _ = bundle_records(bundle)
+    # workload record at 01:20:00, log lines at :01 .. :03: a 3 s span
+    assert [r.observed_at - records[0].observed_at for r in records] == [0, 10**9, 2 * 10**9, 3 * 10**9]
+    with RecordProducer(settings, topic) as producer:
+        t0 = time.monotonic()
+        n, _ = publish_bundle(bundle, producer, speed=10)
+        paced = time.monotonic() - t0
+        t0 = time.monotonic()
+        publish_bundle(bundle, producer, speed=0)
+        fast = time.monotonic() - t0
+    assert n == 4
+    assert paced >= 0.29  # 3 s at 10x, the 2 s span alone is >= 0.15 s
+    assert paced < 5
+    assert fast < paced
+    got = values(consume(kafka_config, topic, 8))
+    assert [o["body"].splitlines()[0] for o in got[1:4]] == [
+        "2026-11-30T01:20:01.000Z start", "2026-11-30T01:20:02.000Z middle", "2026-11-30T01:20:03.000Z end"]
+    assert got[:4] == got[4:]
+
+
+def test_cli_bad_bundle_is_one_line_error(tmp_path: Path):
+    result = CliRunner().invoke(app, ["connect", "bundle", str(tmp_path / "missing")])
+    assert result.exit_code == 2
+    assert "not a bundle directory" in result.output
+
+
+def _closed_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def _obs(i: int) -> Observation:
+    return Observation(source=Source(connector="t"), kind="log_line", observed_at=i, time_source="line",
+                       time_quality=1.0, host=f"h{i}", body="x").with_id()
+
+
+def test_back_pressure_then_clear_error_without_broker():
+    settings = KafkaSettings(bootstrap_servers=_closed_port())
+    producer = RecordProducer(settings, "nowhere", queue_max_messages=3, max_block_s=0.5,
+                              delivery_timeout_ms=60_000)
+    for i in range(3):
+        producer.send(f"h{i}", _obs(i))
+    t0 = time.monotonic()
+    with pytest.raises(BackPressureTimeout, match="queue full for 0.5 s"):
+        producer.send("h3", _obs(3))
+    assert 0.45 <= time.monotonic() - t0 < 5
+    assert producer.sent == 3 and producer.back_pressure_waits == 1 and len(producer) == 3
+
+
+def test_flush_raises_delivery_error_listing_keys():
+    settings = KafkaSettings(bootstrap_servers=_closed_port())
+    producer = RecordProducer(settings, "nowhere", delivery_timeout_ms=1_000)
+    producer.send("node-a01", _obs(1))
+    producer.send("node-a02", _obs(2))
+    with pytest.raises(DeliveryError) as info:
+        producer.flush(20)
+    assert sorted(f.key for f in info.value.failed) == ["node-a01", "node-a02"]
+    assert "node-a01, node-a02" in str(info.value) and "timed out" in str(info.value)
+    assert producer.flush(1) == 0  # failures were reported once; the queue is empty
+    assert producer.delivered == 0
