@@ -20,6 +20,8 @@ import logging
 import sys
 from pathlib import Path
 
+from typing import Optional
+
 import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn
@@ -134,6 +136,36 @@ def score(dirs: list[Path] = typer.Argument(..., help="directories holding bundl
         raise typer.Exit(1)
 
 
+@app.command()
+def worker(
+    app_id: Optional[str] = typer.Option(None, help="consumer group / Faust app id [FAULTSTREAM_APP_ID]"),
+    clickhouse: Optional[str] = typer.Option(None, help="chdb://DIR or http(s)://... [FAULTSTREAM_CLICKHOUSE]"),
+    idle_timeout: Optional[float] = typer.Option(None, help="live mode: close idle windows after S seconds (0: never)"),
+    lateness: Optional[float] = typer.Option(None, help="allowed lateness of events (s)"),
+    web_port: Optional[int] = typer.Option(None, help="port of /metrics on 127.0.0.1"),
+    loglevel: str = typer.Option("info", help="worker log level"),
+) -> None:
+    """Run a stream worker (Faust): observations -> events -> verdicts, until stopped.
+
+    Settings come from FAULTSTREAM_* and KAFKA_* variables (see streams/settings.py and
+    sinks/kafka_settings.py); the options here override them."""
+    import faust
+
+    from streams.app import create_app
+    from streams.settings import WorkerSettings
+
+    overrides = {
+        "app_id": app_id, "clickhouse": clickhouse, "idle_timeout_s": idle_timeout,
+        "allowed_lateness_s": lateness, "web_port": web_port,
+    }
+    try:
+        settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
+        faust_app = create_app(settings)
+    except ValueError as exc:  # pydantic.ValidationError is a ValueError
+        _fail(f"worker settings: {exc}")
+    faust.Worker(faust_app, loglevel=loglevel).execute_from_commandline()
+
+
 @schemas_app.command("export")
 def schemas_export(out_dir: Path = typer.Argument(Path("schemas/json"), help="output directory")) -> None:
     """Write one JSON Schema file per record type."""
@@ -156,3 +188,66 @@ from connectors.registry import add_connect_commands  # noqa: E402
 
 connect_app = typer.Typer(help="Publish inputs (bundles, log files, ...) to Kafka.", no_args_is_help=True)
 app.add_typer(add_connect_commands(connect_app), name="connect")
+
+
+# -- topics: the topic catalogue (schemas/topics.py) on a broker -------------------------------
+topics_app = typer.Typer(help="Kafka topics of the catalogue (schemas/topics.py).", no_args_is_help=True)
+app.add_typer(topics_app, name="topics")
+
+
+def _topics_settings(bootstrap: str | None):
+    """KafkaSettings from the environment, with ``--bootstrap`` overriding the servers."""
+    from pydantic import ValidationError
+
+    from sinks.kafka_settings import KafkaSettings
+
+    try:
+        return KafkaSettings(bootstrap_servers=bootstrap) if bootstrap else KafkaSettings()
+    except ValidationError as exc:
+        _fail(f"invalid Kafka settings: {exc.errors()[0]['msg']}")
+
+
+@topics_app.command("create")
+def topics_create(
+    bootstrap: str = typer.Option(None, "--bootstrap", help="host:port[,...] (default: KAFKA_BOOTSTRAP_SERVERS)"),
+    partitions: int = typer.Option(None, "--partitions", min=1, help="override every topic's partition count"),
+    prefix: str = typer.Option(None, "--prefix", help="topic name prefix (default: FAULTSTREAM_TOPIC_PREFIX or faultstream)"),
+    timeout: float = typer.Option(30.0, "--timeout", help="seconds per admin request"),
+) -> None:
+    """Create the catalogue's topics that do not exist yet (idempotent); exit 1 when an existing
+    topic's partitions or cleanup policy differ, 2 when the broker cannot be reached."""
+    from confluent_kafka import KafkaException
+
+    from schemas.topics import TopicMismatchError, catalogue, create_topics
+
+    settings = _topics_settings(bootstrap)
+    specs = catalogue(prefix)
+    try:
+        config = dict(settings.confluent_config(), log_level=0)  # errors are reported below, once
+        created = create_topics(config, specs, partitions_override=partitions, timeout_s=timeout)
+    except TopicMismatchError as exc:
+        for name in exc.created:
+            typer.echo(f"created {name}")
+        typer.echo(f"error: {exc}", err=True)  # plain: one line per topic, never wrapped
+        raise typer.Exit(1)
+    except (KafkaException, TimeoutError) as exc:
+        detail = exc.args[0].str() if isinstance(exc, KafkaException) and exc.args else str(exc)
+        _fail(f"Kafka at {settings.bootstrap_servers}: {detail}")
+    for spec in specs.values():
+        typer.echo(f"{'created' if spec.name in created else 'exists '} {spec.name}")
+
+
+@topics_app.command("list")
+def topics_list(
+    prefix: str = typer.Option(None, "--prefix", help="topic name prefix (default: FAULTSTREAM_TOPIC_PREFIX or faultstream)"),
+) -> None:
+    """Print the catalogue: name, key, value schema, partitions, cleanup policy, retention."""
+    from rich.table import Table
+
+    from schemas.topics import catalogue
+
+    table = Table("topic", "key", "value", "partitions", "cleanup", "retention")
+    for spec in catalogue(prefix).values():
+        retention = "-" if spec.retention_ms is None else f"{spec.retention_ms / 86_400_000:g} d"
+        table.add_row(spec.name, spec.key, spec.value_schema or "-", str(spec.partitions), spec.cleanup_policy, retention)
+    Console(width=160).print(table)
