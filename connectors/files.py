@@ -68,7 +68,8 @@ __all__ = ["FilesConnector", "READ_CHUNK_BYTES"]
 #: Bytes read from one file per read call.
 READ_CHUNK_BYTES = 1 << 20
 #: Bytes read from one file per pass (the rest waits for the next pass; bounds memory).
-MAX_PASS_BYTES = 64 << 20
+#: A record that straddles the limit is held back until the next pass completes it.
+MAX_PASS_BYTES = 16 << 20
 
 _STRUCTURE = re.compile(STRUCTURE_HINT)
 _SUMMARY_RULE = re.compile(r"={10,}\s*$")
@@ -167,6 +168,7 @@ class FilesConnector:
         default_host = host or socket.gethostname()
         saved = (cursor.load().get("files") or {}) if cursor is not None else {}
         self._tails: list[_Tail] = []
+        self._more = False  # a file had more than MAX_PASS_BYTES waiting in the last pass
         for p in dict.fromkeys(os.path.abspath(os.fspath(p)) for p in paths):
             h = default_host
             if pattern is not None and host is None:
@@ -209,6 +211,7 @@ class FilesConnector:
         (file order within a file, files in the configured order). Never raises on file
         problems (they are counted and noted in :meth:`coverage`)."""
         out: list[Observation] = []
+        self._more = False
         for tail in self._tails:
             try:
                 self._poll_tail(tail, out)
@@ -226,11 +229,12 @@ class FilesConnector:
 
     def observations(self) -> Iterator[Observation]:
         """Yield records as :meth:`poll` finds them; in follow mode forever (sleeping ``poll_s``
-        between empty passes), else after one pass. The position is not saved here."""
+        between empty passes), else until every file was read to its current end (one pass
+        reads at most ``MAX_PASS_BYTES`` per file). The position is not saved here."""
         while True:
             batch = self.poll()
             yield from batch
-            if not self.follow:
+            if not self.follow and not self._more:
                 return
             if not batch:
                 time.sleep(self.poll_s)
@@ -239,7 +243,8 @@ class FilesConnector:
             stop: Callable[[], bool] | None = None) -> int:
         """Poll, publish each pass's records with :func:`connectors.publish.publish` (flush,
         then save :meth:`checkpoint` to the cursor), repeat while ``follow`` and not
-        ``stop()``. Returns the number of records published. Raises the producer's
+        ``stop()`` (one-shot: until every file was read to its current end, one publish per
+        pass). Returns the number of records published. Raises the producer's
         ``DeliveryError`` / ``BackPressureTimeout`` (the cursor then stays at the last
         confirmed pass)."""
         from connectors.publish import publish
@@ -249,7 +254,7 @@ class FilesConnector:
             batch = self.poll()
             if batch or not self.follow:
                 total += publish(batch, producer, topic=topic, cursor=self.cursor, state=self.checkpoint)
-            if not self.follow or (stop is not None and stop()):
+            if (not self.follow and not self._more) or (stop is not None and stop()):
                 return total
             if not batch:
                 producer.poll(self.poll_s)
@@ -382,24 +387,24 @@ class FilesConnector:
                     self._emit(tail, out, final=True, with_partial=True)
                     self._truncated(tail, size)
                     tail.fh.seek(0)
-            got = self._read(tail)
-            if tail.draining:
-                rotated = True
-            else:
+            at_limit = self._read(tail) >= MAX_PASS_BYTES
+            if not tail.draining and not at_limit:
                 try:
                     st = os.stat(tail.path)
-                    rotated = (st.st_dev, st.st_ino) != (tail.dev, tail.ino)
+                    tail.draining = (st.st_dev, st.st_ino) != (tail.dev, tail.ino)
                 except FileNotFoundError:
-                    rotated = False  # moved away, not yet recreated: keep reading the old one
-                if rotated:
-                    self._read(tail)  # what was written before the switch
-            if not rotated:
+                    pass  # moved away, not yet recreated: keep reading the old one
+                if tail.draining:
+                    at_limit = self._read(tail) >= MAX_PASS_BYTES  # written before the switch
+            if at_limit:
+                self._more = True  # the rest in the next pass (bounds memory)
+                self._emit(tail, out, final=False)
+                return
+            if not tail.draining:
                 idle = self.follow and time.monotonic() - tail.last_data >= self.idle_s
                 self._emit(tail, out, final=(not self.follow) or idle)
-                if got < MAX_PASS_BYTES:
-                    return
-                continue
-            # finish the old file: every line, the last one even without its newline
+                return
+            # finish the rotated-away file: every line, the last one even without its newline
             self._emit(tail, out, final=True, with_partial=True)
             self._close(tail)
             tail.draining = False

@@ -110,10 +110,35 @@ def topology_observation(conn: BundleConnector) -> Observation | None:
     ).with_id()
 
 
+def coverage_observations(conn: BundleConnector) -> list[Observation]:
+    """The reader's coverage of every source of the bundle, one ``kind="health_event"``
+    record each (``format="coverage"``, ``attributes.coverage`` = the
+    :class:`schemas.records.CoverageEntry`), so the stream's verdict reports the same coverage
+    as ``faultstream replay``. Valid after the connector's observations were read."""
+    w = conn.workload
+    return [
+        Observation(
+            source=Source(connector="bundle", instance=f"{w.cluster}/{w.workload_id}"),
+            kind="health_event",
+            observed_at=w.start_ns,
+            time_source="transport",
+            time_quality=TIME_QUALITY_EXACT,
+            host=entry.source.split("/")[1] if entry.source.count("/") >= 2 else SCHEDULER_HOST,
+            cluster=w.cluster,
+            workload_id=w.workload_id,
+            format="coverage",
+            body=f"coverage {entry.source}: {entry.status}, {entry.records} records, {entry.unparsed} unparsed",
+            attributes={"coverage": entry.model_dump(mode="json")},
+            position=Position(file=entry.source.removeprefix("file:") if entry.source.startswith("file:") else None),
+        ).with_id()
+        for entry in conn.coverage()
+    ]
+
+
 def bundle_records(path: str | Path) -> tuple[list[Observation], BundleConnector]:
     """All records of the bundle at ``path`` in publishing order: the workload record, the
     topology record (if any), then every ``BundleConnector(path, keywords=None)`` observation
-    sorted by ``(observed_at, position.file, position.line)``. Returns the list and the
+    sorted by ``(observed_at, position.file, position.line)``, then the coverage records. Returns the list and the
     connector (for its ``coverage()``). Raises :class:`connectors.bundle.BundleError` for an
     unreadable bundle."""
     conn = BundleConnector(path, keywords=None)
@@ -123,7 +148,7 @@ def bundle_records(path: str | Path) -> tuple[list[Observation], BundleConnector
     topo = topology_observation(conn)
     if topo is not None:
         head.append(topo)
-    return head + body, conn
+    return head + body + coverage_observations(conn), conn
 
 
 def paced(records: list[Observation], speed: float, *, wait: Callable[[float], Any] = time.sleep,

@@ -37,18 +37,24 @@ def test_every_example_bundle_round_trips(bundle: Path, settings: KafkaSettings,
     result = CliRunner().invoke(app, ["connect", "bundle", str(bundle), "--bootstrap",
                                       settings.bootstrap_servers, "--topic", topic])
     assert result.exit_code == 0, result.output
-    reader_ids = {o.observation_id for o in BundleConnector(bundle).observations()}
-    spec = BundleConnector(bundle).workload
+    reader = BundleConnector(bundle)
+    reader_ids = {o.observation_id for o in reader.observations()}
+    coverage = reader.coverage()
+    spec = reader.workload
     has_topology = (bundle / "topology.yaml").is_file()
-    n = len(reader_ids) + 1 + int(has_topology)
+    n = len(reader_ids) + 1 + int(has_topology) + len(coverage)
     assert f"published {n} records" in result.output
 
     msgs = consume(kafka_config, topic, n)
     got = values(msgs)
     assert len(got) == n
     heads = [o for o in got if o["format"] in ("workload_yaml", "topology_yaml")]
-    body_ids = {o["observation_id"] for o in got if o not in heads}
+    tails = [o for o in got if o["format"] == "coverage"]
+    body_ids = {o["observation_id"] for o in got if o not in heads and o not in tails}
     assert body_ids == reader_ids
+    # the reader's coverage follows the records, one health_event per source
+    assert sorted(o["attributes"]["coverage"]["source"] for o in tails) == sorted(c.source for c in coverage)
+    assert all(o["kind"] == "health_event" for o in tails)
 
     (wl,) = [o for o in heads if o["format"] == "workload_yaml"]
     assert wl["kind"] == "scheduler_event" and wl["host"] == "_scheduler"
@@ -61,7 +67,7 @@ def test_every_example_bundle_round_trips(bundle: Path, settings: KafkaSettings,
     if topo:
         assert topo[0]["kind"] == "topology" and topo[0]["attributes"]["topology"]["links"]
 
-    # per partition: the head records first, then event-time order
+    # per partition: the head records first, then event-time order, then coverage
     by_part: dict[int, list] = defaultdict(list)
     for m, o in zip(msgs, got):
         assert m.key().decode() == o["host"]
@@ -71,7 +77,9 @@ def test_every_example_bundle_round_trips(bundle: Path, settings: KafkaSettings,
         seq = [o for _, o in items]
         if any(o is wl for o in seq):
             assert seq[0] is wl
-        times = [o["observed_at"] for o in seq if o not in heads]
+        kinds = ["head" if o in heads else "cov" if o in tails else "body" for o in seq]
+        assert kinds == sorted(kinds, key=["head", "body", "cov"].index)
+        times = [o["observed_at"] for o, k in zip(seq, kinds) if k == "body"]
         assert times == sorted(times), f"partition {part} out of event-time order"
 
 
@@ -93,7 +101,8 @@ def test_speed_is_honoured(tmp_path: Path, settings: KafkaSettings, kafka_config
     topic = kafka_topic_factory("speed")
     records, _ = bundle_records(bundle)
     # workload record at 01:20:00, log lines at :01 .. :03: a 3 s span
-    assert [r.observed_at - records[0].observed_at for r in records] == [0, 10**9, 2 * 10**9, 3 * 10**9]
+    assert [r.observed_at - records[0].observed_at for r in records[:4]] == [0, 10**9, 2 * 10**9, 3 * 10**9]
+    assert [r.format for r in records[4:]] == ["coverage"]
     with RecordProducer(settings, topic) as producer:
         t0 = time.monotonic()
         n, _ = publish_bundle(bundle, producer, speed=10)
@@ -101,14 +110,14 @@ def test_speed_is_honoured(tmp_path: Path, settings: KafkaSettings, kafka_config
         t0 = time.monotonic()
         publish_bundle(bundle, producer, speed=0)
         fast = time.monotonic() - t0
-    assert n == 4
+    assert n == 5
     assert paced >= 0.29  # 3 s at 10x, the 2 s span alone is >= 0.15 s
     assert paced < 5
     assert fast < paced
-    got = values(consume(kafka_config, topic, 8))
-    assert [o["body"].splitlines()[0] for o in got[1:4]] == [
+    got = values(consume(kafka_config, topic, 10))
+    assert [o["body"] for o in got[1:4]] == [
         "2026-11-30T01:20:01.000Z start", "2026-11-30T01:20:02.000Z middle", "2026-11-30T01:20:03.000Z end"]
-    assert got[:4] == got[4:]
+    assert got[:5] == got[5:]
 
 
 def test_cli_bad_bundle_is_one_line_error(tmp_path: Path):

@@ -219,3 +219,25 @@ def test_invalid_utf8_and_5mb_line(tmp_path, settings, kafka_config, kafka_topic
     assert got[3]["body"] == "nul\u2400byte"
     assert got[4]["body"] == f"{ts(1)} after"
     assert cursor.load()["files"][str(log)]["offset"] == log.stat().st_size
+
+
+def test_pass_limit_gives_the_same_records(tmp_path, monkeypatch):
+    """Reading in many small passes (bounded memory) yields exactly the records of one pass,
+    tracebacks straddling a pass boundary included."""
+    import connectors.files as files
+
+    log = tmp_path / "x.log"
+    parts = []
+    for i in range(300):
+        parts.append(f"{ts(i % 60)} line {i}\n")
+        if i % 37 == 0:
+            parts.append('Traceback (most recent call last):\n  File "t.py", line 1, in f\nValueError: v\n')
+    log.write_text("".join(parts))
+    one = list(FilesConnector([log], host="h", cursor=CursorStore(tmp_path / "c1.json")).observations())
+    monkeypatch.setattr(files, "MAX_PASS_BYTES", 200)
+    monkeypatch.setattr(files, "READ_CHUNK_BYTES", 64)
+    small = FilesConnector([log], host="h", cursor=CursorStore(tmp_path / "c2.json"))
+    many = list(small.observations())
+    assert [o.observation_id for o in many] == [o.observation_id for o in one]
+    assert len(one) == 300 + 9 and sum(o.body.startswith("Traceback") for o in one) == 9
+    assert small.checkpoint()["files"][str(log)]["offset"] == log.stat().st_size
