@@ -241,3 +241,32 @@ def test_pass_limit_gives_the_same_records(tmp_path, monkeypatch):
     assert [o.observation_id for o in many] == [o.observation_id for o in one]
     assert len(one) == 300 + 9 and sum(o.body.startswith("Traceback") for o in one) == 9
     assert small.checkpoint()["files"][str(log)]["offset"] == log.stat().st_size
+
+
+def test_cli_connect_files_resumes(tmp_path, settings, kafka_config, kafka_topic_factory):  # noqa: F811
+    from typer.testing import CliRunner
+
+    from connectors.registry import connectors
+    from streams.cli import app
+
+    assert {"bundle", "files"} <= set(connectors())
+    topic = kafka_topic_factory("cli")
+    log = tmp_path / "node-c03" / "syslog"
+    log.parent.mkdir()
+    log.write_text("Nov 30 01:20:00 node-c03 kernel: NVRM: Xid (PCI:0000:9c:00): 79, GPU has fallen off the bus.\n")
+    args = ["connect", "files", str(log), "--host-from-path", r"/(?P<host>node-[a-z0-9]+)/",
+            "--cluster", "c9", "--workload", "job-3", "--cursor", str(tmp_path / "cur.json"),
+            "--bootstrap", settings.bootstrap_servers, "--topic", topic]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "published 1 records" in first.output
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "published 0 records" in again.output
+    (o,) = values(consume(kafka_config, topic, 1))
+    assert (o["host"], o["cluster"], o["workload_id"], o["format"]) == ("node-c03", "c9", "job-3", "syslog")
+    from correlators.timefmt import wall_to_ns
+
+    # syslog has no year: the connector's year (default: the current UTC year)
+    assert o["time_quality"] == 0.7 and o["observed_at"] == wall_to_ns(time.gmtime().tm_year, 11, 30, 1, 20, 0)
+    bad = CliRunner().invoke(app, ["connect", "files", str(log), "--host-from-path", "(no-group)"])
+    assert bad.exit_code == 2 and "no (?P<host>...) group" in bad.output
