@@ -1,0 +1,566 @@
+"""Slurm connector: job/step state transitions and node state changes -> Observations.
+
+``SlurmConnector(cluster, cursor=CursorStore(...))`` polls the Slurm command-line tools:
+
+* ``sacct --json --allusers -S <since> -E now`` (Slurm 22.05: plugin ``openapi/dbv0.0.38``,
+  top-level ``{"meta", "errors", "jobs"}``; per job ``job_id``, ``array.{job_id,task_id}``,
+  ``name``, ``partition``, ``account``, ``user``, ``nodes`` (a hostlist expression, or
+  ``"None assigned"`` while pending), ``state.{current,reason}``,
+  ``time.{submission,start,end}`` (Unix seconds, ``null``/0 when not reached),
+  ``exit_code.{status,return_code,signal.signal_id}``, ``tres.allocated[]`` and ``steps[]``
+  with ``step.id`` (``"batch"``, ``"extern"``, or an int), ``state``, ``nodes.list``,
+  ``tasks.count``, ``task.distribution``, ``time.{start,end}``, ``exit_code``);
+* ``sacct -P -n --allusers -o JobID,ExitCode`` over the same window, because 22.05's JSON
+  reports ``{"status": "SUCCESS", "return_code": 0}`` for jobs and steps that exited non-zero
+  (seen on 22.05.8: ``exit 3`` gives ``FAILED`` with that exit code in JSON and ``3:0`` in the
+  text output). The text ``ExitCode`` (``<exit status>:<signal>``) is authoritative; the JSON
+  signal is used when the text row is missing;
+* ``scontrol -o show node`` (one ``Key=Value`` line per node; 22.05 has no ``--json`` for
+  scontrol): ``NodeName``, ``State`` (``IDLE+DRAIN``, ``DOWN*``, ...) and ``Reason`` (always
+  last on the line, ``<text> [<user>@<local time>]``).
+
+One Observation (``kind="scheduler_event"``) per **transition**:
+
+* job and step states PENDING -> RUNNING -> COMPLETED / FAILED / CANCELLED / TIMEOUT /
+  NODE_FAIL / OUT_OF_MEMORY / PREEMPTED / ...; a job that went through several states between
+  two polls yields each of them, timed by Slurm (PENDING at submission, RUNNING at start, the
+  final state at end). ``body`` is a row in ``sacct``'s default column format (``JobID JobName
+  Partition Account AllocCPUS State ExitCode``), which the ``sched.sacct_row`` rule turns into
+  ``sched.job_state`` (that rule knows the final states only: PENDING/RUNNING rows give no
+  event, their data is in ``attributes``);
+* node state changes (DOWN, DRAIN, FAIL, and the return to service; IDLE <-> ALLOCATED <->
+  MIXED while in service are not reported): ``body`` is slurmctld's
+  ``update_node: node <node> state set to <STATE>`` line, followed by ``update_node: node
+  <node> reason set to: <reason>`` when there is a reason (rules ``sched.slurm_update_node_*``
+  give ``sched.node_state``). A node seen for the first time is reported only when it is not
+  in service.
+
+Fields: ``observed_at`` is the transition time from Slurm in UTC ns (node changes without a
+Slurm time -- the return to service -- use the poll time, ``time_source="transport"``);
+``host`` is the node for node changes and single-node steps, ``"_scheduler"`` for jobs and
+multi-node steps; ``workload_id`` is the job id (``1001`` or ``1001_7`` for array tasks);
+``source`` is ``Source(connector="slurm", instance=cluster)``; ids are content hashes
+(:meth:`~schemas.records.Observation.with_id`). ``attributes``: ``job_id`` (``"1001"``,
+``"1001.batch"``, ``"1001.0"``), ``step``, ``state``, ``exit_code``, ``signal``,
+``exit_status`` (``"3:0"``), ``nodes``, ``start_ns``, ``end_ns``, ``submit_ns``, ``ntasks``,
+``tasks_per_node`` and ``ranks`` (``{node: [first, last]}`` for block-distributed steps whose
+tasks divide evenly over their nodes), ``reason``, ``name``, ``partition``, ``user``; for
+nodes ``node``, ``state``, ``state_raw``, ``reason``, ``reason_user``, ``reason_at_ns``,
+``previous_state``.
+
+Resume without loss or duplicates: the cursor (:class:`~connectors.cursor.CursorStore`) holds
+the time of the last poll and the last state reported per job, step and node. :meth:`poll`
+queries from the last poll time (minus ``overlap_s``) and compares with that state;
+:meth:`commit` saves the state reached by the last poll and must be called only after the
+caller delivered what it returned. After a crash before ``commit`` the next poll re-emits the
+same observations with the same ids.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import threading
+import time
+from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from connectors.cursor import CursorStore
+from schemas.records import TIME_QUALITY_SECONDS, TIME_QUALITY_TRANSPORT, Observation, Source
+
+__all__ = ["SlurmConnector", "SlurmError", "expand_hostlist", "parse_scontrol_nodes"]
+
+log = logging.getLogger(__name__)
+
+SCHEDULER_HOST = "_scheduler"
+CURSOR_VERSION = 1
+#: Node states (base, upper case) in which a node is in service; flags such as DRAIN, FAIL,
+#: MAINTENANCE, NOT_RESPONDING take it out of service whatever the base is.
+IN_SERVICE = {"IDLE", "ALLOCATED", "MIXED", "COMPLETING"}
+_OUT_FLAGS = ("DRAIN", "FAIL", "MAINT", "NOT_RESPONDING", "POWERED_DOWN", "REBOOT")
+_ORDER = {"PENDING": 0, "RUNNING": 1}
+_NS = 1_000_000_000
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed (not found, non-zero exit, timeout) or printed output that is not
+    the documented format. The message has the command and the end of its stderr."""
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+def expand_hostlist(expr: str | None) -> list[str]:
+    """Expand a Slurm hostlist expression (``node-a[01-03,07],gpu1``) into host names, in
+    order. ``None``, ``""`` and ``"None assigned"`` (sacct for jobs that never started) give
+    ``[]``. Raises ``ValueError`` for unbalanced brackets."""
+    if not expr or expr == "None assigned" or expr == "(null)":
+        return []
+    out: list[str] = []
+    for item in _split_top(expr):
+        out.extend(_expand_one(item))
+    return out
+
+
+def _split_top(expr: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in expr:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced hostlist {expr!r}")
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth:
+        raise ValueError(f"unbalanced hostlist {expr!r}")
+    parts.append("".join(cur))
+    return [p for p in parts if p]
+
+
+def _expand_one(item: str) -> list[str]:
+    m = re.search(r"\[([^\]]*)\]", item)
+    if not m:
+        return [item]
+    head, tail = item[: m.start()], item[m.end():]
+    names = []
+    for rng in m[1].split(","):
+        lo, _, hi = rng.partition("-")
+        if not hi:
+            names.append(lo)
+        else:
+            width = len(lo)
+            names.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
+    return [h for n in names for h in _expand_one(head + n + tail)]
+
+
+def _ns(seconds: Any) -> int | None:
+    """Unix seconds from sacct JSON (int, or null/0 when the time was not reached) -> UTC ns."""
+    if isinstance(seconds, (int, float)) and seconds > 0:
+        return int(seconds) * _NS
+    return None
+
+
+def _local_iso_to_ns(text: str) -> int | None:
+    """``2026-11-30T02:18:14`` in the local time zone of the Slurm tools -> UTC ns."""
+    try:
+        return int(datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").astimezone().timestamp()) * _NS
+    except ValueError:
+        return None
+
+
+def parse_scontrol_nodes(text: str) -> dict[str, dict[str, str]]:
+    """Parse ``scontrol -o show node`` (Slurm 22.05: one line per node of space-separated
+    ``Key=Value`` pairs, values may hold spaces -- ``OS=Linux 6.1 #1 SMP`` -- and ``Reason=``,
+    when present, runs to the end of the line). Returns ``{node name: {key: value}}``.
+    Raises :class:`SlurmError` for a non-empty line without ``NodeName=``."""
+    nodes: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("No nodes"):
+            continue
+        reason = None
+        cut = line.find(" Reason=")
+        if cut >= 0:
+            reason = line[cut + len(" Reason="):]
+            line = line[:cut]
+        fields: dict[str, str] = {}
+        for part in re.split(r" (?=[A-Za-z_][A-Za-z0-9_]*=)", line):
+            key, sep, value = part.partition("=")
+            if sep:
+                fields[key] = value.strip()
+        if reason is not None:
+            fields["Reason"] = reason.strip()
+        if "NodeName" not in fields:
+            raise SlurmError(f"scontrol -o show node: line without NodeName: {line[:200]!r}")
+        nodes[fields["NodeName"]] = fields
+    return nodes
+
+
+def _node_display_state(raw: str) -> str:
+    """``IDLE+DRAIN`` -> ``DRAINED``, ``ALLOCATED+DRAIN`` -> ``DRAINING``, ``DOWN*`` -> ``DOWN``,
+    ``IDLE+FAIL`` -> ``FAIL``, ``MIXED+FAIL`` -> ``FAILING``, ``IDLE`` -> ``IDLE`` (the names
+    slurmctld logs and ``sinfo`` prints)."""
+    parts = raw.rstrip("*~#!%$@^-").split("+")
+    base = parts[0].rstrip("*~#!%$@^-").upper()
+    flags = {p.upper() for p in parts[1:]}
+    busy = base in ("ALLOCATED", "MIXED", "COMPLETING")
+    if base == "DOWN":
+        return "DOWN"
+    if "FAIL" in flags:
+        return "FAILING" if busy else "FAIL"
+    if "DRAIN" in flags:
+        return "DRAINING" if busy else "DRAINED"
+    if "MAINT" in flags:
+        return "MAINT"
+    if "NOT_RESPONDING" in flags or raw.endswith("*"):
+        return "NOT_RESPONDING"
+    return base
+
+
+def _in_service(raw: str) -> bool:
+    parts = raw.split("+")
+    base = parts[0].rstrip("*~#!%$@^-").upper()
+    if raw.endswith("*"):
+        return False
+    return base in IN_SERVICE and not any(f.upper().startswith(_OUT_FLAGS) for f in parts[1:])
+
+
+def _exit_parts(text: str | None, js: dict[str, Any] | None) -> tuple[str | None, int | None, int | None]:
+    """-> (``"3:0"``, exit code, signal or None). Text ``ExitCode`` wins over the JSON."""
+    if text and re.fullmatch(r"\d+:\d+", text):
+        code, sig = (int(x) for x in text.split(":"))
+        return text, code, (sig or None)
+    js = js or {}
+    sig = ((js.get("signal") or {}).get("signal_id")) if js.get("status") == "SIGNALED" else None
+    code = js.get("return_code")
+    code = code if isinstance(code, int) else 0
+    return f"{code}:{sig or 0}", code, sig
+
+
+def _cpus(tres: Any) -> int:
+    for item in tres or []:
+        if isinstance(item, dict) and item.get("type") == "cpu" and isinstance(item.get("count"), int):
+            return item["count"]
+    return 0
+
+
+def _token(value: Any, default: str = "") -> str:
+    text = "" if value is None else str(value)
+    text = re.sub(r"\s+", "_", text.strip())
+    return text or default
+
+
+def _sacct_row(job_id: str, name: str, partition: str, account: str, cpus: int, state: str,
+               exit_status: str) -> str:
+    """A row as ``sacct`` prints its default columns (widths 12/10/10/10/10/10/8)."""
+    return (f"{job_id:<12} {_token(name, 'unknown'):>10} {_token(partition):>10} "
+            f"{_token(account):>10} {cpus:>10} {state:>10} {exit_status:>8}")
+
+
+# ---- the connector --------------------------------------------------------------------------------
+
+class SlurmConnector:
+    """Poll one Slurm cluster's ``sacct`` and ``scontrol`` for state transitions (see the module
+    docstring for the formats and the Observation fields).
+
+    ``cluster`` names the instance (``Source.instance``, ``Observation.cluster``); ``cursor``
+    persists the resume state; ``poll_s`` is the pause between polls of :meth:`run`;
+    ``sacct``/``scontrol`` are the commands (names on ``PATH`` or paths). ``lookback_s`` is how
+    far back the first poll (empty cursor) looks; ``overlap_s`` how far before the last poll
+    time each later poll starts (covers records sacct stores late); ``timeout_s`` bounds each
+    command.
+    """
+
+    def __init__(self, cluster: str, *, cursor: CursorStore, poll_s: float = 10,
+                 sacct: str = "sacct", scontrol: str = "scontrol", lookback_s: int = 3600,
+                 overlap_s: int = 300, timeout_s: float = 60) -> None:
+        self.cluster = cluster
+        self.cursor = cursor
+        self.poll_s = poll_s
+        self.sacct = sacct
+        self.scontrol = scontrol
+        self.lookback_s = lookback_s
+        self.overlap_s = overlap_s
+        self.timeout_s = timeout_s
+        self._source = Source(connector="slurm", instance=cluster)
+        self._state: dict[str, Any] | None = None  # state after the last poll (uncommitted)
+        self._committed: dict[str, Any] | None = None
+
+    # -- cursor ---------------------------------------------------------------------------------
+    def _load(self) -> dict[str, Any]:
+        data = self.cursor.load()  # CursorError on a corrupted file
+        if not data:
+            return {"version": CURSOR_VERSION, "cluster": self.cluster, "since": None,
+                    "jobs": {}, "nodes": {}}
+        if data.get("version") != CURSOR_VERSION or data.get("cluster") != self.cluster:
+            raise SlurmError(
+                f"cursor {self.cursor.path}: written for cluster {data.get('cluster')!r} "
+                f"version {data.get('version')!r}, not {self.cluster!r} v{CURSOR_VERSION}")
+        data.setdefault("jobs", {})
+        data.setdefault("nodes", {})
+        return data
+
+    def commit(self) -> None:
+        """Persist the state reached by the last :meth:`poll` (call after its observations were
+        delivered). No-op before the first poll. Raises ``OSError`` if the cursor cannot be
+        written."""
+        if self._state is None:
+            return
+        self.cursor.save(self._state)
+        self._committed = json.loads(json.dumps(self._state))
+
+    def rollback(self) -> None:
+        """Forget what the last polls found since the last :meth:`commit` (delivery failed):
+        the next poll emits those transitions again, with the same ids."""
+        self._state = None if self._committed is None else json.loads(json.dumps(self._committed))
+
+    # -- commands -------------------------------------------------------------------------------
+    def _run(self, argv: list[str]) -> str:
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s)
+        except FileNotFoundError as exc:
+            raise SlurmError(f"{argv[0]}: command not found") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmError(f"{' '.join(argv)}: no answer in {self.timeout_s:g} s") from exc
+        if proc.returncode != 0:
+            raise SlurmError(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()[-500:]}")
+        return proc.stdout
+
+    def _window(self, state: dict[str, Any], now: int) -> tuple[str, str]:
+        since = state.get("since")
+        start = now - self.lookback_s if since is None else int(since) - self.overlap_s
+        fmt = "%Y-%m-%dT%H:%M:%S"  # sacct reads times in its local time zone
+        return time.strftime(fmt, time.localtime(start)), time.strftime(fmt, time.localtime(now))
+
+    def fetch_jobs(self, start: str, end: str) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Run ``sacct --json`` and the text ``ExitCode`` query for ``[start, end]`` (local
+        ``YYYY-MM-DDTHH:MM:SS``). Returns (jobs as printed by ``sacct --json``, ``{JobID:
+        "code:signal"}``). Raises :class:`SlurmError`."""
+        out = self._run([self.sacct, "--json", "--allusers", "-S", start, "-E", end])
+        try:
+            doc = json.loads(out)
+            jobs = doc["jobs"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise SlurmError(f"sacct --json: not the 22.05 JSON document ({exc}): {out[:200]!r}") from exc
+        for err in doc.get("errors") or []:
+            raise SlurmError(f"sacct --json reported an error: {err}")
+        text = self._run([self.sacct, "-P", "-n", "--allusers", "-S", start, "-E", end,
+                          "-o", "JobID,ExitCode"])
+        codes = {}
+        for line in text.splitlines():
+            jid, sep, code = line.partition("|")
+            if sep:
+                codes[jid.strip()] = code.strip()
+        return jobs, codes
+
+    def fetch_nodes(self) -> dict[str, dict[str, str]]:
+        """Run ``scontrol -o show node`` -> :func:`parse_scontrol_nodes`. Raises
+        :class:`SlurmError`."""
+        return parse_scontrol_nodes(self._run([self.scontrol, "-o", "show", "node"]))
+
+    # -- polling --------------------------------------------------------------------------------
+    def poll(self, now: float | None = None) -> list[Observation]:
+        """One poll: query Slurm, compare with the state after the previous poll (or the
+        committed cursor), return the transitions as Observations ordered by ``observed_at``.
+        The new state is kept in memory until :meth:`commit`. ``now`` (Unix seconds) is the
+        query's end, default the wall clock. Raises :class:`SlurmError` when a command fails
+        and :class:`~connectors.cursor.CursorError` for a corrupted cursor; on error the
+        state is unchanged."""
+        if self._state is None:
+            self._committed = self._load()
+            self._state = json.loads(json.dumps(self._committed))
+        state = json.loads(json.dumps(self._state))
+        now_s = int(time.time() if now is None else now)
+        start, end = self._window(state, now_s)
+        jobs, codes = self.fetch_jobs(start, end)
+        nodes = self.fetch_nodes()
+        out = self.transitions(state, jobs, codes, nodes, now_s)
+        self._state = state
+        return out
+
+    def transitions(self, state: dict[str, Any], jobs: list[dict[str, Any]],
+                    codes: dict[str, str], nodes: dict[str, dict[str, str]],
+                    now_s: int) -> list[Observation]:
+        """The pure part of :meth:`poll`: compare ``jobs`` (as ``sacct --json`` prints them),
+        ``codes`` (``{JobID: "code:signal"}``) and ``nodes`` (:func:`parse_scontrol_nodes`)
+        with ``state`` (the cursor document, updated in place, ``since`` set to ``now_s``) and
+        return the transitions ordered by ``observed_at``."""
+        out: list[Observation] = []
+        seen: set[str] = set()
+        for job in jobs:
+            out.extend(self._job_transitions(job, codes, state.setdefault("jobs", {}), seen))
+        out.extend(self._node_transitions(nodes, state.setdefault("nodes", {}), now_s))
+        # forget finished jobs that can no longer come back in a query window
+        horizon = now_s - self.overlap_s - 2 * max(self.overlap_s, 60)
+        state["jobs"] = {k: v for k, v in state["jobs"].items()
+                         if k in seen or not v.get("final") or (v.get("end") or now_s) >= horizon}
+        state["since"] = now_s
+        out.sort(key=lambda o: (o.observed_at, o.attributes.get("job_id") or "", o.host))
+        return out
+
+    def _job_transitions(self, job: dict[str, Any], codes: dict[str, str],
+                         seen_state: dict[str, Any], seen: set[str]) -> Iterable[Observation]:
+        array = job.get("array") or {}
+        base = str(job.get("job_id"))
+        if array.get("task_id") is not None and array.get("job_id"):
+            base = f"{array['job_id']}_{array['task_id']}"
+        t = job.get("time") or {}
+        submit_ns, start_ns, end_ns = _ns(t.get("submission")), _ns(t.get("start")), _ns(t.get("end"))
+        cur = ((job.get("state") or {}).get("current") or "UNKNOWN").upper()
+        reason = (job.get("state") or {}).get("reason")
+        nodes = expand_hostlist(job.get("nodes"))
+        exit_status, code, sig = _exit_parts(codes.get(base) or codes.get(str(job.get("job_id"))),
+                                             job.get("exit_code"))
+        common = {
+            "name": job.get("name"), "partition": job.get("partition") or None,
+            "user": job.get("user"), "submit_ns": submit_ns, "start_ns": start_ns,
+            "end_ns": end_ns, "nodes": nodes,
+        }
+        if reason and reason != "None":
+            common["reason"] = reason
+        steps = [s for s in job.get("steps") or [] if isinstance(s, dict)]
+        layout = self._job_layout(steps, nodes)
+        common.update(layout)
+        path = [("PENDING", submit_ns)]
+        if start_ns is not None and cur != "PENDING":
+            path.append(("RUNNING", start_ns))
+        if cur not in ("PENDING", "RUNNING"):
+            path.append((cur, end_ns or start_ns or submit_ns))
+        key = f"job:{base}"
+        seen.add(key)
+        yield from self._emit(key, base, None, path, cur, submit_ns, end_ns, seen_state, common,
+                              exit_status, code, sig, SCHEDULER_HOST, job, _cpus((job.get("tres") or {}).get("allocated")))
+        for step in steps:
+            sid = str((step.get("step") or {}).get("id"))
+            sjid = f"{base}.{sid}"
+            st = step.get("time") or {}
+            s_start, s_end = _ns(st.get("start")), _ns(st.get("end"))
+            s_cur = (step.get("state") or "UNKNOWN").upper()
+            s_nodes = list((step.get("nodes") or {}).get("list") or []) or expand_hostlist(
+                (step.get("nodes") or {}).get("range"))
+            ntasks = (step.get("tasks") or {}).get("count")
+            s_exit, s_code, s_sig = _exit_parts(codes.get(sjid), step.get("exit_code"))
+            s_common = {
+                "name": (step.get("step") or {}).get("name"), "partition": None,
+                "user": job.get("user"), "submit_ns": submit_ns, "start_ns": s_start,
+                "end_ns": s_end, "nodes": s_nodes, "step": sid,
+            }
+            s_common.update(self._step_layout(step, s_nodes, ntasks))
+            s_path = [("RUNNING", s_start)] if s_start is not None else []
+            if s_cur != "RUNNING":
+                s_path.append((s_cur, s_end or s_start))
+            skey = f"step:{sjid}"
+            seen.add(skey)
+            host = s_nodes[0] if len(s_nodes) == 1 else SCHEDULER_HOST
+            yield from self._emit(skey, sjid, sid, s_path, s_cur, submit_ns, s_end, seen_state,
+                                  s_common, s_exit, s_code, s_sig, host, job,
+                                  _cpus((step.get("tres") or {}).get("allocated")), workload=base)
+
+    @staticmethod
+    def _step_layout(step: dict[str, Any], nodes: list[str], ntasks: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if isinstance(ntasks, int) and ntasks > 0:
+            out["ntasks"] = ntasks
+            if nodes and ntasks % len(nodes) == 0:
+                per = ntasks // len(nodes)
+                out["tasks_per_node"] = per
+                dist = ((step.get("task") or {}).get("distribution") or "").lower()
+                if dist.startswith("block"):
+                    out["ranks"] = {n: [i * per, (i + 1) * per - 1] for i, n in enumerate(nodes)}
+        return out
+
+    def _job_layout(self, steps: list[dict[str, Any]], nodes: list[str]) -> dict[str, Any]:
+        """The job's rank layout = that of its widest numbered (srun) step over all its nodes."""
+        best: dict[str, Any] = {}
+        for step in steps:
+            sid = (step.get("step") or {}).get("id")
+            if not isinstance(sid, int):
+                continue
+            s_nodes = list((step.get("nodes") or {}).get("list") or [])
+            lay = self._step_layout(step, s_nodes, (step.get("tasks") or {}).get("count"))
+            if sorted(s_nodes) == sorted(nodes) and lay.get("ntasks", 0) > best.get("ntasks", 0):
+                best = lay
+        return best
+
+    def _emit(self, key: str, job_id: str, step: str | None, path: list[tuple[str, int | None]],
+              cur: str, submit_ns: int | None, end_ns: int | None, seen_state: dict[str, Any],
+              common: dict[str, Any], exit_status: str, code: int | None, sig: int | None,
+              host: str, job: dict[str, Any], cpus: int, workload: str | None = None,
+              ) -> Iterable[Observation]:
+        prev = seen_state.get(key)
+        if prev is not None and prev.get("submit") != submit_ns:
+            prev = None  # a requeued job: a new attempt starts from PENDING again
+        prev_state = prev.get("state") if prev else None
+        if prev_state == cur:
+            return
+        if prev_state is None:
+            todo = path
+        elif prev_state in _ORDER:
+            todo = [(s, at) for s, at in path if _ORDER.get(s, 2) > _ORDER[prev_state]]
+        else:  # an unusual state before (SUSPENDED, REQUEUED, ...): report where it is now
+            todo = [p for p in path if p[0] == cur]
+        final = cur not in ("PENDING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING")
+        seen_state[key] = {"state": cur, "submit": submit_ns, "end": (end_ns // _NS) if end_ns else None,
+                           "final": final}
+        for state, at in todo:
+            if at is None:
+                continue
+            terminal = state == cur and final
+            attrs = dict(common)
+            attrs.update({"job_id": job_id, "state": state})
+            if terminal:
+                attrs.update({"exit_status": exit_status, "exit_code": code, "signal": sig})
+                status = exit_status
+            else:
+                attrs["end_ns"] = None
+                status = "0:0"
+            if state == "PENDING":  # nothing allocated yet
+                for k in ("start_ns", "nodes", "ntasks", "tasks_per_node", "ranks"):
+                    attrs.pop(k, None)
+            attrs = {k: v for k, v in attrs.items() if v is not None}
+            body = _sacct_row(job_id, attrs.get("name") or ("batch" if step == "batch" else ""),
+                              attrs.get("partition") or "", job.get("account") or "", cpus,
+                              state, status)
+            yield Observation(
+                source=self._source, kind="scheduler_event", observed_at=at,
+                time_source="line", time_quality=TIME_QUALITY_SECONDS, host=host,
+                cluster=self.cluster, workload_id=workload or job_id, format="slurm_sacct",
+                body=body, attributes=attrs,
+            ).with_id()
+
+    def _node_transitions(self, nodes: dict[str, dict[str, str]], seen_state: dict[str, Any],
+                          now_s: int) -> Iterable[Observation]:
+        for name, f in sorted(nodes.items()):
+            raw = f.get("State", "UNKNOWN")
+            reason_full = f.get("Reason") or ""
+            m = re.match(r"^(.*?)\s*\[([^@\]]*)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]$", reason_full)
+            reason, r_user, r_at = (m[1], m[2], _local_iso_to_ns(m[3])) if m else (reason_full or None, None, None)
+            display = _node_display_state(raw)
+            serving = _in_service(raw)
+            prev = seen_state.get(name)
+            # IDLE <-> ALLOCATED <-> MIXED is a node doing its job, not a transition to report
+            seen_state[name] = {"state": display, "reason": reason, "in_service": serving}
+            if prev is None:
+                if serving:
+                    continue
+            elif serving and prev.get("in_service", True):
+                continue
+            elif prev.get("state") == display and prev.get("reason") == reason:
+                continue
+            lines = [f"update_node: node {name} state set to {display}"]
+            if reason:
+                lines.append(f"update_node: node {name} reason set to: {reason}")
+            attrs = {"node": name, "state": display, "state_raw": raw, "reason": reason,
+                     "reason_user": r_user, "reason_at_ns": r_at,
+                     "previous_state": prev.get("state") if prev else None}
+            attrs = {k: v for k, v in attrs.items() if v is not None}
+            at, src, q = ((r_at, "line", TIME_QUALITY_SECONDS) if (r_at and reason)
+                          else (now_s * _NS, "transport", TIME_QUALITY_TRANSPORT))
+            yield Observation(
+                source=self._source, kind="scheduler_event", observed_at=at, time_source=src,
+                time_quality=q, host=name, cluster=self.cluster, format="slurmctld",
+                body="\n".join(lines), attributes=attrs,
+            ).with_id()
+
+    # -- loop -----------------------------------------------------------------------------------
+    def run(self, publish: Callable[[list[Observation]], None], stop: threading.Event) -> None:
+        """Poll every ``poll_s`` seconds until ``stop`` is set. Each non-empty batch goes to
+        ``publish``; the cursor is committed only when ``publish`` returned. When a poll or
+        ``publish`` raises, the error is logged, the uncommitted state is dropped (the batch is
+        emitted again, same ids, at the next poll) and the loop goes on after ``poll_s``."""
+        while not stop.is_set():
+            try:
+                batch = self.poll()
+                if batch:
+                    publish(batch)
+                self.commit()
+            except Exception as exc:  # noqa: BLE001 -- a connector loop must survive any failure
+                log.warning("slurm connector %s: %s", self.cluster, exc)
+                self.rollback()
+            stop.wait(self.poll_s)
