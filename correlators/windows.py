@@ -102,7 +102,14 @@ class WorkloadWindow:
 
     @property
     def workload(self) -> WorkloadSpec | None:
-        return WorkloadSpec.model_validate(self.spec) if self.spec else None
+        """The parsed spec (cached until ``spec`` changes)."""
+        if not self.spec:
+            return None
+        cached = self.__dict__.get("_parsed")
+        if cached is None or cached[0] is not self.spec:
+            cached = (self.spec, WorkloadSpec.model_validate(self.spec))
+            self.__dict__["_parsed"] = cached
+        return cached[1]
 
     def end_ns(self) -> int | None:
         """The workload's end from its spec, if the scheduler said it ended."""
@@ -153,13 +160,13 @@ class WorkloadWindow:
     # -- persistence ---------------------------------------------------------------------
 
     def meta_state(self) -> dict[str, Any]:
-        """Everything but the events (which a driver stores one per key)."""
+        """Everything but the events (which a driver stores one per key, so this changes
+        only with the spec, coverage, GPU tables and emissions, not with every event)."""
         return {
             "workload_id": self.workload_id,
             "spec": self.spec,
             "coverage": {k: v.model_dump(mode="json") for k, v in sorted(self.coverage.items())},
             "gpus": dict(sorted(self.gpus.items())),
-            "max_at": self.max_at,
             "revision": self.revision,
             "digest": self.digest,
             "closed": self.closed,
@@ -173,7 +180,7 @@ class WorkloadWindow:
             spec=meta.get("spec"),
             coverage={k: CoverageEntry.model_validate(v) for k, v in meta.get("coverage", {}).items()},
             gpus=dict(meta.get("gpus", {})),
-            max_at=int(meta.get("max_at", 0)),
+            max_at=max((e.at for e in events), default=0),
             revision=int(meta.get("revision", 0)),
             digest=meta.get("digest"),
             closed=bool(meta.get("closed", False)),

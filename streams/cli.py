@@ -158,11 +158,21 @@ def worker(
         "app_id": app_id, "clickhouse": clickhouse, "idle_timeout_s": idle_timeout,
         "allowed_lateness_s": lateness, "web_port": web_port,
     }
+    from confluent_kafka import KafkaException
+
+    from sinks.kafka_settings import KafkaSettings
+    from streams.app import declare_topics
+
     try:
         settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
-        faust_app = create_app(settings)
+        kafka = KafkaSettings()
+        faust_app = create_app(settings, kafka)
     except ValueError as exc:  # pydantic.ValidationError is a ValueError
         _fail(f"worker settings: {exc}")
+    try:
+        declare_topics(settings, kafka)
+    except (KafkaException, RuntimeError) as exc:
+        _fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
     faust.Worker(faust_app, loglevel=loglevel).execute_from_commandline()
 
 
@@ -178,9 +188,6 @@ def schemas_export(out_dir: Path = typer.Argument(Path("schemas/json"), help="ou
 def main() -> None:  # pragma: no cover - console entry
     app()
 
-
-if __name__ == "__main__":  # pragma: no cover
-    app()
 
 
 # -- connect: publishers to Kafka, one command per registered connector (connectors/registry.py)
@@ -251,3 +258,7 @@ def topics_list(
         retention = "-" if spec.retention_ms is None else f"{spec.retention_ms / 86_400_000:g} d"
         table.add_row(spec.name, spec.key, spec.value_schema or "-", str(spec.partitions), spec.cleanup_policy, retention)
     Console(width=160).print(table)
+
+
+if __name__ == "__main__":  # pragma: no cover -- after every sub-app is registered
+    app()

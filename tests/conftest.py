@@ -23,3 +23,8 @@ def real_fixtures() -> Path:
             pytrace=False,
         )
     return REAL_FIXTURES
+
+
+# Real services: a Kafka broker and a single-node Slurm, started by the fixtures when needed.
+from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: E402,F401
+from tests.slurm_fixtures import slurm_cluster  # noqa: E402,F401

@@ -1,0 +1,415 @@
+"""The Faust app: observations in, events, verdicts and dead letters out.
+
+A thin driver of the engine (``correlators``), like the replay driver. Data flow::
+
+    <prefix>.observations (key host)
+        -> agent extract: decode (bad input -> dead letter), extract events with the rule
+           pack, route by workload (the observation's workload, else the allocation table
+           host -> workload by event time)
+        -> <prefix>.events (public, key workload) and <app_id>-by-workload (internal, key
+           workload: events, workload specs, coverage reports, GPU tables, close ticks)
+        -> agent correlate: event-time windows per workload (correlators.windows) whose
+           state lives in changelogged tables; provisional verdicts on decisive causes,
+           final ones when the watermark passes the workload's end (or, live, when idle)
+        -> <prefix>.attributions (compacted, key attribution_id)
+    agents store_*: batches of events / verdicts / dead letters -> ClickHouse (idempotent;
+    while ClickHouse is down the agent waits and its offsets are not committed).
+
+Tables (changelogged, ``FAULTSTREAM_STORE``): ``window_meta`` (workload -> window state),
+``window_events`` (workload + event id -> event), and the global ``allocation`` table (host
+-> workloads with their time span) every worker reads. The in-memory windows are a cache of
+these tables, rebuilt after a restart or a rebalance.
+
+The verdict content is ``decide`` over the window's full event set; only *when* it is emitted
+depends on arrival and the wall clock (see ``correlators.windows``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import faust
+from faust.types import TP
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from pydantic import ValidationError
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
+from correlators.enrich import normalise_pci
+from correlators.rules import load_rule_pack
+from correlators.windows import WindowPolicy, WorkloadWindow, is_decisive
+from schemas.bundle import WorkloadSpec
+from schemas.records import (
+    SCHEMA_VERSION,
+    Attribution,
+    CoverageEntry,
+    Event,
+    Observation,
+    Position,
+    canonical_json,
+)
+from sinks.deadletter import DeadLetter
+from sinks.kafka_settings import KafkaSettings
+from streams.settings import WorkerSettings
+
+log = logging.getLogger("faultstream.worker")
+NS = 1_000_000_000
+SEP = "\x1f"  # between workload id and event id in window_events keys
+
+
+class Metrics:
+    """Prometheus metrics of one worker process (served at ``/metrics``)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.observations = Counter("faultstream_observations_total", "observations consumed", registry=r)
+        self.processed = Counter("faultstream_observations_processed_total", "observations processed (not dead-lettered)", registry=r)
+        self.events = Counter("faultstream_events_total", "events extracted", ["type"], registry=r)
+        self.dead_letters = Counter("faultstream_dead_letters_total", "inputs dead-lettered", ["reason"], registry=r)
+        self.verdicts = Counter("faultstream_verdicts_total", "verdicts emitted", ["domain", "kind"], registry=r)
+        self.open_windows = Gauge("faultstream_open_windows", "workload windows not closed", registry=r)
+        self.lag = Gauge("faultstream_consumer_lag", "messages behind the high watermark", ["topic", "partition"], registry=r)
+        self.clickhouse_rows = Counter("faultstream_clickhouse_rows_total", "rows written", ["table"], registry=r)
+
+
+def _credentials(kafka: KafkaSettings) -> Any:
+    kw = kafka.aiokafka_kwargs()
+    protocol = kw.get("security_protocol", "PLAINTEXT")
+    if protocol.startswith("SASL_"):
+        return faust.SASLCredentials(
+            username=kw["sasl_plain_username"],
+            password=kw["sasl_plain_password"],
+            mechanism=kw["sasl_mechanism"],
+            ssl_context=kw.get("ssl_context"),
+        )
+    if protocol == "SSL":
+        return faust.SSLCredentials(kw["ssl_context"])
+    return None
+
+
+#: The worker's tables (their changelog topics are declared up front, see declare_topics).
+TABLES = ("window_meta", "window_events", "allocation")
+
+
+def internal_topic_specs(settings: WorkerSettings) -> list[Any]:
+    """The worker's internal topics: the by-workload repartition topic, the tables'
+    changelogs and Faust's leader topic, with ``settings.partitions`` partitions."""
+    from schemas.topics import TopicSpec, faust_internal_topics
+
+    by_workload = TopicSpec(
+        name=f"{settings.app_id}-by-workload", key="workload id", value_schema=None,
+        partitions=settings.partitions, cleanup_policy="delete",
+        description="events, workload specs, coverage and GPU tables re-keyed by workload",
+    )
+    return [by_workload, *faust_internal_topics(settings.app_id, TABLES, partitions=settings.partitions)]
+
+
+def declare_topics(settings: WorkerSettings, kafka: KafkaSettings) -> list[str]:
+    """Create (idempotently) every topic the worker reads or writes before it starts, so no
+    consumer subscribes to a topic that does not exist yet. Returns the names created.
+    Raises ``confluent_kafka.KafkaException`` when the broker is unreachable and
+    ``schemas.topics.TopicMismatchError`` when an existing topic differs."""
+    from schemas.topics import catalogue, create_topics
+
+    # the allocation table is written while consuming observations, so its changelog and the
+    # observations topic must have the same partition count: settings.partitions
+    public = catalogue(settings.topic_prefix)
+    public["observations"] = public["observations"].model_copy(update={"partitions": settings.partitions})
+    return create_topics(kafka.confluent_config(), [*public.values(), *internal_topic_specs(settings)])
+
+
+def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | None = None) -> faust.App:
+    """Build the worker app. Raises ``pydantic.ValidationError`` for invalid settings."""
+    settings = settings or WorkerSettings()
+    kafka = kafka or KafkaSettings()
+    policy = WindowPolicy(
+        allowed_lateness_s=settings.allowed_lateness_s,
+        idle_timeout_s=settings.idle_timeout_s or None,
+    )
+    pack = load_rule_pack()
+    metrics = Metrics()
+    (settings.data_dir / settings.app_id).mkdir(parents=True, exist_ok=True)
+    app = faust.App(
+        settings.app_id,
+        broker=[f"kafka://{s}" for s in kafka.bootstrap_servers.split(",")],
+        broker_credentials=_credentials(kafka),
+        store=settings.store,
+        datadir=str(settings.data_dir / settings.app_id),
+        key_serializer="raw",
+        value_serializer="raw",
+        topic_partitions=settings.partitions,
+        topic_replication_factor=1,
+        topic_allow_declare=True,
+        consumer_auto_offset_reset="earliest",
+        web_enabled=True,
+        web_host="127.0.0.1",
+        web_bind="127.0.0.1",
+        web_port=settings.web_port,
+        producer_max_request_size=max(settings.max_message_bytes * 2, 1_048_576),
+        broker_commit_every=100,
+        broker_commit_interval=1.0,
+    )
+    app.faultstream_metrics = metrics  # type: ignore[attr-defined]
+
+    observations = app.topic(settings.topic("observations"), value_serializer="raw", key_serializer="raw")
+    events_out = app.topic(settings.topic("events"), value_serializer="raw", key_serializer="raw")
+    attributions = app.topic(settings.topic("attributions"), value_serializer="raw", key_serializer="raw")
+    dead_letters = app.topic(settings.topic("deadletter"), value_serializer="raw", key_serializer="raw")
+    by_workload = app.topic(
+        f"{settings.app_id}-by-workload", internal=True, partitions=settings.partitions,
+        value_serializer="raw", key_serializer="raw",
+    )
+    json_schema = faust.Schema(key_type=str, value_type=None, key_serializer="json", value_serializer="json")
+    raw_values = faust.Schema(key_type=str, value_type=bytes, key_serializer="json", value_serializer="raw")
+    window_meta = app.Table("window_meta", default=None, partitions=settings.partitions, schema=json_schema)
+    window_events = app.Table("window_events", default=None, partitions=settings.partitions, schema=raw_values)
+    allocation = app.GlobalTable("allocation", default=None, partitions=settings.partitions, schema=json_schema)
+
+    windows: dict[str, WorkloadWindow] = {}
+    window_partition: dict[str, int] = {}
+    last_activity: dict[str, float] = {}
+    watermarks: dict[int, int] = {}
+    loaded = {"done": False}
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    async def dead_letter(source: str, reason: str, original: bytes, message: Any) -> None:
+        letter = DeadLetter(
+            source=source,
+            reason=reason,
+            original=original,
+            position=Position(topic=message.topic, partition=message.partition, offset=message.offset),
+            at_ns=time.time_ns(),
+        ).with_id()
+        metrics.dead_letters.labels(reason.split(":")[0]).inc()
+        await dead_letters.send(key=source.encode(), value=canonical_json(letter).encode())
+
+    def workload_of(event: Event) -> str | None:
+        if event.workload_id:
+            return event.workload_id
+        spans = allocation.get(event.host) or []
+        for wid, start, end in spans:
+            if start - 120 * NS <= event.at <= (end if end is not None else event.at) + 300 * NS:
+                return wid
+        return None
+
+    def load_windows() -> None:
+        """Rebuild the in-memory windows of this worker's partitions from the tables."""
+        if loaded["done"]:
+            return
+        loaded["done"] = True
+        stored: dict[str, list[Event]] = {}
+        for key, value in window_events.items():
+            wid = key.split(SEP, 1)[0]
+            stored.setdefault(wid, []).append(Event.model_validate_json(value))
+        for wid, meta in window_meta.items():
+            if meta and wid not in windows:
+                windows[wid] = WorkloadWindow.from_state(meta, stored.get(wid, []))
+                last_activity[wid] = time.monotonic()
+
+    def window(wid: str, partition: int) -> WorkloadWindow:
+        load_windows()
+        w = windows.get(wid)
+        if w is None:
+            meta = window_meta.get(wid)
+            w = WorkloadWindow.from_state(meta, []) if meta else WorkloadWindow(workload_id=wid)
+            windows[wid] = w
+        window_partition[wid] = partition
+        last_activity[wid] = time.monotonic()
+        return w
+
+    async def emit(w: WorkloadWindow, *, final: bool) -> None:
+        att = w.emit(pack.version, final=final)
+        window_meta[w.workload_id] = w.meta_state()
+        if att is None:
+            return
+        metrics.verdicts.labels(att.domain, "final" if final else "provisional").inc()
+        await attributions.send(key=att.attribution_id.encode(), value=canonical_json(att).encode())
+        log.info(
+            "verdict %s rev %d %s %s %s", att.scope.id, att.revision, att.root_cause.code,
+            att.quality, "final" if final else "provisional",
+        )
+
+    async def route(wid: str, payload: dict[str, Any]) -> None:
+        await by_workload.send(key=wid.encode(), value=json.dumps(payload, sort_keys=True).encode())
+
+    # -- agents ----------------------------------------------------------------------------
+
+    @app.agent(observations)
+    async def extract(stream: Any) -> None:
+        async for item in stream.events():
+            raw: bytes = item.value or b""
+            message = item.message
+            metrics.observations.inc()
+            if len(raw) > settings.max_message_bytes:
+                await dead_letter("agent.extract", f"too large: {len(raw)} bytes > {settings.max_message_bytes}", raw, message)
+                continue
+            try:
+                data = json.loads(raw)
+                if not isinstance(data, dict):
+                    raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+                if data.get("schema_version") != SCHEMA_VERSION:
+                    await dead_letter("agent.extract", f"schema version: {data.get('schema_version')!r} is not {SCHEMA_VERSION}", raw, message)
+                    continue
+                obs = Observation.model_validate(data)
+            except (ValueError, ValidationError) as exc:
+                undecodable = isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError))
+                reason = "invalid json" if undecodable else "invalid record"
+                await dead_letter("agent.extract", f"{reason}: {str(exc).splitlines()[0][:300]}", raw, message)
+                continue
+            obs.position = obs.position.model_copy(
+                update={"topic": message.topic, "partition": message.partition, "offset": message.offset}
+            )
+            try:
+                await handle_observation(obs)
+            except Exception as exc:  # noqa: BLE001 -- a bad record never stops the agent
+                log.exception("observation %s failed", obs.observation_id)
+                await dead_letter("agent.extract", f"processing error: {type(exc).__name__}: {exc}", raw, message)
+                continue
+            metrics.processed.inc()
+
+    async def handle_observation(obs: Observation) -> None:
+        if obs.kind == "scheduler_event" and obs.format == "workload_yaml":
+            spec = WorkloadSpec.model_validate(obs.attributes["workload"])
+            for host in spec.nodes:
+                spans = [s for s in (allocation.get(host) or []) if s[0] != spec.workload_id]
+                spans.append([spec.workload_id, spec.start_ns, spec.end_ns])
+                allocation[host] = sorted(spans, key=lambda s: s[1])
+            await route(spec.workload_id, {"kind": "workload", "spec": spec.model_dump(mode="json")})
+            return
+        if obs.kind == "health_event" and obs.format == "coverage":
+            entry = CoverageEntry.model_validate(obs.attributes["coverage"])
+            if obs.workload_id:
+                await route(obs.workload_id, {"kind": "coverage", "entry": entry.model_dump(mode="json")})
+            return
+        if obs.kind == "telemetry" and obs.gpu and obs.gpu.pci_bus_id and obs.gpu.index is not None and obs.workload_id:
+            pci = normalise_pci(obs.gpu.pci_bus_id)
+            await route(obs.workload_id, {"kind": "gpu", "host": obs.host, "pci": pci, "index": obs.gpu.index})
+        for event in pack.extract(obs):
+            metrics.events.labels(event.type).inc()
+            wid = workload_of(event)
+            body = canonical_json(event)
+            await events_out.send(key=(wid or f"host:{event.host}").encode(), value=body.encode())
+            if wid:
+                await route(wid, {"kind": "event", "event": json.loads(body)})
+
+    @app.agent(by_workload)
+    async def correlate(stream: Any) -> None:
+        async for item in stream.events():
+            wid = (item.key or b"").decode()
+            partition = item.message.partition
+            payload = json.loads(item.value)
+            w = window(wid, partition)
+            kind = payload["kind"]
+            decisive = False
+            if kind == "workload":
+                w.spec = payload["spec"]
+            elif kind == "coverage":
+                w.add_coverage(CoverageEntry.model_validate(payload["entry"]))
+            elif kind == "gpu":
+                w.learn_gpu(payload["host"], payload["pci"], int(payload["index"]))
+            elif kind == "event":
+                event = Event.model_validate(payload["event"])
+                if w.add_event(event):
+                    window_events[f"{wid}{SEP}{event.event_id}"] = canonical_json(event).encode()
+                    watermarks[partition] = max(watermarks.get(partition, 0), event.at)
+                    spec = w.workload
+                    decisive = spec is not None and is_decisive(event, policy.decisive_weight, spec.start_ns)
+            if kind == "close" or w.due(watermarks.get(partition, 0), policy):
+                await emit(w, final=True)
+            elif decisive:
+                await emit(w, final=False)
+            elif kind != "event":
+                window_meta[wid] = w.meta_state()
+            # other windows of this partition whose end the watermark has now passed
+            mark = watermarks.get(partition, 0)
+            for other_id, other in list(windows.items()):
+                if other_id != wid and window_partition.get(other_id) == partition and other.due(mark, policy):
+                    await route(other_id, {"kind": "close"})
+            metrics.open_windows.set(sum(1 for x in windows.values() if not x.closed))
+
+    if policy.idle_timeout_s:
+
+        @app.timer(interval=max(0.5, policy.idle_timeout_s / 4))
+        async def idle_close() -> None:
+            now = time.monotonic()
+            for wid, w in list(windows.items()):
+                if not w.closed and w.spec is not None and now - last_activity.get(wid, now) >= policy.idle_timeout_s:
+                    last_activity[wid] = now
+                    await route(wid, {"kind": "close"})
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(app: faust.App, revoked: set[TP], **kwargs: Any) -> None:
+        lost = {tp.partition for tp in revoked if tp.topic == by_workload.get_topic_name()}
+        for wid in [w for w, p in window_partition.items() if p in lost]:
+            windows.pop(wid, None)
+            window_partition.pop(wid, None)
+        loaded["done"] = False
+
+    @app.timer(interval=5.0)
+    async def report_lag() -> None:
+        consumer = app.consumer
+        for tp in consumer.assignment():
+            high = consumer.highwater(tp)
+            committed = (await consumer.committed(tp)) if hasattr(consumer, "committed") else None
+            if high is not None and committed is not None:
+                metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, high - committed))
+
+    @app.page("/metrics")
+    async def metrics_page(web: Any, request: Any) -> Any:
+        return web.bytes(generate_latest(metrics.registry), content_type="text/plain; version=0.0.4")
+
+    if settings.clickhouse:
+        attach_clickhouse(app, settings, metrics, events_out, attributions, dead_letters)
+    return app
+
+
+def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Metrics, events_out: Any,
+                      attributions: Any, dead_letters: Any) -> None:
+    """Agents that batch events, verdicts and dead letters into ClickHouse. A batch is
+    retried with exponential back-off until it is written; until then the agent does not
+    move on, so its offsets are not committed and nothing is lost (writes are idempotent,
+    so a batch replayed after a crash adds no rows)."""
+    from sinks.clickhouse import ClickHouseSink, SinkError
+
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clickhouse")
+    state: dict[str, Any] = {"sink": None}
+
+    def write(table: str, records: list[Any]) -> None:
+        if state["sink"] is None:
+            state["sink"] = ClickHouseSink(settings.clickhouse)
+        sink = state["sink"]
+        {"events": sink.write_events, "attributions": sink.write_attributions,
+         "dead_letters": sink.write_dead_letters}[table](records)
+
+    async def store(table: str, records: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(SinkError),
+            wait=wait_exponential(multiplier=0.5, max=30),
+            before_sleep=lambda rs: log.warning("ClickHouse write failed (%s); retrying", rs.outcome.exception()),
+            reraise=True,
+        ):
+            with attempt:
+                await loop.run_in_executor(executor, write, table, records)
+        metrics.clickhouse_rows.labels(table).inc(len(records))
+
+    @app.agent(events_out)
+    async def store_events(stream: Any) -> None:
+        async for batch in stream.take(1000, within=1.0):
+            await store("events", [Event.model_validate_json(v) for v in batch])
+
+    @app.agent(attributions)
+    async def store_attributions(stream: Any) -> None:
+        async for batch in stream.take(100, within=1.0):
+            await store("attributions", [Attribution.model_validate_json(v) for v in batch])
+
+    @app.agent(dead_letters)
+    async def store_dead_letters(stream: Any) -> None:
+        async for batch in stream.take(100, within=1.0):
+            await store("dead_letters", [DeadLetter.model_validate_json(v) for v in batch])

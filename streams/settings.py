@@ -1,0 +1,56 @@
+"""Worker settings, from the environment (``FAULTSTREAM_*``) or the CLI.
+
+=================================  ===========================================  ==============
+variable                           meaning                                      default
+=================================  ===========================================  ==============
+FAULTSTREAM_APP_ID                 Faust app id = consumer group and the         faultstream-worker
+                                   prefix of internal (changelog) topics
+FAULTSTREAM_TOPIC_PREFIX           prefix of the public topics                   faultstream
+FAULTSTREAM_STORE                  table store: ``rocksdb://`` (durable, needs   rocksdb:// when
+                                   rocksdict) or ``memory://`` (rebuilt from      rocksdict is
+                                   the changelog at start)                       installed
+FAULTSTREAM_DATA_DIR               Faust data dir (RocksDB files)                .state/faust
+FAULTSTREAM_CLICKHOUSE             ``chdb://DIR`` / ``http(s)://...``; empty:     empty
+                                   no ClickHouse writes
+FAULTSTREAM_ALLOWED_LATENESS_S     watermark lateness (s)                        30
+FAULTSTREAM_IDLE_TIMEOUT_S         live mode: close a window idle this long      10
+                                   (wall-clock s); 0 disables
+FAULTSTREAM_PARTITIONS             partitions of the internal topics             12
+FAULTSTREAM_WEB_PORT               port of /metrics (127.0.0.1)                  6066
+FAULTSTREAM_MAX_MESSAGE_BYTES      larger observations are dead-lettered         1048576
+=================================  ===========================================  ==============
+
+Kafka connection and security settings are ``KAFKA_*`` (``sinks/kafka_settings.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_store() -> str:
+    return "rocksdb://" if importlib.util.find_spec("rocksdict") else "memory://"
+
+
+class WorkerSettings(BaseSettings):
+    """See the module docstring."""
+
+    model_config = SettingsConfigDict(env_prefix="FAULTSTREAM_", extra="ignore")
+
+    app_id: str = "faultstream-worker"
+    topic_prefix: str = "faultstream"
+    store: str = _default_store()
+    data_dir: Path = Path(".state/faust")
+    clickhouse: str = ""
+    allowed_lateness_s: float = 30.0
+    idle_timeout_s: float = 10.0
+    partitions: int = 12
+    web_port: int = 6066
+    max_message_bytes: int = 1_048_576
+
+    def topic(self, name: str) -> str:
+        """Public topic ``name`` (``observations``, ``events``, ...) under the prefix."""
+        return f"{self.topic_prefix}.{name}"
