@@ -6,9 +6,11 @@ any clock of its own, when a workload's window has a verdict to emit:
 * **provisional**: a decisive cause (a cause rule of weight >= ``decisive_weight``, e.g. an
   XID 79 on one of the workload's hosts) arrived -- emit at once, do not wait for the watchdog
   timeouts ten minutes later;
-* **final**: the watermark (max event time seen by the driver, minus the allowed lateness)
-  passed the workload's end; in live mode the driver also closes a window that saw no event for
-  ``idle_timeout_s`` of wall-clock time (that only decides *when* to emit, never *what*);
+* **final**: the window's watermark (the max event time of the workload's own events, minus
+  the allowed lateness) passed the workload's end; in live mode the driver also closes a window
+  that saw nothing new for ``idle_timeout_s`` of wall-clock time (that only decides *when* to
+  emit, never *what*). The watermark is per workload, not per partition: replayed incidents
+  from different days share partitions, and one's events must not close another's window;
 * **late**: an event for a closed window re-opens it; the next emission is a new revision.
 
 What is emitted is always ``correlators.attribution.decide`` over the window's whole, sorted

@@ -45,6 +45,9 @@ PREFIX_ENV = "FAULTSTREAM_TOPIC_PREFIX"
 DAY_MS = 24 * 3600 * 1000
 #: ``max.message.bytes`` of topics that must carry oversized bad input (bytes).
 LARGE_MESSAGE_BYTES = 10 * 1024 * 1024
+#: ``max.message.bytes`` of the dead-letter topic: an input of LARGE_MESSAGE_BYTES grows by a
+#: third as base64 in its dead letter, plus the reason and position.
+DEAD_LETTER_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 class TopicSpec(BaseModel):
@@ -115,7 +118,8 @@ def catalogue(prefix: str | None = None) -> dict[str, TopicSpec]:
         )),
         ("deadletter", TopicSpec(
             name=topic_name("deadletter", p), key="source", value_schema="DeadLetter",
-            partitions=3, cleanup_policy="delete", retention_ms=30 * DAY_MS, extra_config=large,
+            partitions=3, cleanup_policy="delete", retention_ms=30 * DAY_MS,
+            extra_config={"max.message.bytes": str(DEAD_LETTER_MESSAGE_BYTES)},
             description="input that could not be processed, with the reason and the original "
                         "bytes (sinks/deadletter.py)",
         )),

@@ -54,6 +54,7 @@ from schemas.records import (
 )
 from sinks.deadletter import DeadLetter
 from sinks.kafka_settings import KafkaSettings
+from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
 from streams.settings import WorkerSettings
 
 log = logging.getLogger("faultstream.worker")
@@ -150,7 +151,12 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         web_host="127.0.0.1",
         web_bind="127.0.0.1",
         web_port=settings.web_port,
-        producer_max_request_size=max(settings.max_message_bytes * 2, 1_048_576),
+        # a dead letter carries its input base64-encoded: up to the observations topic's
+        # limit (schemas.topics.LARGE_MESSAGE_BYTES) plus a third
+        producer_max_request_size=DEAD_LETTER_MESSAGE_BYTES,
+        # a crashed worker's partitions move to the others after this long
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=2.0,
         broker_commit_every=100,
         broker_commit_interval=1.0,
     )
@@ -173,7 +179,6 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     windows: dict[str, WorkloadWindow] = {}
     window_partition: dict[str, int] = {}
     last_activity: dict[str, float] = {}
-    watermarks: dict[int, int] = {}
     loaded = {"done": False}
 
     # -- helpers ---------------------------------------------------------------------------
@@ -206,7 +211,14 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         stored: dict[str, list[Event]] = {}
         for key, value in window_events.items():
             wid = key.split(SEP, 1)[0]
-            stored.setdefault(wid, []).append(Event.model_validate_json(value))
+            if isinstance(value, dict):
+                event = Event.model_validate(value)
+            elif isinstance(value, (bytes, bytearray, memoryview, str)):
+                event = Event.model_validate_json(bytes(value) if not isinstance(value, str) else value)
+            else:
+                log.error("window_events[%r] holds a %s, not an event; skipped", key, type(value).__name__)
+                continue
+            stored.setdefault(wid, []).append(event)
         for wid, meta in window_meta.items():
             if meta and wid not in windows:
                 windows[wid] = WorkloadWindow.from_state(meta, stored.get(wid, []))
@@ -302,46 +314,51 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     async def correlate(stream: Any) -> None:
         async for item in stream.events():
             wid = (item.key or b"").decode()
-            partition = item.message.partition
             payload = json.loads(item.value)
-            w = window(wid, partition)
+            w = window(wid, item.message.partition)
             kind = payload["kind"]
-            decisive = False
+            if kind == "close":
+                await emit(w, final=True)
+                continue
+            if kind == "event":
+                event = Event.model_validate(payload["event"])
+                if not w.add_event(event):
+                    continue  # a duplicate from at-least-once delivery
+                window_events[f"{wid}{SEP}{event.event_id}"] = canonical_json(event).encode()
+                spec = w.workload
+                if w.due(w.max_at, policy):
+                    # the workload's own events are past its end plus the lateness
+                    await emit(w, final=True)
+                elif spec is not None and not w.closed and is_decisive(event, policy.decisive_weight, spec.start_ns):
+                    await emit(w, final=False)
+                continue
             if kind == "workload":
                 w.spec = payload["spec"]
             elif kind == "coverage":
                 w.add_coverage(CoverageEntry.model_validate(payload["entry"]))
             elif kind == "gpu":
                 w.learn_gpu(payload["host"], payload["pci"], int(payload["index"]))
-            elif kind == "event":
-                event = Event.model_validate(payload["event"])
-                if w.add_event(event):
-                    window_events[f"{wid}{SEP}{event.event_id}"] = canonical_json(event).encode()
-                    watermarks[partition] = max(watermarks.get(partition, 0), event.at)
-                    spec = w.workload
-                    decisive = spec is not None and is_decisive(event, policy.decisive_weight, spec.start_ns)
-            if kind == "close" or w.due(watermarks.get(partition, 0), policy):
-                await emit(w, final=True)
-            elif decisive:
-                await emit(w, final=False)
-            elif kind != "event":
-                window_meta[wid] = w.meta_state()
-            # other windows of this partition whose end the watermark has now passed
-            mark = watermarks.get(partition, 0)
-            for other_id, other in list(windows.items()):
-                if other_id != wid and window_partition.get(other_id) == partition and other.due(mark, policy):
-                    await route(other_id, {"kind": "close"})
+            # new facts re-open a closed window; the idle timer (or the next due event)
+            # emits the revision, so a burst of updates gives one revision, not one each
+            w.closed = False
+            window_meta[wid] = w.meta_state()
             metrics.open_windows.set(sum(1 for x in windows.values() if not x.closed))
 
     if policy.idle_timeout_s:
 
         @app.timer(interval=max(0.5, policy.idle_timeout_s / 4))
         async def idle_close() -> None:
-            now = time.monotonic()
-            for wid, w in list(windows.items()):
-                if not w.closed and w.spec is not None and now - last_activity.get(wid, now) >= policy.idle_timeout_s:
-                    last_activity[wid] = now
-                    await route(wid, {"kind": "close"})
+            if app.rebalancing or not app.tables.recovery.completed.is_set():
+                return
+            try:
+                load_windows()  # windows recovered from the changelog close too
+                now = time.monotonic()
+                for wid, w in list(windows.items()):
+                    if not w.closed and w.spec is not None and now - last_activity.get(wid, now) >= policy.idle_timeout_s:
+                        last_activity[wid] = now
+                        await route(wid, {"kind": "close"})
+            except Exception:  # noqa: BLE001 -- a timer must never take the worker down
+                log.exception("idle close failed")
 
     @app.on_partitions_revoked.connect
     async def on_revoked(app: faust.App, revoked: set[TP], **kwargs: Any) -> None:

@@ -135,7 +135,7 @@ def test_create_topics_is_idempotent_and_matches_the_catalogue(kafka_config, kaf
     assert got[f"{p}.events"][:3] == (12, "delete", str(7 * DAY_MS))
     assert got[f"{p}.attributions"][:2] == (12, "compact")
     assert got[f"{p}.remediations"][:2] == (12, "compact")
-    assert got[f"{p}.deadletter"] == (3, "delete", str(30 * DAY_MS), str(10 * 1024 * 1024))
+    assert got[f"{p}.deadletter"] == (3, "delete", str(30 * DAY_MS), str(16 * 1024 * 1024))
     assert got[f"{p}.topology"][:2] == (12, "compact")
     assert got[f"{p}.certifications"][:3] == (12, "delete", str(30 * DAY_MS))
 

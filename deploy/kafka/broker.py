@@ -58,7 +58,7 @@ DEFAULT_PORT = 9092
 HEAP = os.environ.get("FAULTSTREAM_KAFKA_HEAP", "512m")
 #: Largest record batch the broker accepts, bytes (10 MiB: the dead-letter tests send 5 MB values,
 #: which grow by a third when base64-encoded in a DeadLetter).
-MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # the dead-letter topic's limit (schemas/topics.py)
 
 _LOG4J2 = """\
 status = warn

@@ -1,0 +1,329 @@
+"""The streaming pipeline end to end on a real Kafka broker and the real ClickHouse engine:
+bundles published with `faultstream connect bundle`, `faultstream worker` processes consuming
+them, verdicts on the attributions topic and in ClickHouse.
+
+Each test uses its own topic prefix and consumer group. Worker processes are real
+subprocesses (the installed `faultstream` command), so SIGKILL is a real crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "incidents"
+BUNDLES = sorted(p.parent for p in EXAMPLES.glob("*/expected.yaml"))
+PARTITIONS = 3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Worker:
+    """A `faultstream worker` subprocess with its own log file."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", "worker", "--web-port", str(self.port), "--loglevel", "info"],
+            cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log.read_text(errors="replace")
+            if "[^Worker]: Ready" in text:
+                return
+            if self.proc.poll() is not None:
+                pytest.fail(f"worker exited with {self.proc.returncode}:\n{text[-3000:]}")
+            time.sleep(0.3)
+        pytest.fail(f"worker not ready after {timeout} s:\n{self.log.read_text(errors='replace')[-3000:]}")
+
+    def metrics(self) -> dict[str, float]:
+        import urllib.request
+
+        body = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5).read().decode()
+        out: dict[str, float] = {}
+        for line in body.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def stream_env(kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path: Path):
+    """Environment of one pipeline: unique topic prefix and app id, tmp data dirs."""
+    prefix = kafka_topic_factory.prefix
+    app_id = f"{prefix}-worker"
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "FAULTSTREAM_TOPIC_PREFIX": prefix,
+        "FAULTSTREAM_APP_ID": app_id,
+        "FAULTSTREAM_PARTITIONS": str(PARTITIONS),
+        "FAULTSTREAM_IDLE_TIMEOUT_S": "2",
+        "FAULTSTREAM_ALLOWED_LATENESS_S": "30",
+        "FAULTSTREAM_DATA_DIR": str(tmp_path / "faust"),
+    }
+    workers: list[Worker] = []
+
+    def start(name: str = "w", **extra: str) -> Worker:
+        worker = Worker({**env, **extra}, tmp_path / f"{name}.log")
+        workers.append(worker)
+        worker.wait_ready()
+        return worker
+
+    yield {"env": env, "prefix": prefix, "start": start, "tmp": tmp_path}
+    for worker in workers:
+        worker.stop(signal.SIGKILL)
+    for suffix in ("observations", "events", "attributions", "remediations", "deadletter", "topology", "certifications"):
+        kafka_topic_factory.track(f"{prefix}.{suffix}")
+    for internal in ("by-workload", "window_meta-changelog", "window_events-changelog", "allocation-changelog", "__assignor-__leader"):
+        kafka_topic_factory.track(f"{app_id}-{internal}")
+
+
+def publish(env: dict[str, str], bundle: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "connect", "bundle", str(bundle),
+         "--topic", f"{env['FAULTSTREAM_TOPIC_PREFIX']}.observations"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def consume(bootstrap: str, topic: str, *, until: Any, timeout: float = 90) -> list[Any]:
+    """Consume ``topic`` from the start until ``until(messages)`` is true, then for 3 s more
+    (nothing further may arrive); fails after ``timeout`` s."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    messages: list[Any] = []
+    deadline = time.monotonic() + timeout
+    settle: float | None = None
+    try:
+        while True:
+            now = time.monotonic()
+            if settle is not None and now >= settle:
+                return messages
+            if now > deadline:
+                pytest.fail(f"{topic}: condition not met after {timeout} s; got {len(messages)} messages")
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                messages.append(msg)
+                settle = None
+            if settle is None and until(messages):
+                settle = time.monotonic() + 3.0
+    finally:
+        consumer.close()
+
+
+def latest_verdicts(messages: list[Any]) -> dict[str, dict]:
+    latest: dict[str, dict] = {}
+    for msg in messages:
+        att = json.loads(msg.value())
+        key = att["scope"]["id"]
+        if key not in latest or att["revision"] > latest[key]["revision"]:
+            latest[key] = att
+    return latest
+
+
+def replay_json(bundle: Path) -> dict:
+    out = subprocess.run([sys.executable, "-m", "streams.cli", "replay", str(bundle), "--json", "--no-store"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def comparable(att: dict) -> dict:
+    """A verdict without what legitimately differs between drivers: the revision counter
+    and the Kafka transport positions of the evidence."""
+    att = json.loads(json.dumps(att))
+    att.pop("revision")
+    for item in att["evidence"]:
+        for ref in item["observations"]:
+            for key in ("topic", "partition", "offset"):
+                ref["position"][key] = None
+    return att
+
+
+def final_for(expected: dict[str, dict]):
+    """until(): every expected scope's latest verdict equals the replay verdict."""
+    def done(messages: list[Any]) -> bool:
+        latest = latest_verdicts(messages)
+        return all(k in latest and comparable(latest[k]) == comparable(v) for k, v in expected.items())
+    return done
+
+
+def test_bundles_through_the_stream_equal_replay_on_the_topic_and_in_clickhouse(stream_env, kafka_bootstrap):
+    env, prefix = stream_env["env"], stream_env["prefix"]
+    ch_dir = stream_env["tmp"] / "clickhouse"
+    worker = stream_env["start"](FAULTSTREAM_CLICKHOUSE=f"chdb://{ch_dir}")
+    expected = {}
+    for bundle in BUNDLES:
+        publish(env, bundle)
+        att = replay_json(bundle)
+        expected[att["scope"]["id"]] = att
+    messages = consume(kafka_bootstrap, f"{prefix}.attributions", until=final_for(expected), timeout=120)
+    latest = latest_verdicts(messages)
+    for scope, att in expected.items():
+        assert comparable(latest[scope]) == comparable(att), scope
+        # the verdict's evidence points at the Kafka records it came from
+        positions = [ref["position"] for item in latest[scope]["evidence"] for ref in item["observations"]]
+        assert all(p["topic"] == f"{prefix}.observations" and p["offset"] is not None for p in positions)
+    # a decisive cause gave a provisional verdict before the final one
+    revisions = {json.loads(m.value())["scope"]["id"]: 0 for m in messages}
+    for m in messages:
+        a = json.loads(m.value())
+        revisions[a["scope"]["id"]] = max(revisions[a["scope"]["id"]], a["revision"])
+    assert revisions["job-1006"] >= 2
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # ClickHouse writes are batched; let the last batch land
+        if worker.metrics().get('faultstream_clickhouse_rows_total{table="attributions"}', 0) >= len(messages):
+            break
+        time.sleep(0.5)
+    worker.stop()
+    from sinks.clickhouse import ClickHouseSink
+
+    with ClickHouseSink(f"chdb://{ch_dir}") as sink:
+        stored = {a.scope.id: a for a in sink.fetch("attributions", final=True)}
+        assert sink.count("attributions", final=True) == len(expected)
+    for scope, att in expected.items():
+        assert comparable(stored[scope].model_dump(mode="json")) == comparable(att), scope
+
+
+def test_worker_killed_mid_stream_recovers_from_the_changelog(stream_env, kafka_bootstrap):
+    env, prefix = stream_env["env"], stream_env["prefix"]
+    ch_dir = stream_env["tmp"] / "clickhouse"
+    first = stream_env["start"]("first", FAULTSTREAM_CLICKHOUSE=f"chdb://{ch_dir}")
+    half = len(BUNDLES) // 2
+    expected = {}
+    for bundle in BUNDLES[:half]:
+        publish(env, bundle)
+        att = replay_json(bundle)
+        expected[att["scope"]["id"]] = att
+    consume(kafka_bootstrap, f"{prefix}.attributions", until=final_for(expected), timeout=120)
+    # the second half is published, then the worker dies mid-stream with no chance to clean up
+    for bundle in BUNDLES[half:]:
+        publish(env, bundle)
+        att = replay_json(bundle)
+        expected[att["scope"]["id"]] = att
+    time.sleep(1.0)
+    first.stop(signal.SIGKILL)
+    # a new worker on a new machine: no local state, everything from the changelog topics
+    second = stream_env["start"]("second", FAULTSTREAM_CLICKHOUSE=f"chdb://{ch_dir}",
+                                 FAULTSTREAM_DATA_DIR=str(stream_env["tmp"] / "faust-second"))
+    messages = consume(kafka_bootstrap, f"{prefix}.attributions", until=final_for(expected), timeout=150)
+    latest = latest_verdicts(messages)
+    assert set(latest) == set(expected)
+    for scope, att in expected.items():
+        assert comparable(latest[scope]) == comparable(att), scope
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # let the batched ClickHouse writes land
+        if second.metrics().get('faultstream_clickhouse_rows_total{table="attributions"}', 0) > 0:
+            break
+        time.sleep(0.5)
+    time.sleep(2)
+    second.stop()  # releases the chDB directory
+    from sinks.clickhouse import ClickHouseSink
+
+    sink = ClickHouseSink(f"chdb://{ch_dir}")
+    with sink:
+        assert sink.count("attributions", final=True) == len(expected)
+        stored = {a.scope.id: a for a in sink.fetch("attributions", final=True)}
+    for scope, att in expected.items():
+        assert comparable(stored[scope].model_dump(mode="json")) == comparable(att), scope
+
+
+def test_two_workers_in_one_group_give_the_same_verdicts(stream_env, kafka_bootstrap):
+    env, prefix = stream_env["env"], stream_env["prefix"]
+    a = stream_env["start"]("a")
+    b = stream_env["start"]("b", FAULTSTREAM_DATA_DIR=str(stream_env["tmp"] / "faust-b"))
+    time.sleep(5)  # let the group settle with both members
+    expected = {}
+    for bundle in BUNDLES:
+        publish(env, bundle)
+        att = replay_json(bundle)
+        expected[att["scope"]["id"]] = att
+    messages = consume(kafka_bootstrap, f"{prefix}.attributions", until=final_for(expected), timeout=150)
+    latest = latest_verdicts(messages)
+    for scope, att in expected.items():
+        assert comparable(latest[scope]) == comparable(att), scope
+    # both members did work
+    seen_a = a.metrics().get("faultstream_observations_total", 0)
+    seen_b = b.metrics().get("faultstream_observations_total", 0)
+    assert seen_a > 0 and seen_b > 0, (seen_a, seen_b)
+
+
+def test_malformed_messages_are_dead_lettered_and_counts_reconcile(stream_env, kafka_bootstrap):
+    prefix = stream_env["prefix"]
+    worker = stream_env["start"]()
+    good = json.loads(subprocess.run(
+        [sys.executable, "-c", (
+            "from connectors.publish import bundle_records; import sys;"
+            f"recs,_=bundle_records({str(BUNDLES[0])!r});"
+            "print(recs[1].model_dump_json())")],
+        cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+    wrong_version = {**good, "schema_version": 99}
+    wrong_types = {**good, "observed_at": "yesterday", "host": 42}
+    bad = [
+        (b"node-a01", b"{not json", "invalid json"),
+        (b"node-a01", json.dumps(wrong_version).encode(), "schema version"),
+        (b"node-a01", json.dumps(wrong_types).encode(), "invalid record"),
+        (b"node-a01", b"x" * (5 * 1024 * 1024), "too large"),
+        (b"node-a01", b"[1, 2, 3]", "invalid record"),
+        (b"node-a01", b"\xff\xfe\x00garbage", "invalid json"),
+    ]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 10_000_000})
+    for key, value, _ in bad:
+        producer.produce(f"{prefix}.observations", key=key, value=value)
+    producer.produce(f"{prefix}.observations", key=b"node-a01", value=json.dumps(good).encode())
+    assert producer.flush(30) == 0
+    letters = consume(kafka_bootstrap, f"{prefix}.deadletter", until=lambda m: len(m) >= len(bad), timeout=60)
+    assert len(letters) == len(bad)
+    reasons = sorted(json.loads(m.value())["reason"].split(":")[0] for m in letters)
+    assert reasons == sorted(r for _, _, r in bad)
+    import base64
+
+    originals = {base64.urlsafe_b64decode(json.loads(m.value())["original"]) for m in letters}
+    assert originals == {v for _, v, _ in bad}  # the original bytes, exactly
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        m = worker.metrics()
+        seen = m.get("faultstream_observations_total", 0)
+        if seen >= len(bad) + 1:
+            break
+        time.sleep(0.5)
+    dead = sum(v for k, v in m.items() if k.startswith("faultstream_dead_letters_total{"))
+    processed = m.get("faultstream_observations_processed_total", 0)
+    assert seen == len(bad) + 1
+    assert dead == len(bad)
+    assert processed == 1
+    assert seen == processed + dead  # in = processed + dead-lettered
+    assert worker.proc.poll() is None  # the worker is still running
