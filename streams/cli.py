@@ -112,8 +112,9 @@ def replay(
 
 @app.command()
 def score(dirs: list[Path] = typer.Argument(..., help="directories holding bundles")) -> None:
-    """Replay every bundle that has an expected.yaml; exit 1 on any miss (a bundle that
-    cannot be replayed or whose expected.yaml is invalid is a miss naming it)."""
+    """Replay every bundle that has an expected.yaml; exit 1 on any miss.
+
+    A bundle that cannot be replayed, or whose expected.yaml is invalid, is a miss naming it."""
     from streams.render import render_score_table
     from streams.replay import ScoreRow, replay_bundle, score as score_one
 
@@ -174,6 +175,59 @@ def worker(
     except (KafkaException, RuntimeError) as exc:
         _fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
     faust.Worker(faust_app, loglevel=loglevel).execute_from_commandline()
+
+
+@app.command()
+def verdicts(
+    follow: bool = typer.Option(False, "--follow", help="keep waiting for new verdicts"),
+    json_lines: bool = typer.Option(False, "--json", help="print JSON Lines instead of the rich view"),
+    workload: Optional[str] = typer.Option(None, help="only this workload (scope id)"),
+    topic: Optional[str] = typer.Option(None, help="default: <FAULTSTREAM_TOPIC_PREFIX>.attributions"),
+    timeout: float = typer.Option(5.0, help="without --follow: stop after this many idle seconds"),
+) -> None:
+    """Print the verdicts on the attributions topic (every revision, in topic order)."""
+    import uuid
+
+    from confluent_kafka import Consumer, KafkaException
+
+    from sinks.kafka_settings import KafkaSettings
+    from streams.render import render_attribution
+    from streams.settings import WorkerSettings
+    from schemas.records import Attribution
+
+    kafka = KafkaSettings()
+    name = topic or WorkerSettings().topic("attributions")
+    consumer = Consumer(kafka.confluent_config() | {
+        "group.id": f"faultstream-verdicts-{uuid.uuid4().hex}",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+    })
+    out = Console() if Console().is_terminal else Console(width=140)
+    try:
+        consumer.subscribe([name])
+        import time as _time
+
+        idle_since = _time.monotonic()
+        while follow or _time.monotonic() - idle_since < timeout:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                raise KafkaException(msg.error())
+            idle_since = _time.monotonic()
+            att = Attribution.model_validate_json(msg.value())
+            if workload and att.scope.id != workload:
+                continue
+            if json_lines:
+                sys.stdout.write(canonical_json(att) + "\n")
+                sys.stdout.flush()
+            else:
+                render_attribution(att, out, max_timeline=15)
+    except KafkaException as exc:
+        _fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
 
 
 @schemas_app.command("export")

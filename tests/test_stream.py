@@ -203,6 +203,15 @@ def test_bundles_through_the_stream_equal_replay_on_the_topic_and_in_clickhouse(
         a = json.loads(m.value())
         revisions[a["scope"]["id"]] = max(revisions[a["scope"]["id"]], a["revision"])
     assert revisions["job-1006"] >= 2
+    # the operator's view of the topic: `faultstream verdicts`
+    shown = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "verdicts", "--json", "--workload", "job-1006", "--timeout", "3"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    revisions_shown = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert [a["revision"] for a in revisions_shown] == list(range(1, revisions["job-1006"] + 1))
+    assert revisions_shown[-1]["root_cause"]["code"] == "gpu.xid.79"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # ClickHouse writes are batched; let the last batch land
         if worker.metrics().get('faultstream_clickhouse_rows_total{table="attributions"}', 0) >= len(messages):
