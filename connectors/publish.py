@@ -66,26 +66,38 @@ def _spec_data(model: Any) -> dict[str, Any]:
     return json.loads(model.model_dump_json())
 
 
+def _bundle_record(conn: BundleConnector, *, kind: str, fmt: str, body: str, attributes: dict[str, Any],
+                   host: str = SCHEDULER_HOST, file: str | None = None,
+                   time_source: str = "transport") -> Observation:
+    """A record about the bundle itself (not one of its log lines), timed at the workload
+    start (UTC ns) and attributed to the workload."""
+    w = conn.workload
+    return Observation(
+        source=Source(connector="bundle", instance=f"{w.cluster}/{w.workload_id}"),
+        kind=kind,
+        observed_at=w.start_ns,
+        time_source=time_source,
+        time_quality=TIME_QUALITY_EXACT,
+        host=host,
+        cluster=w.cluster,
+        workload_id=w.workload_id,
+        format=fmt,
+        body=body,
+        attributes=attributes,
+        position=Position(file=file, line=1 if file and file.endswith(".yaml") else None),
+    ).with_id()
+
+
 def workload_observation(conn: BundleConnector) -> Observation:
     """The scheduler's view of the attempt: ``kind="scheduler_event"``, host ``_scheduler``,
     ``format="workload_yaml"``, body = the ``workload.yaml`` text, ``attributes.workload`` =
     the validated :class:`schemas.bundle.WorkloadSpec` as JSON data, ``observed_at`` = the
     workload start (UTC ns)."""
-    w = conn.workload
-    return Observation(
-        source=Source(connector="bundle", instance=f"{w.cluster}/{w.workload_id}"),
-        kind="scheduler_event",
-        observed_at=w.start_ns,
-        time_source="line",
-        time_quality=TIME_QUALITY_EXACT,
-        host=SCHEDULER_HOST,
-        cluster=w.cluster,
-        workload_id=w.workload_id,
-        format="workload_yaml",
+    return _bundle_record(
+        conn, kind="scheduler_event", fmt="workload_yaml", time_source="line",
         body=(conn.path / "workload.yaml").read_text("utf-8", errors="replace"),
-        attributes={"workload": _spec_data(w)},
-        position=Position(file="workload.yaml", line=1),
-    ).with_id()
+        attributes={"workload": _spec_data(conn.workload)}, file="workload.yaml",
+    )
 
 
 def topology_observation(conn: BundleConnector) -> Observation | None:
@@ -93,21 +105,11 @@ def topology_observation(conn: BundleConnector) -> Observation | None:
     ``attributes.topology`` = the validated spec), or None when the bundle has none."""
     if conn.topology is None:
         return None
-    w = conn.workload
-    return Observation(
-        source=Source(connector="bundle", instance=f"{w.cluster}/{w.workload_id}"),
-        kind="topology",
-        observed_at=w.start_ns,
-        time_source="transport",
-        time_quality=TIME_QUALITY_EXACT,
-        host=SCHEDULER_HOST,
-        cluster=w.cluster,
-        workload_id=w.workload_id,
-        format="topology_yaml",
+    return _bundle_record(
+        conn, kind="topology", fmt="topology_yaml",
         body=(conn.path / "topology.yaml").read_text("utf-8", errors="replace"),
-        attributes={"topology": _spec_data(conn.topology)},
-        position=Position(file="topology.yaml", line=1),
-    ).with_id()
+        attributes={"topology": _spec_data(conn.topology)}, file="topology.yaml",
+    )
 
 
 def coverage_observations(conn: BundleConnector) -> list[Observation]:
@@ -115,22 +117,14 @@ def coverage_observations(conn: BundleConnector) -> list[Observation]:
     record each (``format="coverage"``, ``attributes.coverage`` = the
     :class:`schemas.records.CoverageEntry`), so the stream's verdict reports the same coverage
     as ``faultstream replay``. Valid after the connector's observations were read."""
-    w = conn.workload
     return [
-        Observation(
-            source=Source(connector="bundle", instance=f"{w.cluster}/{w.workload_id}"),
-            kind="health_event",
-            observed_at=w.start_ns,
-            time_source="transport",
-            time_quality=TIME_QUALITY_EXACT,
+        _bundle_record(
+            conn, kind="health_event", fmt="coverage",
             host=entry.source.split("/")[1] if entry.source.count("/") >= 2 else SCHEDULER_HOST,
-            cluster=w.cluster,
-            workload_id=w.workload_id,
-            format="coverage",
             body=f"coverage {entry.source}: {entry.status}, {entry.records} records, {entry.unparsed} unparsed",
             attributes={"coverage": entry.model_dump(mode="json")},
-            position=Position(file=entry.source.removeprefix("file:") if entry.source.startswith("file:") else None),
-        ).with_id()
+            file=entry.source.removeprefix("file:") if entry.source.startswith("file:") else None,
+        )
         for entry in conn.coverage()
     ]
 

@@ -154,11 +154,22 @@ def latest_verdicts(messages: list[Any]) -> dict[str, dict]:
     return latest
 
 
-def replay_json(bundle: Path) -> dict:
-    out = subprocess.run([sys.executable, "-m", "streams.cli", "replay", str(bundle), "--json", "--no-store"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+@pytest.fixture(scope="module")
+def replayed() -> dict[Path, dict]:
+    """Each example bundle's `faultstream replay` verdict (JSON data), the reference."""
+    from streams.replay import replay_bundle
+
+    return {b: replay_bundle(b).attribution.model_dump(mode="json") for b in BUNDLES}
+
+
+def publish_all(env: dict[str, str], bundles: list[Path], replayed: dict[Path, dict]) -> dict[str, dict]:
+    """Publish ``bundles`` with `faultstream connect bundle`; return their replay verdicts by
+    scope id."""
+    expected = {}
+    for bundle in bundles:
+        publish(env, bundle)
+        expected[replayed[bundle]["scope"]["id"]] = replayed[bundle]
+    return expected
 
 
 def comparable(att: dict) -> dict:
@@ -181,15 +192,11 @@ def final_for(expected: dict[str, dict]):
     return done
 
 
-def test_bundles_through_the_stream_equal_replay_on_the_topic_and_in_clickhouse(stream_env, kafka_bootstrap):
+def test_bundles_through_the_stream_equal_replay_on_the_topic_and_in_clickhouse(stream_env, kafka_bootstrap, replayed):
     env, prefix = stream_env["env"], stream_env["prefix"]
     ch_dir = stream_env["tmp"] / "clickhouse"
     worker = stream_env["start"](FAULTSTREAM_CLICKHOUSE=f"chdb://{ch_dir}")
-    expected = {}
-    for bundle in BUNDLES:
-        publish(env, bundle)
-        att = replay_json(bundle)
-        expected[att["scope"]["id"]] = att
+    expected = publish_all(env, BUNDLES, replayed)
     messages = consume(kafka_bootstrap, f"{prefix}.attributions", until=final_for(expected), timeout=120)
     latest = latest_verdicts(messages)
     for scope, att in expected.items():
@@ -227,22 +234,15 @@ def test_bundles_through_the_stream_equal_replay_on_the_topic_and_in_clickhouse(
         assert comparable(stored[scope].model_dump(mode="json")) == comparable(att), scope
 
 
-def test_worker_killed_mid_stream_recovers_from_the_changelog(stream_env, kafka_bootstrap):
+def test_worker_killed_mid_stream_recovers_from_the_changelog(stream_env, kafka_bootstrap, replayed):
     env, prefix = stream_env["env"], stream_env["prefix"]
     ch_dir = stream_env["tmp"] / "clickhouse"
     first = stream_env["start"]("first", FAULTSTREAM_CLICKHOUSE=f"chdb://{ch_dir}")
     half = len(BUNDLES) // 2
-    expected = {}
-    for bundle in BUNDLES[:half]:
-        publish(env, bundle)
-        att = replay_json(bundle)
-        expected[att["scope"]["id"]] = att
+    expected = publish_all(env, BUNDLES[:half], replayed)
     consume(kafka_bootstrap, f"{prefix}.attributions", until=final_for(expected), timeout=120)
     # the second half is published, then the worker dies mid-stream with no chance to clean up
-    for bundle in BUNDLES[half:]:
-        publish(env, bundle)
-        att = replay_json(bundle)
-        expected[att["scope"]["id"]] = att
+    expected |= publish_all(env, BUNDLES[half:], replayed)
     time.sleep(1.0)
     first.stop(signal.SIGKILL)
     # a new worker on a new machine: no local state, everything from the changelog topics
@@ -270,16 +270,12 @@ def test_worker_killed_mid_stream_recovers_from_the_changelog(stream_env, kafka_
         assert comparable(stored[scope].model_dump(mode="json")) == comparable(att), scope
 
 
-def test_two_workers_in_one_group_give_the_same_verdicts(stream_env, kafka_bootstrap):
+def test_two_workers_in_one_group_give_the_same_verdicts(stream_env, kafka_bootstrap, replayed):
     env, prefix = stream_env["env"], stream_env["prefix"]
     a = stream_env["start"]("a")
     b = stream_env["start"]("b", FAULTSTREAM_DATA_DIR=str(stream_env["tmp"] / "faust-b"))
     time.sleep(5)  # let the group settle with both members
-    expected = {}
-    for bundle in BUNDLES:
-        publish(env, bundle)
-        att = replay_json(bundle)
-        expected[att["scope"]["id"]] = att
+    expected = publish_all(env, BUNDLES, replayed)
     messages = consume(kafka_bootstrap, f"{prefix}.attributions", until=final_for(expected), timeout=150)
     latest = latest_verdicts(messages)
     for scope, att in expected.items():
