@@ -36,6 +36,7 @@ GROUP = "faultstream.connectors"
 BUILTIN: dict[str, str] = {
     "bundle": "connectors.publish:connect_bundle_cli",
     "files": "connectors.files:connect_files_cli",
+    "slurm": "connectors.slurm:connect_slurm_cli",
 }
 
 log = logging.getLogger(__name__)

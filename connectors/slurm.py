@@ -564,3 +564,60 @@ class SlurmConnector:
                 log.warning("slurm connector %s: %s", self.cluster, exc)
                 self.rollback()
             stop.wait(self.poll_s)
+
+
+# ---- CLI: faultstream connect slurm ---------------------------------------------------------------
+
+from pathlib import Path  # noqa: E402 -- the CLI part of the module
+from typing import Annotated  # noqa: E402
+
+import typer  # noqa: E402
+
+DEFAULT_TOPIC = "faultstream.observations"
+
+
+def connect_slurm_cli(
+    cluster: Annotated[str, typer.Argument(help="cluster name (Slurm ClusterName; Source.instance of the records)")],
+    poll_s: Annotated[float, typer.Option("--poll-s", min=0.1, help="seconds between polls")] = 10.0,
+    cursor: Annotated[Path | None, typer.Option(help="cursor file (default: .state/cursors/slurm-<cluster>.json)")] = None,
+    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
+    topic: Annotated[str, typer.Option(help="topic to publish to")] = DEFAULT_TOPIC,
+    once: Annotated[bool, typer.Option("--once", help="poll once, publish, commit the cursor and exit")] = False,
+) -> None:
+    """Publish Slurm job/step state transitions and node DOWN/DRAIN changes (sacct --json, scontrol show node) to Kafka, key = host; the cursor is saved only after delivery.
+
+    Without --once it polls every --poll-s seconds until interrupted (Ctrl-C or SIGTERM); a failed poll or delivery is logged and retried at the next poll with the same record ids. With --once a Slurm, cursor or Kafka error exits 2 with one line on stderr (the cursor is left as it was)."""
+    import signal
+
+    from connectors.cursor import CursorError, CursorStore
+    from connectors.publish import publish
+    from connectors.registry import cli_fail, make_producer
+    from sinks.kafka import KafkaProducerError
+
+    path = cursor if cursor is not None else Path(".state/cursors") / f"slurm-{cluster}.json"
+    conn = SlurmConnector(cluster, cursor=CursorStore(path), poll_s=poll_s)
+    sent = 0
+
+    def deliver(batch: list[Observation]) -> None:
+        nonlocal sent
+        sent += publish(batch, producer, topic=topic)  # flushes; raises when delivery failed
+
+    try:
+        with make_producer(bootstrap, topic) as producer:
+            if once:
+                batch = conn.poll()
+                if batch:
+                    deliver(batch)
+                conn.commit()
+            else:
+                stop = threading.Event()
+                previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+                try:
+                    conn.run(deliver, stop)
+                except KeyboardInterrupt:
+                    pass
+                finally:
+                    signal.signal(signal.SIGTERM, previous)
+    except (SlurmError, CursorError, KafkaProducerError, OSError) as exc:
+        cli_fail(str(exc))
+    typer.echo(f"published {sent} records of Slurm cluster {cluster} to {topic}", err=True)

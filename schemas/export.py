@@ -1,10 +1,16 @@
 """Export the JSON Schema of every record model for consumers of the topics and tables.
 
 ``python -m schemas.export [OUT_DIR]`` (default ``schemas/json/``) writes one file per model in
-:data:`schemas.records.RECORD_MODELS`::
+:data:`EXPORTED_MODELS` (the record models of :data:`schemas.records.RECORD_MODELS` plus the
+dead-letter topic's :class:`sinks.deadletter.DeadLetter`)::
 
     observation.schema.json  event.schema.json  attribution.schema.json
-    remediation_action.schema.json
+    remediation_action.schema.json  dead_letter.schema.json
+
+and the AsyncAPI 3.0 document of the public topics (:mod:`schemas.asyncapi`), ``asyncapi.yaml``:
+into ``OUT_DIR`` when one is given, beside the ``json/`` folder (``schemas/asyncapi.yaml``) for
+the committed layout. The document is self-contained (its payload schemas are inlined under
+``components/schemas``), so it is the same file wherever it is written.
 
 Each file is pydantic's ``model_json_schema()`` (validation mode, JSON Schema draft 2020-12,
 shared sub-models under ``$defs``) with a ``$schema`` key added, serialised with sorted keys,
@@ -20,19 +26,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from schemas.records import RECORD_MODELS
+from sinks.deadletter import DeadLetter
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 #: Where the committed schema files live.
 DEFAULT_DIR = Path(__file__).resolve().parent / "json"
+#: Where the committed AsyncAPI document lives (beside DEFAULT_DIR).
+DEFAULT_ASYNCAPI = DEFAULT_DIR.parent / "asyncapi.yaml"
+ASYNCAPI_FILE = "asyncapi.yaml"
+
+#: file stem -> model of every exported JSON Schema: the records plus the dead letter.
+EXPORTED_MODELS: dict[str, type[BaseModel]] = {**RECORD_MODELS, "dead_letter": DeadLetter}
 
 
 def schema_for(name: str) -> dict[str, Any]:
-    """The JSON Schema (a dict) of the record model registered as ``name`` in
-    ``RECORD_MODELS`` (``observation``, ``event``, ``attribution``, ``remediation_action``).
+    """The JSON Schema (a dict) of the model registered as ``name`` in :data:`EXPORTED_MODELS`
+    (``observation``, ``event``, ``attribution``, ``remediation_action``, ``dead_letter``).
     Raises KeyError for an unknown name."""
-    schema = RECORD_MODELS[name].model_json_schema()
+    schema = EXPORTED_MODELS[name].model_json_schema()
     return {"$schema": JSON_SCHEMA_DIALECT, **schema}
 
 
@@ -41,18 +56,38 @@ def render_schema(name: str) -> str:
     return json.dumps(schema_for(name), indent=2, sort_keys=True, ensure_ascii=True) + "\n"
 
 
-def export_json_schemas(out_dir: Path = DEFAULT_DIR) -> list[Path]:
-    """Write ``<name>.schema.json`` for every record model into ``out_dir`` (created if
-    missing) and return the paths written, in ``RECORD_MODELS`` order. Files are only
-    rewritten when their bytes change. Raises OSError if the directory is not writable."""
+def _write_if_changed(path: Path, data: bytes) -> None:
+    if not path.exists() or path.read_bytes() != data:
+        path.write_bytes(data)
+
+
+def asyncapi_path_for(out_dir: Path) -> Path:
+    """Where :func:`export_json_schemas` writes the AsyncAPI document for ``out_dir``:
+    :data:`DEFAULT_ASYNCAPI` when ``out_dir`` is :data:`DEFAULT_DIR` (the committed layout),
+    else ``out_dir / "asyncapi.yaml"``."""
+    out_dir = Path(out_dir)
+    return DEFAULT_ASYNCAPI if out_dir.resolve() == DEFAULT_DIR else out_dir / ASYNCAPI_FILE
+
+
+def export_json_schemas(out_dir: Path = DEFAULT_DIR, *, asyncapi: bool = True) -> list[Path]:
+    """Write ``<name>.schema.json`` for every model of :data:`EXPORTED_MODELS` into ``out_dir``
+    (created if missing) and, unless ``asyncapi`` is false, the AsyncAPI document at
+    :func:`asyncapi_path_for` ``(out_dir)``. Returns the paths written: the schema files in
+    ``EXPORTED_MODELS`` order, then the AsyncAPI document. Files are only rewritten when their
+    bytes change. Raises OSError if a directory is not writable."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for name in RECORD_MODELS:
+    for name in EXPORTED_MODELS:
         path = out_dir / f"{name}.schema.json"
-        data = render_schema(name).encode("utf-8")
-        if not path.exists() or path.read_bytes() != data:
-            path.write_bytes(data)
+        _write_if_changed(path, render_schema(name).encode("utf-8"))
+        written.append(path)
+    if asyncapi:
+        from schemas.asyncapi import render_asyncapi
+
+        path = asyncapi_path_for(out_dir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_if_changed(path, render_asyncapi().encode("utf-8"))
         written.append(path)
     return written
 

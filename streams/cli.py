@@ -145,6 +145,7 @@ def worker(
     lateness: Optional[float] = typer.Option(None, help="allowed lateness of events (s)"),
     web_port: Optional[int] = typer.Option(None, help="port of /metrics on 127.0.0.1"),
     loglevel: str = typer.Option("info", help="worker log level"),
+    log_format: str = typer.Option("text", "--log-format", help="text | json (one JSON object per line: streams/logs.py)"),
 ) -> None:
     """Run a stream worker (Faust): observations -> events -> verdicts, until stopped.
 
@@ -153,7 +154,13 @@ def worker(
     import faust
 
     from streams.app import create_app
+    from streams.logs import configure_logging, logging_config
     from streams.settings import WorkerSettings
+
+    try:  # before anything logs; faust.Worker re-applies it (mode clears the root handlers)
+        configure_logging(log_format, loglevel)
+    except ValueError as exc:
+        _fail(str(exc))
 
     overrides = {
         "app_id": app_id, "clickhouse": clickhouse, "idle_timeout_s": idle_timeout,
@@ -170,11 +177,14 @@ def worker(
         faust_app = create_app(settings, kafka)
     except ValueError as exc:  # pydantic.ValidationError is a ValueError
         _fail(f"worker settings: {exc}")
+    logging.getLogger("faultstream.worker").info(
+        "worker starting", extra={"app_id": settings.app_id, "bootstrap": kafka.bootstrap_servers})
     try:
         declare_topics(settings, kafka)
     except (KafkaException, RuntimeError) as exc:
         _fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
-    faust.Worker(faust_app, loglevel=loglevel).execute_from_commandline()
+    json_config = logging_config(log_format, loglevel) if log_format == "json" else None  # text: Faust's own
+    faust.Worker(faust_app, loglevel=loglevel, logging_config=json_config).execute_from_commandline()
 
 
 @app.command()

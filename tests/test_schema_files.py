@@ -1,7 +1,7 @@
 """The committed JSON Schema files under schemas/json/ are current and validate real records.
 
 If ``test_committed_schema_files_are_current`` fails, regenerate with
-``python -m schemas.export`` and commit schemas/json/.
+``python -m schemas.export`` and commit schemas/json/ and schemas/asyncapi.yaml.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from schemas.export import DEFAULT_DIR, export_json_schemas
+from schemas.export import DEFAULT_ASYNCAPI, DEFAULT_DIR, EXPORTED_MODELS, export_json_schemas
 from schemas.records import (
     RECORD_MODELS,
     Affected,
@@ -32,7 +32,8 @@ from schemas.records import (
 )
 
 COMMITTED = Path(__file__).resolve().parent.parent / "schemas" / "json"
-NAMES = ["observation", "event", "attribution", "remediation_action"]
+COMMITTED_ASYNCAPI = COMMITTED.parent / "asyncapi.yaml"
+NAMES = ["observation", "event", "attribution", "remediation_action", "dead_letter"]
 T0 = 1_796_001_664_123_000_000  # 2026-11-30 01:21:04.123 UTC
 
 
@@ -75,24 +76,38 @@ def sample_attribution() -> Attribution:
 
 def test_committed_schema_files_are_current(tmp_path: Path) -> None:
     written = export_json_schemas(tmp_path)
-    assert [p.name for p in written] == [f"{n}.schema.json" for n in NAMES]
-    assert sorted(RECORD_MODELS) == sorted(NAMES)
+    assert [p.name for p in written] == [f"{n}.schema.json" for n in NAMES] + ["asyncapi.yaml"]
+    assert sorted(RECORD_MODELS) == sorted(n for n in NAMES if n != "dead_letter")
+    assert sorted(EXPORTED_MODELS) == sorted(NAMES)
     assert DEFAULT_DIR == COMMITTED
+    assert DEFAULT_ASYNCAPI == COMMITTED_ASYNCAPI
     for path in written:
-        committed = COMMITTED / path.name
+        committed = COMMITTED_ASYNCAPI if path.name == "asyncapi.yaml" else COMMITTED / path.name
         assert committed.exists(), f"{committed} missing: run python -m schemas.export"
         assert committed.read_bytes() == path.read_bytes(), (
-            f"{committed} is stale: run python -m schemas.export and commit schemas/json/"
+            f"{committed} is stale: run python -m schemas.export and commit schemas/json/ "
+            "and schemas/asyncapi.yaml"
         )
     assert sorted(p.name for p in COMMITTED.glob("*.schema.json")) == sorted(
-        p.name for p in written
+        p.name for p in written if p.name.endswith(".schema.json")
     )
+
+
+def test_a_stale_asyncapi_document_is_detected_and_rewritten(tmp_path: Path) -> None:
+    """The staleness check compares bytes: an edited copy differs, and export restores it."""
+    path = export_json_schemas(tmp_path)[-1]
+    fresh = path.read_bytes()
+    path.write_bytes(fresh.replace(b"partitions: 12", b"partitions: 6", 1))
+    assert path.read_bytes() != COMMITTED_ASYNCAPI.read_bytes()
+    export_json_schemas(tmp_path)
+    assert path.read_bytes() == fresh == COMMITTED_ASYNCAPI.read_bytes()
 
 
 def test_export_is_byte_stable(tmp_path: Path) -> None:
     first = {p.name: p.read_bytes() for p in export_json_schemas(tmp_path / "a")}
     second = {p.name: p.read_bytes() for p in export_json_schemas(tmp_path / "b")}
     assert first == second
+    assert first.pop("asyncapi.yaml").endswith(b"\n")
     for data in first.values():
         assert data.endswith(b"}\n") and not data.endswith(b"\n\n")
         text = data.decode()
@@ -103,7 +118,7 @@ def test_export_is_byte_stable(tmp_path: Path) -> None:
 def test_schema_files_are_valid_json_schema(name: str) -> None:
     schema = json.loads((COMMITTED / f"{name}.schema.json").read_text())
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    assert schema["title"] == RECORD_MODELS[name].__name__
+    assert schema["title"] == EXPORTED_MODELS[name].__name__
     jsonschema.Draft202012Validator.check_schema(schema)
 
 
