@@ -1,0 +1,628 @@
+"""Stream benchmark: one `faultstream worker` on a real Kafka broker, fed a synthetic cluster.
+
+The cluster: 2,048 hosts x 8 GPUs at 10 observations/host/s of event time (20,480 obs per
+event second): glog training-step lines, NCCL INFO lines, kernel (dmesg -T) lines and
+nvidia-smi telemetry samples -- background noise that yields no events. In it, failing jobs:
+
+* **bulk segment** (``--seconds`` of event time, produced as fast as the producer goes): a
+  16,384-rank job on all 2,048 hosts (8 ranks/host). Its workload record first (a
+  ``WorkloadSpec`` published like ``connectors.publish.workload_observation``, state RUNNING),
+  an XID 79 on one host at 20 % of the segment (the decisive event), the NCCL watchdog
+  timeouts of every other rank 600 s of event time later (compressed: they follow in the
+  stream at 30 %), and the job's terminal state (the workload record again, state FAILED,
+  with its end) at 40 %. This segment measures the worker's sustained throughput
+  (``faultstream_observations_total`` from /metrics, sampled, from first to last message
+  consumed); its latencies include the backlog a saturated worker builds, and are reported
+  apart.
+* **live segment** (``--live-seconds`` of wall time, paced at ``--live-rate`` obs/s, below the
+  worker's capacity): more noise and ``--jobs`` failing 64-rank jobs (8 hosts each) spread over
+  it, each with its workload record, an XID 79, 63 watchdog timeouts and its terminal state.
+  End-to-end latency = wall time from the producer's ``produce()`` of the decisive message
+  (the XID; the terminal state) to the arrival, on ``<prefix>.attributions``, of a verdict
+  naming that workload with root cause ``gpu.xid.79`` (for the terminal state: the verdict
+  with outcome ``failed``). The XID yields a provisional verdict at once; the terminal
+  state's verdict waits for the worker's idle timeout (``--idle-timeout``, wall clock), the
+  live-mode window close -- the allowed lateness is event time and plays no part here.
+
+Decisive lines carry no workload id: the worker routes them through its allocation table
+(host -> workload by event time), as it would for node-level connectors. Event times of the
+jobs are laid out so no two allocations of one host overlap.
+
+The floor: a bare consume-and-parse loop over the bulk segment on the same topic
+(confluent_kafka consumer + ``json.loads`` + ``Observation.model_validate``), run after the
+worker has stopped, as obs/s; the report gives worker/floor.
+
+All messages are pre-serialised (canonical JSON, with ids) before anything is timed. Each run
+gets a fresh worker, topic prefix and app id; figures are medians over ``--runs``.
+
+Usage::
+
+    python3 bench/stream.py [--runs 3] [--seconds 10] [--live-seconds 30] [--live-rate 1000]
+                            [--jobs 20] [--idle-timeout 1] [--lateness 30] [--clickhouse]
+
+Starts its own broker on a free port unless ``KAFKA_BOOTSTRAP_SERVERS`` is set, and stops
+it (and every worker) on exit, errors included. Prints its figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from schemas.bundle import WorkloadSpec  # noqa: E402
+from schemas.records import (  # noqa: E402
+    SCHEMA_VERSION,
+    TIME_QUALITY_EXACT,
+    TIME_QUALITY_SECONDS,
+    Observation,
+    Position,
+    Source,
+    canonical_json,
+    content_id,
+)
+
+NS = 1_000_000_000
+HOSTS = 2048
+GPUS = 8
+OBS_PER_HOST_S = 10
+T0 = 1_796_000_000 * NS  # 2026-11-30T...Z, event time of the bulk segment's first second
+CLUSTER = "bench"
+MONTHS = "Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split()
+DAYS = "Mon Tue Wed Thu Fri Sat Sun".split()
+
+
+# -- synthetic observations ------------------------------------------------------------------
+
+
+def _obs(kind: str, at: int, host: str, fmt: str, *, body: str | None = None, metric: dict | None = None,
+         gpu: dict | None = None, rank: int | None = None, file: str | None = None, line: int | None = None,
+         workload_id: str | None = None, attributes: dict | None = None, quality: float = TIME_QUALITY_EXACT,
+         connector: str = "files") -> dict[str, Any]:
+    """An Observation as JSON data with its id -- the same bytes ``Observation(...).with_id()``
+    gives (checked by :func:`_self_check`), built without pydantic so 1 M of them are cheap."""
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "source": {"connector": connector, "instance": host},
+        "kind": kind,
+        "observed_at": at,
+        "time_source": "line",
+        "time_quality": quality,
+        "host": host,
+        "cluster": CLUSTER,
+        "workload_id": workload_id,
+        "rank": rank,
+        "gpu": gpu,
+        "fabric_port": None,
+        "format": fmt,
+        "body": body,
+        "metric": metric,
+        "attributes": attributes or {},
+        "position": {"file": file, "line": line},
+    }
+    data["observation_id"] = content_id("obs", data)
+    data["position"] = {"file": file, "line": line, "topic": None, "partition": None, "offset": None}
+    return data
+
+
+def _self_check(data: dict[str, Any]) -> None:
+    obs = Observation.model_validate(data)
+    want = obs.model_copy(update={"observation_id": ""}).with_id().observation_id
+    if want != data["observation_id"] or canonical_json(obs) != canonical_json(data):
+        raise SystemExit("bench/stream.py: synthetic observation differs from Observation.with_id()")
+
+
+def _dmesg_ts(at: int) -> str:
+    t = time.gmtime(at // NS)
+    return f"[{DAYS[t.tm_wday]} {MONTHS[t.tm_mon - 1]} {t.tm_mday:2d} {t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} {t.tm_year}]"
+
+
+def _glog_ts(at: int, level: str) -> str:
+    t = time.gmtime(at // NS)
+    return f"{level}{t.tm_mon:02d}{t.tm_mday:02d} {t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{(at % NS) // 1000:06d}"
+
+
+class Noise:
+    """Background records: per host and event second, 5 training-step glog lines, 2 NCCL INFO
+    lines, 1 kernel line and 2 nvidia-smi samples (10 obs/host/s)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rnd = random.Random(seed)
+        self.line = [0] * HOSTS
+        self.step = 0
+
+    def second(self, at0: int, hosts: range | list[int] = range(HOSTS)) -> list[tuple[bytes, bytes]]:
+        rnd = self.rnd
+        out: list[tuple[bytes, bytes]] = []
+        self.step += 1
+        for slot in range(OBS_PER_HOST_S):
+            for h in hosts:
+                host = f"node-b{h:04d}"
+                at = at0 + slot * (NS // OBS_PER_HOST_S) + rnd.randrange(NS // OBS_PER_HOST_S)
+                g = (slot + h) % GPUS
+                rank = h * GPUS + g
+                self.line[h] += 1
+                n = self.line[h]
+                if slot < 5:
+                    body = (f"[rank{rank}]:[{_glog_ts(at, 'I')} {4000 + g} train.py:212] step {self.step} "
+                            f"loss {2 + rnd.random():.4f} lr 3.0e-04 grad_norm {rnd.random():.3f} "
+                            f"tokens/s {rnd.randrange(90000, 99999)}")
+                    d = _obs("log_line", at, host, "glog", body=body, rank=rank, file=f"logs/{host}/train.log", line=n)
+                elif slot < 7:
+                    ch = rnd.randrange(32)
+                    body = (f"{host}:{4000 + g}:{4100 + g} [{g}] NCCL INFO Channel {ch:02d}/0 : "
+                            f"{rank}[{g}] -> {rank + 1}[{(g + 1) % GPUS}] via P2P/CUMEM/read")
+                    d = _obs("log_line", at, host, "nccl", body=body, file=f"logs/{host}/train.log", line=n,
+                             quality=TIME_QUALITY_SECONDS)
+                elif slot == 7:
+                    body = (f"{_dmesg_ts(at)} perf: interrupt took too long ({rnd.randrange(2500, 9000)} > 2500), "
+                            "lowering kernel.perf_event_max_sample_rate")
+                    d = _obs("log_line", at, host, "dmesg", body=body, file=f"logs/{host}/dmesg.log", line=n,
+                             quality=TIME_QUALITY_SECONDS)
+                else:
+                    metric = {
+                        "utilization_gpu": float(rnd.randrange(85, 100)), "temperature_gpu": float(rnd.randrange(55, 75)),
+                        "power_w": float(rnd.randrange(550, 700)), "memory_used_mib": float(rnd.randrange(70000, 140000)),
+                        "ecc_uncorrected_volatile": 0.0, "ecc_corrected_volatile": 0.0, "hw_slowdown": 0.0,
+                    }
+                    d = _obs("telemetry", at, host, "nvidia_smi_csv", metric=metric, connector="telemetry",
+                             gpu={"index": g, "uuid": f"GPU-00000000-0000-4000-8000-{h:08x}{g:04d}", "pci_bus_id": f"0000:{0x10 + g:02x}:00"})
+                out.append((host.encode(), canonical_json(d).encode()))
+        return out
+
+
+def workload_record(wid: str, hosts: list[str], start_ns: int, *, state: str, end_ns: int | None,
+                    at: int) -> tuple[bytes, bytes]:
+    """The scheduler's view of ``wid``, as ``connectors.publish.workload_observation`` builds it."""
+    iso = lambda ns: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns // NS))  # noqa: E731
+    spec = WorkloadSpec(workload_id=wid, scheduler="slurm", cluster=CLUSTER, state=state,
+                        start=iso(start_ns), end=iso(end_ns) if end_ns else None, nodes=hosts,
+                        ranks_per_node=GPUS, exit_code="1:0" if state == "FAILED" else None)
+    text = "\n".join([f"workload_id: {wid}", "scheduler: slurm", f"cluster: {CLUSTER}", f"state: {state}",
+                      f"start: {iso(start_ns)}", *([f"end: {iso(end_ns)}"] if end_ns else []),
+                      f"ranks_per_node: {GPUS}", "nodes:", *[f"  - {h}" for h in hosts]]) + "\n"
+    obs = Observation(
+        source=Source(connector="slurm", instance=f"{CLUSTER}/{wid}"), kind="scheduler_event", observed_at=at,
+        time_source="line", time_quality=TIME_QUALITY_EXACT, host="_scheduler", cluster=CLUSTER, workload_id=wid,
+        format="workload_yaml", body=text, attributes={"workload": json.loads(spec.model_dump_json())},
+        position=Position(file="workload.yaml", line=1),
+    ).with_id()
+    return b"_scheduler", canonical_json(obs).encode()
+
+
+def xid_line(h: int, at: int) -> tuple[bytes, bytes]:
+    host = f"node-b{h:04d}"
+    body = f"{_dmesg_ts(at)} NVRM: Xid (PCI:0000:9c:00): 79, pid=0, GPU has fallen off the bus."
+    d = _obs("log_line", at, host, "dmesg", body=body, file=f"logs/{host}/dmesg.log", line=999_999,
+             quality=TIME_QUALITY_SECONDS)
+    return host.encode(), canonical_json(d).encode()
+
+
+def watchdog_line(h: int, g: int, at: int, rnd: random.Random) -> tuple[bytes, bytes]:
+    host = f"node-b{h:04d}"
+    rank = h * GPUS + g
+    body = (f"[rank{rank}]:[{_glog_ts(at, 'E')} {4000 + g} ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog caught "
+            f"collective operation timeout: WorkNCCL(SeqNum=88412, OpType=ALLREDUCE, NumelIn=262144, "
+            f"NumelOut=262144, Timeout(ms)=600000) ran for {600_000 + rnd.randrange(5, 900)} milliseconds before timing out.")
+    d = _obs("log_line", at, host, "glog", body=body, rank=rank, file=f"logs/{host}/train.log", line=1_000_000 + g)
+    return host.encode(), canonical_json(d).encode()
+
+
+@dataclass
+class Job:
+    wid: str
+    hosts: int
+    xid_index: int = -1  # message index of the XID in its segment
+    terminal_index: int = -1
+    xid_sent: float | None = None  # wall time of produce()
+    terminal_sent: float | None = None
+
+
+@dataclass
+class Segment:
+    messages: list[tuple[bytes, bytes]] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
+    marks: dict[int, tuple[Job, str]] = field(default_factory=dict)  # index -> (job, "xid" | "terminal")
+
+
+def build_bulk(seconds: int, seed: int) -> Segment:
+    """``seconds`` of noise with the 16,384-rank job failing in it."""
+    rnd = random.Random(seed)
+    noise = Noise(seed)
+    seconds = max(seconds, 6)  # room for the XID, the watchdogs and the terminal state
+    seg = Segment()
+    job = Job("job-big-16384", HOSTS)
+    seg.jobs.append(job)
+    hosts = [f"node-b{h:04d}" for h in range(HOSTS)]
+    start = T0 - 3600 * NS
+    bad = HOSTS // 3
+    xid_s = max(1, seconds // 5)
+    xid_at = T0 + xid_s * NS + NS // 2
+    end = xid_at + 605 * NS
+    seg.messages.append(workload_record(job.wid, hosts, start, state="RUNNING", end_ns=None, at=start))
+    for s in range(seconds):
+        seg.messages.extend(noise.second(T0 + s * NS))
+        if s == xid_s:
+            seg.marks[len(seg.messages)] = (job, "xid")
+            seg.messages.append(xid_line(bad, xid_at))
+        if s == max(xid_s + 1, (3 * seconds) // 10):  # the watchdogs, 600 s of event time later
+            for h in range(HOSTS):
+                for g in range(GPUS):
+                    if not (h == bad and g == 5):
+                        seg.messages.append(watchdog_line(h, g, xid_at + 600 * NS + rnd.randrange(NS), rnd))
+        if s == max(xid_s + 2, (4 * seconds) // 10):
+            seg.marks[len(seg.messages)] = (job, "terminal")
+            seg.messages.append(workload_record(job.wid, hosts, start, state="FAILED", end_ns=end, at=end))
+    return seg
+
+
+def build_live(n_messages: int, jobs: int, seed: int, run: int) -> Segment:
+    """About ``n_messages`` of noise (on a rotating subset of the hosts no job uses) with ``jobs`` 64-rank jobs spread
+    over it, in event time after the bulk segment's big job ended (no host has two overlapping
+    allocations)."""
+    rnd = random.Random(seed + 1)
+    noise = Noise(seed + 1)
+    seg = Segment()
+    per_job = 8
+    job_hosts = jobs * per_job
+    quiet = range(job_hosts, HOSTS)
+    seconds = max(jobs * 4, 8)
+    # thin the noise to about n_messages: a rotating subset of the quiet hosts each second
+    per_second = max(1, min(len(quiet), n_messages // (seconds * OBS_PER_HOST_S)))
+    base = T0 + 100_000 * NS  # well after the bulk job's end + the allocation slack
+    stride = seconds / max(jobs, 1)
+    plan: dict[int, list[tuple[int, str]]] = {}
+    for j in range(jobs):
+        s0 = int(j * stride)
+        for k, what in enumerate(("start", "xid", "watchdogs", "terminal")):
+            plan.setdefault(min(seconds - 1, s0 + k), []).append((j, what))
+    by_job = [Job(f"job-r{run}-{j:02d}", per_job) for j in range(jobs)]
+    seg.jobs.extend(by_job)
+    for s in range(seconds):
+        at0 = base + s * NS
+        first_quiet = (s * per_second) % len(quiet)
+        seg.messages.extend(noise.second(at0, [quiet[(first_quiet + k) % len(quiet)] for k in range(per_second)]))
+        for j, what in plan.get(s, []):
+            job = by_job[j]
+            first = j * per_job
+            hosts = [f"node-b{h:04d}" for h in range(first, first + per_job)]
+            start = base + int(j * stride) * NS - 3600 * NS
+            xid_at = base + (int(j * stride) + 1) * NS + NS // 2
+            end = xid_at + 605 * NS
+            bad = first + 3
+            if what == "start":
+                seg.messages.append(workload_record(job.wid, hosts, start, state="RUNNING", end_ns=None, at=start))
+            elif what == "xid":
+                seg.marks[len(seg.messages)] = (job, "xid")
+                seg.messages.append(xid_line(bad, xid_at))
+            elif what == "watchdogs":
+                for h in range(first, first + per_job):
+                    for g in range(GPUS):
+                        if not (h == bad and g == 5):
+                            seg.messages.append(watchdog_line(h, g, xid_at + 600 * NS + rnd.randrange(NS), rnd))
+            else:
+                seg.marks[len(seg.messages)] = (job, "terminal")
+                seg.messages.append(workload_record(job.wid, hosts, start, state="FAILED", end_ns=end, at=end))
+    return seg
+
+
+# -- processes -------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Worker:
+    """A `faultstream worker` subprocess (like tests/test_stream.py)."""
+
+    def __init__(self, env: dict[str, str], log: Path, profile: Path | None = None) -> None:
+        self.log = log
+        self.port = free_port()
+        cmd = [sys.executable]
+        if profile is not None:
+            cmd += ["-m", "cProfile", "-o", str(profile)]
+        cmd += ["-m", "streams.cli"]
+        cmd += ["worker", "--web-port", str(self.port), "--loglevel", "info"]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if "[^Worker]: Ready" in self.log.read_text(errors="replace"):
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.2)
+        raise RuntimeError(f"worker not ready after {timeout} s:\n{self.log.read_text(errors='replace')[-3000:]}")
+
+    def observations(self) -> float | None:
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5).read().decode()
+        except OSError:
+            return None
+        for line in body.splitlines():
+            if line.startswith("faultstream_observations_total "):
+                return float(line.split()[1])
+        return None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT if "cProfile" in self.proc.args else signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Verdicts(threading.Thread):
+    """Consumes ``topic`` from the start; records the arrival wall time of each verdict."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                  "fetch.wait.max.ms": 10})
+        self.consumer.subscribe([topic])
+        self.seen: list[tuple[float, dict[str, Any]]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                msg = self.consumer.poll(0.05)
+                if msg is None or msg.error():
+                    continue
+                now = time.time()
+                att = json.loads(msg.value())
+                self.seen.append((now, {"wid": att["scope"]["id"], "code": att["root_cause"]["code"],
+                                        "outcome": att["outcome"], "revision": att["revision"]}))
+        finally:
+            self.consumer.close()
+
+    def first(self, wid: str, *, after: float, outcome: str | None = None) -> float | None:
+        for t, v in list(self.seen):
+            if v["wid"] == wid and v["code"] == "gpu.xid.79" and t >= after and (outcome is None or v["outcome"] == outcome):
+                return t
+        return None
+
+
+def produce(bootstrap: str, topic: str, seg: Segment, rate: float = 0.0) -> float:
+    """Produce ``seg`` (``rate`` obs/s, 0 = as fast as the producer goes); stamp the marked
+    messages' produce() wall times. Returns the seconds it took (flush included)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10000,
+                  "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
+                  "message.max.bytes": 16 * 1024 * 1024})
+    t0 = time.monotonic()
+    marks = seg.marks
+    for i, (key, value) in enumerate(seg.messages):
+        if rate > 0 and i % 50 == 0:
+            delay = t0 + i / rate - time.monotonic()
+            if delay > 0:
+                p.poll(delay)
+        mark = marks.get(i)
+        if mark is not None:
+            p.flush()  # everything before it is on the broker: the stamp is this message's
+            setattr(mark[0], f"{mark[1]}_sent", time.time())
+        while True:
+            try:
+                p.produce(topic, value, key)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if mark is not None:
+            p.flush()
+    p.flush(120)
+    return time.monotonic() - t0
+
+
+def floor(bootstrap: str, topic: str, n: int, timeout: float = 300) -> float:
+    """Bare consume + json.loads + Observation.model_validate of the first ``n`` messages
+    (across partitions); returns obs/s from the first message to the n-th."""
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-floor-{uuid.uuid4().hex}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    got = 0
+    t_first = None
+    deadline = time.monotonic() + timeout
+    try:
+        while got < n and time.monotonic() < deadline:
+            for msg in c.consume(1000, 0.5):
+                if msg.error():
+                    continue
+                if t_first is None:
+                    t_first = time.perf_counter()
+                Observation.model_validate(json.loads(msg.value()))
+                got += 1
+        return got / (time.perf_counter() - (t_first or time.perf_counter()))
+    finally:
+        c.close()
+
+
+# -- one run ---------------------------------------------------------------------------------
+
+
+def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segment, run: int, tmp: Path) -> dict[str, Any]:
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "FAULTSTREAM_TOPIC_PREFIX": prefix,
+           "FAULTSTREAM_APP_ID": f"{prefix}-worker", "FAULTSTREAM_IDLE_TIMEOUT_S": str(args.idle_timeout),
+           "FAULTSTREAM_ALLOWED_LATENESS_S": str(args.lateness), "FAULTSTREAM_DATA_DIR": str(tmp / f"faust-{run}"),
+           "FAULTSTREAM_PARTITIONS": str(args.partitions), "PYTHONPATH": str(ROOT)}
+    if args.clickhouse:
+        env["FAULTSTREAM_CLICKHOUSE"] = f"chdb://{tmp / f'chdb-{run}'}"
+    for job in bulk.jobs + live.jobs:
+        job.xid_sent = job.terminal_sent = None
+    profile = Path(args.profile).resolve() if args.profile and run == 0 else None
+    worker = Worker(env, tmp / f"worker-{run}.log", profile)
+    verdicts = None
+    try:
+        worker.wait_ready()
+        verdicts = Verdicts(bootstrap, f"{prefix}.attributions")
+        verdicts.start()
+        samples: list[tuple[float, float]] = []
+        done = threading.Event()
+        total_bulk = len(bulk.messages)
+
+        def sample() -> None:
+            while not done.is_set():
+                v = worker.observations()
+                if v is not None:
+                    samples.append((time.monotonic(), v))
+                    if v >= total_bulk:
+                        return
+                done.wait(0.25)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        produce_s = produce(bootstrap, f"{prefix}.observations", bulk)
+        sampler.join(timeout=args.timeout)
+        done.set()
+        consumed = [s for s in samples if s[1] > 0]
+        if not consumed or consumed[-1][1] < total_bulk:
+            raise RuntimeError(f"worker consumed {consumed[-1][1] if consumed else 0:.0f} of {total_bulk} in time; "
+                               f"log {worker.log}")
+        # first to last message consumed; the samples bracket both ends to within 0.25 s
+        (t_a, n_a), (t_b, n_b) = consumed[0], consumed[-1]
+        throughput = (n_b - n_a) / (t_b - t_a) if t_b > t_a else float("nan")
+        drain_s = t_b - t_a
+        time.sleep(args.idle_timeout + 1)
+        live_s = produce(bootstrap, f"{prefix}.observations", live, rate=args.live_rate)
+        # wait for every job's terminal verdict
+        deadline = time.monotonic() + args.timeout
+        jobs = bulk.jobs + live.jobs
+        while time.monotonic() < deadline:
+            if all(verdicts.first(j.wid, after=j.terminal_sent or 0, outcome="failed") for j in jobs):
+                break
+            time.sleep(0.2)
+        lat = {"bulk_xid": [], "bulk_terminal": [], "xid": [], "terminal": []}
+        missing = []
+        for j in jobs:
+            big = j in bulk.jobs
+            tx = verdicts.first(j.wid, after=0)
+            tt = verdicts.first(j.wid, after=0, outcome="failed")
+            if tx is None or tt is None:
+                missing.append(j.wid)
+            if tx is not None:
+                lat["bulk_xid" if big else "xid"].append(tx - j.xid_sent)
+            if tt is not None:
+                lat["bulk_terminal" if big else "terminal"].append(tt - j.terminal_sent)
+    finally:
+        if verdicts is not None:
+            verdicts.stopping.set()
+            verdicts.join(timeout=10)
+        worker.stop()
+    floor_rate = floor(bootstrap, f"{prefix}.observations", total_bulk)
+    return {"throughput": throughput, "drain_s": drain_s, "produce_s": produce_s, "live_s": live_s,
+            "floor": floor_rate, "lat": lat, "missing": missing, "prefix": prefix}
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    return v[min(len(v) - 1, max(0, round(q / 100 * len(v) + 0.5) - 1))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=10, help="event seconds of the bulk segment (x 20,480 obs)")
+    parser.add_argument("--live-seconds", type=float, default=30, help="wall seconds of the paced live segment")
+    parser.add_argument("--live-rate", type=float, default=1000, help="obs/s of the live segment (keep below capacity)")
+    parser.add_argument("--jobs", type=int, default=20, help="64-rank failing jobs in the live segment")
+    parser.add_argument("--idle-timeout", type=float, default=1.0, help="FAULTSTREAM_IDLE_TIMEOUT_S")
+    parser.add_argument("--lateness", type=float, default=30.0, help="FAULTSTREAM_ALLOWED_LATENESS_S")
+    parser.add_argument("--partitions", type=int, default=12, help="FAULTSTREAM_PARTITIONS")
+    parser.add_argument("--clickhouse", action="store_true", help="worker writes to embedded ClickHouse (chdb, tmp dir)")
+    parser.add_argument("--timeout", type=float, default=600, help="give up on a run after this long (s)")
+    parser.add_argument("--profile", help="run the first run's worker under cProfile, stats to this file")
+    args = parser.parse_args()
+
+    t_start = time.monotonic()
+    # SIGTERM (timeout, CI) unwinds like Ctrl-C, so the finally blocks stop the worker and broker
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    broker = None
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    with tempfile.TemporaryDirectory(prefix="fs-bench-stream-") as tmp_name:
+        tmp = Path(tmp_name)
+        try:
+            t0 = time.perf_counter()
+            bulk = build_bulk(args.seconds, seed=7)
+            _self_check(json.loads(bulk.messages[5][1]))
+            lives = [build_live(int(args.live_rate * args.live_seconds), args.jobs, seed=11 + r, run=r)
+                     for r in range(args.runs)]
+            print(f"generated {len(bulk.messages):,} bulk + {len(lives[0].messages):,} live observations "
+                  f"({HOSTS} hosts x {OBS_PER_HOST_S} obs/s, {HOSTS * GPUS:,}-rank job, {args.jobs} x 64-rank jobs) "
+                  f"in {time.perf_counter() - t0:.1f} s", flush=True)
+            if not bootstrap:
+                from deploy.kafka.broker import start
+
+                broker = start(ephemeral=True, fresh=True)
+                bootstrap = broker.bootstrap
+                print(f"broker {bootstrap} started in {broker.started_in_s:.1f} s", flush=True)
+            results = []
+            for r in range(args.runs):
+                res = run_once(args, bootstrap, bulk, lives[r], r, tmp)
+                results.append(res)
+                print(f"run {r + 1}: worker {res['throughput']:,.0f} obs/s (drained {len(bulk.messages):,} in "
+                      f"{res['drain_s']:.1f} s; producer {len(bulk.messages) / res['produce_s']:,.0f} obs/s), floor "
+                      f"{res['floor']:,.0f} obs/s; live XID p50 {pct(res['lat']['xid'], 50):.2f} s; "
+                      f"missing verdicts: {res['missing'] or 'none'}", flush=True)
+        finally:
+            if broker is not None:
+                broker.stop()
+    thr = statistics.median(r["throughput"] for r in results)
+    flo = statistics.median(r["floor"] for r in results)
+    lat = {k: [x for r in results for x in r["lat"][k]] for k in results[0]["lat"]}
+    print()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"{platform.system()} {platform.release()}")
+    print(f"workload: {HOSTS} hosts x {OBS_PER_HOST_S} obs/host/s = {HOSTS * OBS_PER_HOST_S:,} obs per event second; "
+          f"bulk {args.seconds} event s = {len(bulk.messages):,} obs; partitions {args.partitions}; "
+          f"lateness {args.lateness:g} s; idle timeout {args.idle_timeout:g} s; clickhouse {args.clickhouse}")
+    print(f"worker throughput: median {thr:,.0f} obs/s over {args.runs} runs "
+          f"({', '.join(format(r['throughput'], ',.0f') for r in results)}); target 20,000")
+    print(f"floor (confluent_kafka consume + json.loads + Observation.model_validate): median {flo:,.0f} obs/s")
+    print(f"worker / floor: {thr / flo:.2f}")
+    print(f"live segment: {args.live_rate:g} obs/s for ~{args.live_seconds:g} s, {args.jobs} failing 64-rank jobs per run")
+    for key, label in (("xid", "XID produced -> provisional verdict"), ("terminal", "terminal state produced -> final verdict")):
+        v = lat[key]
+        print(f"  {label}: p50 {pct(v, 50):.3f} s  p99 {pct(v, 99):.3f} s  max {max(v, default=float('nan')):.3f} s  (n={len(v)})")
+    print(f"  target: p99 <= 2 s + lateness; the terminal verdict waits the idle timeout ({args.idle_timeout:g} s wall clock)")
+    print(f"bulk segment (saturated worker, backlog included), 16,384-rank job: "
+          f"XID -> verdict {', '.join(f'{x:.1f}' for x in lat['bulk_xid'])} s; "
+          f"terminal -> final verdict {', '.join(f'{x:.1f}' for x in lat['bulk_terminal'])} s")
+    missing = [m for r in results for m in r["missing"]]
+    print(f"verdicts missing: {missing or 'none'}")
+    print(f"wall time: {time.monotonic() - t_start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
