@@ -8,7 +8,13 @@ Commands:
   ``.state/clickhouse`` by default, or any ``http(s)://`` server).
 * ``faultstream score DIR...`` -- replay every bundle with an ``expected.yaml`` below the given
   directories and print hits and misses; exits 1 on any miss.
-* ``faultstream schemas export DIR`` -- write the JSON Schema files of every record.
+* ``faultstream schemas export DIR`` -- write the JSON Schema files of every record and the
+  AsyncAPI document of the public topics.
+* ``faultstream topics create|list`` -- the topic catalogue (``schemas/topics.py``).
+* ``faultstream worker`` -- a stream worker (``streams/app.py``), until stopped.
+* ``faultstream connect bundle|files|slurm`` -- publish inputs to Kafka (connectors from the
+  ``faultstream.connectors`` entry points).
+* ``faultstream verdicts`` -- print the verdicts on the attributions topic.
 
 User errors (a bad bundle, an unreachable ClickHouse) print one line on stderr and exit 2;
 no traceback.
@@ -19,7 +25,6 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-
 from typing import Optional
 
 import typer
