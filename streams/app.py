@@ -179,6 +179,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     windows: dict[str, WorkloadWindow] = {}
     window_partition: dict[str, int] = {}
     last_activity: dict[str, float] = {}
+    pending_close: set[str] = set()  # close ticks sent and not processed yet
     loaded = {"done": False}
 
     # -- helpers ---------------------------------------------------------------------------
@@ -194,14 +195,25 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         metrics.dead_letters.labels(reason.split(":")[0]).inc()
         await dead_letters.send(key=source.encode(), value=canonical_json(letter).encode())
 
-    def workload_of(event: Event) -> str | None:
-        if event.workload_id:
-            return event.workload_id
-        spans = allocation.get(event.host) or []
+    def span_match(spans: list, at: int) -> str | None:
+        """The workload whose span (as the correlator's window: 120 s before the start to
+        300 s after the end) holds event time ``at``."""
         for wid, start, end in spans:
-            if start - 120 * NS <= event.at <= (end if end is not None else event.at) + 300 * NS:
+            if start - 120 * NS <= at <= (end if end is not None else at) + 300 * NS:
                 return wid
         return None
+
+    def workload_of(event: Event) -> str | None:
+        return event.workload_id or span_match(allocation.get(event.host) or [], event.at)
+
+    def stored_event(value: Any) -> Event:
+        """An event as the window_events table hands it back (bytes, or str/dict depending on
+        where the store read it from)."""
+        if isinstance(value, dict):
+            return Event.model_validate(value)
+        if isinstance(value, (bytearray, memoryview)):
+            value = bytes(value)
+        return Event.model_validate_json(value)
 
     def load_windows() -> None:
         """Rebuild the in-memory windows of this worker's partitions from the tables."""
@@ -211,16 +223,11 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         stored: dict[str, list[Event]] = {}
         for key, value in window_events.items():
             wid = key.split(SEP, 1)[0]
-            if isinstance(value, dict):
-                event = Event.model_validate(value)
-            elif isinstance(value, (bytes, bytearray, memoryview, str)):
-                event = Event.model_validate_json(bytes(value) if not isinstance(value, str) else value)
-            else:
-                log.error("window_events[%r] holds a %s, not an event; skipped", key, type(value).__name__)
-                continue
-            stored.setdefault(wid, []).append(event)
+            if wid.startswith("host:"):
+                continue  # a host's unclaimed events, read when a claim arrives
+            stored.setdefault(wid, []).append(stored_event(value))
         for wid, meta in window_meta.items():
-            if meta and wid not in windows:
+            if meta and wid not in windows and not wid.startswith("host:"):
                 windows[wid] = WorkloadWindow.from_state(meta, stored.get(wid, []))
                 last_activity[wid] = time.monotonic()
 
@@ -274,8 +281,9 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                 reason = "invalid json" if undecodable else "invalid record"
                 await dead_letter("agent.extract", f"{reason}: {str(exc).splitlines()[0][:300]}", raw, message)
                 continue
-            obs.position = obs.position.model_copy(
-                update={"topic": message.topic, "partition": message.partition, "offset": message.offset}
+            obs.position = Position.model_construct(
+                file=obs.position.file, line=obs.position.line,
+                topic=message.topic, partition=message.partition, offset=message.offset,
             )
             try:
                 await handle_observation(obs)
@@ -288,11 +296,15 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     async def handle_observation(obs: Observation) -> None:
         if obs.kind == "scheduler_event" and obs.format == "workload_yaml":
             spec = WorkloadSpec.model_validate(obs.attributes["workload"])
+            span = [spec.workload_id, spec.start_ns, spec.end_ns]
             for host in spec.nodes:
                 spans = [s for s in (allocation.get(host) or []) if s[0] != spec.workload_id]
-                spans.append([spec.workload_id, spec.start_ns, spec.end_ns])
-                allocation[host] = sorted(spans, key=lambda s: s[1])
+                allocation[host] = sorted([*spans, span], key=lambda s: s[1])
             await route(spec.workload_id, {"kind": "workload", "spec": spec.model_dump(mode="json")})
+            # events of these hosts extracted before this record (another partition, another
+            # worker) wait in their host's window: claim them
+            for host in spec.nodes:
+                await route(f"host:{host}", {"kind": "claim", "span": span})
             return
         if obs.kind == "health_event" and obs.format == "coverage":
             entry = CoverageEntry.model_validate(obs.attributes["coverage"])
@@ -307,42 +319,99 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             wid = workload_of(event)
             body = canonical_json(event)
             await events_out.send(key=(wid or f"host:{event.host}").encode(), value=body.encode())
-            if wid:
-                await route(wid, {"kind": "event", "event": json.loads(body)})
+            await route(wid or f"host:{event.host}", {"kind": "event", "event": json.loads(body)})
 
     @app.agent(by_workload)
     async def correlate(stream: Any) -> None:
         async for item in stream.events():
-            wid = (item.key or b"").decode()
-            payload = json.loads(item.value)
-            w = window(wid, item.message.partition)
-            kind = payload["kind"]
-            if kind == "close":
+            try:
+                await correlate_one(item)
+            except Exception as exc:  # noqa: BLE001 -- one bad record never stops the agent
+                log.exception("correlation of %r failed", item.key)
+                await dead_letter("agent.correlate", f"processing error: {type(exc).__name__}: {exc}",
+                                  item.value or b"", item.message)
+
+    async def correlate_one(item: Any) -> None:
+        """Apply one by-workload record to its window (see the module docstring)."""
+        wid = (item.key or b"").decode()
+        payload = json.loads(item.value)
+        if wid.startswith("host:"):
+            await host_window(wid, payload)
+            return
+        w = window(wid, item.message.partition)
+        kind = payload["kind"]
+        if kind == "close":
+            pending_close.discard(wid)
+            if not w.closed and w.events:
                 await emit(w, final=True)
-                continue
-            if kind == "event":
-                event = Event.model_validate(payload["event"])
-                if not w.add_event(event):
-                    continue  # a duplicate from at-least-once delivery
-                window_events[f"{wid}{SEP}{event.event_id}"] = canonical_json(event).encode()
-                spec = w.workload
-                if w.due(w.max_at, policy):
-                    # the workload's own events are past its end plus the lateness
-                    await emit(w, final=True)
-                elif spec is not None and not w.closed and is_decisive(event, policy.decisive_weight, spec.start_ns):
-                    await emit(w, final=False)
-                continue
-            if kind == "workload":
-                w.spec = payload["spec"]
-            elif kind == "coverage":
-                w.add_coverage(CoverageEntry.model_validate(payload["entry"]))
-            elif kind == "gpu":
-                w.learn_gpu(payload["host"], payload["pci"], int(payload["index"]))
-            # new facts re-open a closed window; the idle timer (or the next due event)
-            # emits the revision, so a burst of updates gives one revision, not one each
-            w.closed = False
-            window_meta[wid] = w.meta_state()
-            metrics.open_windows.set(sum(1 for x in windows.values() if not x.closed))
+            return
+        if kind == "event":
+            event = Event.model_validate(payload["event"])
+            if not w.add_event(event):
+                return  # a duplicate from at-least-once delivery
+            window_events[f"{wid}{SEP}{event.event_id}"] = canonical_json(event).encode()
+            spec = w.workload
+            if w.due(w.max_at, policy):
+                # the workload's own events are past its end plus the lateness
+                await emit(w, final=True)
+            elif spec is not None and not w.closed and is_decisive(event, policy.decisive_weight, spec.start_ns):
+                await emit(w, final=False)
+            return
+        if kind == "workload":
+            w.spec = payload["spec"]
+            start_ns = w.workload.start_ns
+            if any(is_decisive(e, policy.decisive_weight, start_ns) for e in w.events.values()):
+                # decisive evidence arrived before the scheduler's record (another partition)
+                await emit(w, final=False)
+                return
+        elif kind == "coverage":
+            w.add_coverage(CoverageEntry.model_validate(payload["entry"]))
+        elif kind == "gpu":
+            w.learn_gpu(payload["host"], payload["pci"], int(payload["index"]))
+        # new facts re-open a closed window; the idle timer (or the next due event)
+        # emits the revision, so a burst of updates gives one revision, not one each
+        w.closed = False
+        window_meta[wid] = w.meta_state()
+        metrics.open_windows.set(sum(1 for x in windows.values() if not x.closed))
+
+    async def host_window(key: str, payload: dict[str, Any]) -> None:
+        """Events of a host that no known workload claimed yet, and the claims (workload
+        spans) seen for the host: an event and its claim may arrive in either order."""
+        meta = window_meta.get(key) or {"claims": []}
+        if payload["kind"] == "claim":
+            claims = [c for c in meta["claims"] if c[0] != payload["span"][0]] + [payload["span"]]
+            meta = {"claims": sorted(claims, key=lambda c: c[1])}
+            window_meta[key] = meta
+            waiting = unclaimed(key)
+            for stored_key in sorted(waiting):
+                event = stored_event(window_events[stored_key])
+                target = span_match([payload["span"]], event.at)
+                if target:
+                    await route(target, {"kind": "event", "event": event.model_dump(mode="json")})
+                    del window_events[stored_key]
+                    waiting.discard(stored_key)
+        elif payload["kind"] == "event":
+            event = Event.model_validate(payload["event"])
+            target = span_match(meta["claims"], event.at)
+            if target:
+                await route(target, {"kind": "event", "event": payload["event"]})
+            else:
+                stored_key = f"{key}{SEP}{event.event_id}"
+                window_events[stored_key] = canonical_json(event).encode()
+                unclaimed(key).add(stored_key)
+
+    host_index: dict[str, set[str]] = {}
+    host_index_built = {"done": False}
+
+    def unclaimed(key: str) -> set[str]:
+        """Keys of the events waiting in host window ``key`` (index rebuilt from the table
+        once after a start or a rebalance)."""
+        if not host_index_built["done"]:
+            host_index_built["done"] = True
+            for stored_key in window_events.keys():
+                if stored_key.startswith("host:"):
+                    host_index.setdefault(stored_key.split(SEP, 1)[0], set()).add(stored_key)
+        return host_index.setdefault(key, set())
 
     if policy.idle_timeout_s:
 
@@ -354,8 +423,14 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                 load_windows()  # windows recovered from the changelog close too
                 now = time.monotonic()
                 for wid, w in list(windows.items()):
-                    if not w.closed and w.spec is not None and now - last_activity.get(wid, now) >= policy.idle_timeout_s:
-                        last_activity[wid] = now
+                    if (
+                        not w.closed
+                        and w.events  # nothing to say yet about a job without evidence
+                        and w.spec is not None
+                        and wid not in pending_close
+                        and now - last_activity.get(wid, now) >= policy.idle_timeout_s
+                    ):
+                        pending_close.add(wid)
                         await route(wid, {"kind": "close"})
             except Exception:  # noqa: BLE001 -- a timer must never take the worker down
                 log.exception("idle close failed")
@@ -367,6 +442,8 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             windows.pop(wid, None)
             window_partition.pop(wid, None)
         loaded["done"] = False
+        host_index.clear()
+        host_index_built["done"] = False
 
     @app.timer(interval=5.0)
     async def report_lag() -> None:

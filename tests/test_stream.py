@@ -332,3 +332,45 @@ def test_malformed_messages_are_dead_lettered_and_counts_reconcile(stream_env, k
     assert processed == 1
     assert seen == processed + dead  # in = processed + dead-lettered
     assert worker.proc.poll() is None  # the worker is still running
+
+
+def test_events_read_before_their_workload_is_known_are_claimed_later(stream_env, kafka_bootstrap, replayed):
+    """A live source (files, syslog) knows no workload: its events reach the correlator by
+    the allocation table, which the scheduler's record may fill only after the events were
+    extracted (another partition). They wait in their host's window until claimed."""
+    from connectors.publish import bundle_records
+
+    prefix = stream_env["prefix"]
+    stream_env["start"]()
+    bundle = next(b for b in BUNDLES if "rc15" in b.name)
+    records, _ = bundle_records(bundle)
+    workload_record = next(r for r in records if r.format == "workload_yaml")
+    # the lines as a files connector would publish them: no workload id
+    anonymous = [
+        r.model_copy(update={"workload_id": None}).with_id()
+        for r in records if r.kind == "log_line"
+    ]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    from schemas.records import canonical_json
+
+    for obs in anonymous:
+        producer.produce(f"{prefix}.observations", key=obs.host.encode(), value=canonical_json(obs).encode())
+    assert producer.flush(30) == 0
+    time.sleep(3)  # the events are extracted and wait: no workload claims these hosts yet
+    producer.produce(f"{prefix}.observations", key=b"_scheduler", value=canonical_json(workload_record).encode())
+    assert producer.flush(30) == 0
+    expected = replayed[bundle]
+
+    def timeouts(att: dict) -> int:
+        return sum(1 for i in att["evidence"] if i["type"] == "nccl.watchdog_timeout")
+
+    def done(messages: list[Any]) -> bool:
+        latest = latest_verdicts(messages).get(expected["scope"]["id"])
+        return bool(latest) and timeouts(latest) == timeouts(expected)
+
+    messages = consume(kafka_bootstrap, f"{prefix}.attributions", until=done, timeout=90)
+    latest = latest_verdicts(messages)[expected["scope"]["id"]]
+    assert timeouts(expected) == 15  # every other rank of the 16-rank job
+    assert latest["root_cause"]["code"] == "gpu.xid.79"
+    assert latest["culprits"]["hosts"] == expected["culprits"]["hosts"] == ["node-a02"]
+    assert latest["culprits"]["ranks"] == expected["culprits"]["ranks"]
