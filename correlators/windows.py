@@ -134,11 +134,22 @@ class WorkloadWindow:
         spec = self.workload
         if spec is None:
             return None
-        alloc = Allocation.from_workload(spec)
-        for key, index in self.gpus.items():
-            host, pci = key.split("|", 1)
-            alloc.gpus[(host, pci)] = index
-        events = [alloc.enrich(e) for e in self.events.values()]
+        # enrichment depends only on the spec, the GPU tables and the event: cache it, so a
+        # window re-decided on every revision does not re-enrich thousands of events
+        gpus = tuple(sorted(self.gpus.items()))
+        cache = self.__dict__.get("_enriched")
+        if cache is None or cache[0] is not spec or cache[1] != gpus:
+            alloc = Allocation.from_workload(spec)
+            for key, index in gpus:
+                host, pci = key.split("|", 1)
+                alloc.gpus[(host, pci)] = index
+            cache = (spec, gpus, alloc, {})
+            self.__dict__["_enriched"] = cache
+        alloc, enriched = cache[2], cache[3]
+        for event_id, event in self.events.items():
+            if event_id not in enriched:
+                enriched[event_id] = alloc.enrich(event)
+        events = [enriched[event_id] for event_id in self.events]
         coverage = [self.coverage[k] for k in sorted(self.coverage)]
         return decide(
             WorkloadInfo.from_spec(spec), alloc, events, coverage, ruleset_version=ruleset_version
