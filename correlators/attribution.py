@@ -462,13 +462,17 @@ def _coverage_factor(coverage: Sequence[CoverageEntry]) -> float:
     for entry in coverage:
         if entry.status == "failed":
             factor -= 0.05
-        elif entry.status == "empty" and entry.source.startswith("host:"):
+        elif entry.status in ("empty", "lagging") and entry.source.startswith("host:"):
             factor -= 0.1
     return max(0.6, round(factor, 6))
 
 
-def node_coverage(info: WorkloadInfo, coverage: Sequence[CoverageEntry]) -> list[CoverageEntry]:
-    """Per-node coverage entries: a node of the workload that no source covers is ``empty``.
+def node_coverage(
+    info: WorkloadInfo, coverage: Sequence[CoverageEntry], hosts_with_events: set[str] = frozenset()
+) -> list[CoverageEntry]:
+    """Per-node coverage entries: a node of the workload that no source covers is ``empty``,
+    or ``lagging`` when events from it arrived but its sources' coverage reports did not yet
+    (a stream verdict emitted before the connector's report).
 
     Sources are matched by name: ``file:logs/<host>/...`` and ``file:metrics/<host>/...``
     (BUNDLE.md layout); an existing ``host:<node>`` entry is kept as it is."""
@@ -486,7 +490,16 @@ def node_coverage(info: WorkloadInfo, coverage: Sequence[CoverageEntry]) -> list
             continue
         records = sum(c.records for c in mine)
         events = sum(c.events for c in mine)
-        if records == 0:
+        if records == 0 and node in hosts_with_events:
+            out.append(
+                CoverageEntry(
+                    source=f"host:{node}",
+                    status="lagging",
+                    events=events,
+                    detail="events from this node arrived; its sources' coverage reports have not yet",
+                )
+            )
+        elif records == 0:
             out.append(
                 CoverageEntry(
                     source=f"host:{node}",
@@ -580,7 +593,8 @@ def decide(
         for c in coverage
     ]
     coverage_all = sorted(
-        list(coverage) + node_coverage(info, coverage), key=lambda c: c.source
+        list(coverage) + node_coverage(info, coverage, {e.host for e in all_events.values()}),
+        key=lambda c: c.source,
     )
     cov_factor = _coverage_factor(coverage_all)
     window_end = info.end_ns if info.end_ns is not None else max([e.at for e in ordered] + [info.start_ns])

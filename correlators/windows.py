@@ -163,6 +163,8 @@ class WorkloadWindow:
             return None
         if final:
             self.closed = True
+        if not final:
+            att = att.model_copy(update={"final": False})
         digest = verdict_digest(att)
         if digest == self.digest:
             return None

@@ -333,7 +333,9 @@ class Attribution(_Record):
     """The verdict for one scope.
 
     ``attribution_id`` is stable per scope; ``revision`` increases when late evidence changes
-    the verdict. ``decided_at`` is event time (the window's end), never wall-clock time, so the
+    the verdict. ``final`` is False for a provisional verdict a stream worker emitted while
+    the workload's window was still open (decisive evidence arrived early); a replayed
+    verdict is always final. ``decided_at`` is event time (the window's end), never wall-clock time, so the
     same events always give byte-identical verdicts.
     """
 
@@ -354,6 +356,7 @@ class Attribution(_Record):
     alternatives: list[Alternative] = Field(default_factory=list)
     coverage: list[CoverageEntry] = Field(default_factory=list)
     incident_id: str | None = None
+    final: bool = True
     ruleset_version: str
     engine_version: str
     decided_at: int

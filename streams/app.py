@@ -193,6 +193,8 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             at_ns=time.time_ns(),
         ).with_id()
         metrics.dead_letters.labels(reason.split(":")[0]).inc()
+        log.warning("dead letter from %s at %s/%s/%s: %s", source, message.topic, message.partition,
+                    message.offset, reason)
         await dead_letters.send(key=source.encode(), value=canonical_json(letter).encode())
 
     def span_match(spans: list, at: int) -> str | None:
@@ -326,6 +328,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         async for item in stream.events():
             try:
                 await correlate_one(item)
+                metrics.open_windows.set(sum(1 for x in windows.values() if not x.closed))
             except Exception as exc:  # noqa: BLE001 -- one bad record never stops the agent
                 log.exception("correlation of %r failed", item.key)
                 await dead_letter("agent.correlate", f"processing error: {type(exc).__name__}: {exc}",
@@ -372,7 +375,6 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         # emits the revision, so a burst of updates gives one revision, not one each
         w.closed = False
         window_meta[wid] = w.meta_state()
-        metrics.open_windows.set(sum(1 for x in windows.values() if not x.closed))
 
     async def host_window(key: str, payload: dict[str, Any]) -> None:
         """Events of a host that no known workload claimed yet, and the claims (workload
@@ -450,9 +452,10 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         consumer = app.consumer
         for tp in consumer.assignment():
             high = consumer.highwater(tp)
-            committed = (await consumer.committed(tp)) if hasattr(consumer, "committed") else None
-            if high is not None and committed is not None:
-                metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, high - committed))
+            read = consumer._read_offset.get(tp)  # faust's last offset handed to an agent
+            if high is not None:
+                # the high watermark is the next offset to be written
+                metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, high - (read + 1 if read is not None else 0)))
 
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:

@@ -185,8 +185,15 @@ def test_missing_sources_lower_confidence_and_show_in_coverage():
     full = run(s, events, present("node-a01", "node-a02"))
     partial = run(s, events, present("node-a02"))
     assert partial.confidence < full.confidence
-    empty = [c for c in partial.coverage if c.source == "host:node-a01"]
-    assert empty and empty[0].status == "empty"
+    # node-a01's events arrived but no source of it reported coverage: lagging, not present
+    entry = next(c for c in partial.coverage if c.source == "host:node-a01")
+    assert (entry.status, entry.events) == ("lagging", 0)
+    # a node with neither events nor sources is empty
+    quiet = spec(nodes=("node-a01", "node-a02", "node-a03"))
+    att = run(quiet, events, present("node-a01", "node-a02"))
+    entry = next(c for c in att.coverage if c.source == "host:node-a03")
+    assert entry.status == "empty"
+    assert att.confidence < full.confidence
 
 
 def test_verdict_is_a_pure_function_of_the_event_set():
