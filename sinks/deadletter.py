@@ -11,6 +11,8 @@ A :class:`DeadLetter` is a plain pydantic model:
 * ``original`` -- the bytes exactly as received. In JSON (``model_dump(mode="json")``,
   :func:`schemas.records.canonical_json`) they are **base64url** text; in ClickHouse the
   ``dead_letters.original`` column is a ``String`` holding the raw bytes.
+* ``original_key`` -- the Kafka key it was read with (bytes, base64url in JSON), when it came
+  from Kafka.
 * ``position`` -- where it was read: bundle file + 1-based line and/or Kafka
   topic/partition/offset (:class:`schemas.records.Position`).
 * ``at_ns`` -- when it was dead-lettered, UTC nanoseconds since the epoch. Not part of the id.
@@ -36,6 +38,7 @@ class DeadLetter(BaseModel):
     source: str
     reason: str
     original: bytes
+    original_key: bytes | None = None
     position: Position = Field(default_factory=Position)
     at_ns: int
 

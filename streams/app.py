@@ -189,6 +189,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             source=source,
             reason=reason,
             original=original,
+            original_key=message.key,
             position=Position(topic=message.topic, partition=message.partition, offset=message.offset),
             at_ns=time.time_ns(),
         ).with_id()

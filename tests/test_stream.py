@@ -318,6 +318,8 @@ def test_malformed_messages_are_dead_lettered_and_counts_reconcile(stream_env, k
 
     originals = {base64.urlsafe_b64decode(json.loads(m.value())["original"]) for m in letters}
     assert originals == {v for _, v, _ in bad}  # the original bytes, exactly
+    keys = {base64.urlsafe_b64decode(json.loads(m.value())["original_key"]) for m in letters}
+    assert keys == {b"node-a01"}  # and the key they were sent with
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         m = worker.metrics()
