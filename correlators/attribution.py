@@ -576,7 +576,8 @@ def decide(
                 hyp.explained[event.event_id] = event
 
     def score(hyp: Hypothesis) -> tuple[float, float]:
-        pool = [e for e in symptom_pool if e.event_id not in {x.event_id for x in hyp.events}]
+        own = {e.event_id for e in hyp.events}
+        pool = [e for e in symptom_pool if e.event_id not in own]
         frac = (
             sum(1 for e in pool if e.event_id in hyp.explained) / len(pool) if pool else 1.0
         )
