@@ -44,6 +44,7 @@ from typing import Any, Iterable, Sequence
 import yaml
 
 from correlators import ENGINE_VERSION
+from correlators import xid as xid_catalog
 from correlators.enrich import Allocation, normalise_pci
 from schemas.bundle import WorkloadSpec
 from schemas.records import (
@@ -206,7 +207,9 @@ class WorkloadInfo:
 
 # --- XID classification from the catalog buckets --------------------------------------------
 
-_APP_BUCKETS = {"WORKFLOW_XID_13", "WORKFLOW_XID_31", "CHECK_APP/CUDA", "INVESTIGATE_SW_USER"}
+#: Investigatory buckets that point at the application rather than the GPU, beyond the XID
+#: 13/31 workflows (:func:`correlators.xid.is_app_workflow`).
+_APP_BUCKETS = {"CHECK_APP/CUDA", "INVESTIGATE_SW_USER"}
 _HW_IMMEDIATE = {
     "RESET_GPU",
     "RESTART_BM",
@@ -218,21 +221,22 @@ _HW_IMMEDIATE = {
 
 
 def classify_xid(event: Event) -> tuple[str, str, str, float, str]:
-    """(code, family, domain, weight, text) for an XID event, from its catalog buckets.
+    """(code, family, domain, weight, text) for an XID event, from its catalog buckets
+    (``correlators.xid``, NVIDIA's XID catalog, shared/reference/README.md).
 
-    Source: NVIDIA's XID catalog immediate/investigatory actions (shared/reference/README.md):
     WORKFLOW_XID_13/31 and CHECK_APP/CUDA point at the application; INVESTIGATE_SW and
     UPDATE_SWFW at the driver/firmware; IGNORE and sympathetic buckets are side effects of
     another error; reset/reboot/mechanical/XID-48 buckets are the GPU itself."""
     a = event.attributes
     xid = a.get("xid")
-    imm = str(a.get("immediate_action") or "")
-    inv = str(a.get("investigatory_action") or "")
+    info = xid_catalog.xid_info(xid) if isinstance(xid, int) else None
+    imm = info.immediate_action if info else ""
+    inv = info.investigatory_action if info else ""
     desc = a.get("description") or a.get("mnemonic") or ""
     where = f"GPU {_gpu_label(event.gpu)} on {event.host}"
     if xid == 79:
         return "gpu.xid.79", "gpu", "gpu_hardware", 1.0, f"{where} fell off the bus (XID 79)"
-    if inv in _APP_BUCKETS:
+    if info and (xid_catalog.is_app_workflow(xid) or inv in _APP_BUCKETS):
         return (
             f"app.xid.{xid}",
             "app",
@@ -244,7 +248,7 @@ def classify_xid(event: Event) -> tuple[str, str, str, float, str]:
         hint = str(a.get("recovery_action") or "None")
         weight = 0.2 if hint.upper() in ("NONE", "") else 0.5
         return "gpu.xid.154", "gpu", "gpu_hardware", weight, f"{where}: driver asks for {hint}"
-    if imm in ("IGNORE", "XID_154") or "sympathetic" in inv.lower() or imm.startswith("WORKFLOW_XID_45"):
+    if info and (xid_catalog.is_sympathetic(xid) or xid_catalog.is_ignorable(xid)):
         return f"gpu.xid.{xid}", "gpu", "gpu_hardware", 0.2, f"XID {xid} ({desc}) on {where}"
     if inv == "INVESTIGATE_SW" or imm == "UPDATE_SWFW":
         return f"gpu.xid.{xid}", "gpu", "gpu_software", 0.8, f"driver/firmware fault XID {xid} ({desc}) on {where}"
