@@ -57,7 +57,7 @@ from schemas.records import (
     Source,
 )
 
-__all__ = ["BundleError", "BundleConnector", "MAX_BODY_CHARS"]
+__all__ = ["BundleError", "BundleConnector", "MAX_BODY_CHARS", "NUL_MARK", "RANK_PREFIX", "SCHEDULER_HOST"]
 
 #: Bodies longer than this (characters) are cut, with a marker and ``attributes.truncated``.
 MAX_BODY_CHARS = 65_536
@@ -65,13 +65,15 @@ MAX_BODY_CHARS = 65_536
 #: binary: reported as ``failed``, not read.
 BINARY_CONTROL_SHARE = 0.10
 
-_SCHEDULER = "_scheduler"
+#: The host name of scheduler-side records (BUNDLE.md: ``logs/_scheduler/``), in every connector.
+SCHEDULER_HOST = "_scheduler"
 _TOP_DIRS = ("fabric", "logs", "metrics")
-_RANK = re.compile(r"\[rank(\d+)\]:")
+#: ``[rank3]:`` -- the prefix PyTorch puts on every line a rank prints (shared by the readers).
+RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
 #: Log lines decoded before one vectorised scan runs over them all (bounds memory).
 SCAN_BATCH_LINES = 262_144
 _RAW_DMESG = r"^(?:kernel: )?\[ *\d+\.\d+\]"
-_NUL_MARK = "\u2400"  # SYMBOL FOR NULL: NUL bytes in text files are shown as this
+NUL_MARK = "\u2400"  # SYMBOL FOR NULL: NUL bytes in text files are shown as this
 _TEXT_BYTES = bytes([9, 10, 13]) + bytes(range(32, 256))
 
 
@@ -380,7 +382,7 @@ class BundleConnector:
         parts = rel.split("/")
         top = parts[0]
         host = parts[1] if len(parts) > 2 else "_unknown"
-        if top == "logs" and host == _SCHEDULER:
+        if top == "logs" and host == SCHEDULER_HOST:
             kind = "scheduler_event"
         elif top == "metrics":
             kind = "telemetry"
@@ -429,7 +431,7 @@ class BundleConnector:
             text = text.replace("\r\n", "\n")
         nul = "\x00" in text
         if nul:
-            text = text.replace("\x00", _NUL_MARK)
+            text = text.replace("\x00", NUL_MARK)
         if src.kind == "telemetry":
             done = yield from self._telemetry(text, src, stats)
             if done:
@@ -459,7 +461,7 @@ class BundleConnector:
         if any(d.bad_utf8 for d in files):
             exprs.append(col.str.contains("\ufffd", literal=True).alias("bad_utf8"))
         if any(d.nul for d in files):
-            exprs.append(col.str.contains(_NUL_MARK, literal=True).alias("nul"))
+            exprs.append(col.str.contains(NUL_MARK, literal=True).alias("nul"))
         frame = pl.DataFrame({"line": pl.Series(lines, dtype=pl.String)}).select(exprs)
         arrays = {name: frame[name].to_numpy() for name in frame.columns}
         out, at = [], 0
@@ -553,7 +555,7 @@ class BundleConnector:
         rank = None
         first = lines[s]
         if first.startswith("[rank"):
-            m = _RANK.match(first)
+            m = RANK_PREFIX.match(first)
             if m:
                 rank = int(m[1])
         return Observation(

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Callable, Iterator, 
 
 import typer
 
-from connectors.bundle import _NUL_MARK, _RANK, MAX_BODY_CHARS
+from connectors.bundle import NUL_MARK, RANK_PREFIX, MAX_BODY_CHARS
 from correlators.records import MAX_RECORD_LINES, STRUCTURE_HINT, record_span
 from correlators.timefmt import TimeContext, parse_line_time
 from schemas.records import (
@@ -457,7 +457,7 @@ class FilesConnector:
             s = b.decode("utf-8", errors="replace")
             tail.stats.bad_utf8 += 1
         if "\x00" in s:
-            s = s.replace("\x00", _NUL_MARK)
+            s = s.replace("\x00", NUL_MARK)
         return s
 
     def _emit(self, tail: _Tail, out: list[Observation], *, final: bool, with_partial: bool = False) -> None:
@@ -521,7 +521,7 @@ class FilesConnector:
                 at, source, quality = self._mtime(tail), "transport", TIME_QUALITY_TRANSPORT
         rank = None
         if first.startswith("[rank"):
-            m = _RANK.match(first)
+            m = RANK_PREFIX.match(first)
             if m:
                 rank = int(m[1])
         tail.stats.records += 1

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, Iterator
 
 import typer
 
-from connectors.bundle import BundleConnector
+from connectors.bundle import SCHEDULER_HOST, BundleConnector
 from schemas.records import TIME_QUALITY_EXACT, Observation, Position, Source
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,7 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["publish", "bundle_records", "publish_bundle", "workload_observation", "topology_observation"]
 
-SCHEDULER_HOST = "_scheduler"
 DEFAULT_TOPIC = "faultstream.observations"
 
 

@@ -67,6 +67,7 @@ import time
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
+from connectors.bundle import SCHEDULER_HOST
 from connectors.cursor import CursorStore
 from schemas.records import TIME_QUALITY_SECONDS, TIME_QUALITY_TRANSPORT, Observation, Source
 
@@ -74,7 +75,6 @@ __all__ = ["SlurmConnector", "SlurmError", "expand_hostlist", "parse_scontrol_no
 
 log = logging.getLogger(__name__)
 
-SCHEDULER_HOST = "_scheduler"
 CURSOR_VERSION = 1
 #: Node states (base, upper case) in which a node is in service; flags such as DRAIN, FAIL,
 #: MAINTENANCE, NOT_RESPONDING take it out of service whatever the base is.
