@@ -130,6 +130,7 @@ class RecordProducer:
         self._failed: list[FailedDelivery] = []
         self.sent = 0  #: messages enqueued
         self.delivered = 0  #: messages acknowledged by the broker
+        self.undeliverable = 0  #: messages whose delivery failed for good
         self.back_pressure_waits = 0  #: times send() found the local queue full
 
     # -- callbacks ------------------------------------------------------------------------
@@ -141,6 +142,7 @@ class RecordProducer:
         raw = msg.key()
         key = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
         self._failed.append(FailedDelivery(key=key, topic=msg.topic() or self.topic, error=err.str()))
+        self.undeliverable += 1
 
     # -- API ------------------------------------------------------------------------------
 
@@ -202,8 +204,10 @@ class RecordProducer:
         return list(self._failed)
 
     def __len__(self) -> int:
-        """Messages enqueued but not yet acknowledged."""
-        return len(self._producer)
+        """Messages enqueued whose delivery report has not come yet. Counted here, not with
+        ``len()`` of the librdkafka producer, which also counts its pending internal
+        events (connection errors, ...) and so varies with timing."""
+        return self.sent - self.delivered - self.undeliverable
 
     def close(self, timeout: float = 60.0) -> None:
         """Flush (see :meth:`flush`; raises :class:`DeliveryError` on failures)."""
