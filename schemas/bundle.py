@@ -111,13 +111,22 @@ class WorkloadSpec(_Spec):
 
 
 class Link(_Spec):
-    """One cable: a host HCA port to a switch port."""
+    """One cable: a host HCA port to a switch port.
+
+    ``hca`` is the RDMA device (``mlx5_0``) or a NIC name; the optional ``netdev``
+    (``enp1s0f0``), ``pci`` (``0000:01:00.0``) and ``hca_guid`` / ``switch_guid`` (port GUIDs
+    as ``ibnetdiscover`` prints them, ``0x...``) let kernel and fabric lines that name the
+    port another way find the same cable."""
 
     host: str
     hca: str
     host_port: int = 1
     switch: str
     switch_port: str
+    netdev: str | None = None
+    pci: str | None = None
+    hca_guid: str | None = None
+    switch_guid: str | None = None
 
     @field_validator("switch_port", mode="before")
     @classmethod
@@ -130,11 +139,25 @@ class Link(_Spec):
         return f"{self.switch}/{self.switch_port}"
 
 
+class TopologyHost(_Spec):
+    """Per-host fabric facts: the addresses its HCAs/NICs answer on (IPv4 or IPv6 text), so
+    ``peer 10.0.0.15<38560>`` and ``remoteGid ::ffff:10.0.0.15`` name the host."""
+
+    ips: list[str] = Field(default_factory=list)
+
+
 class TopologySpec(_Spec):
-    """``topology.yaml``: cables and failure domains."""
+    """``topology.yaml``: cables, host addresses and failure domains.
+
+    ``domains`` maps a failure-domain name (``rack-1``, ``nvl-domain-3``) to its hosts; a
+    leaf switch is a domain of its own (the hosts cabled to it) without being listed.
+    ``uplinks`` are switch-to-switch cables (``leaf-01/33`` <-> ``spine-01/1``), as
+    ``ibnetdiscover`` shows them."""
 
     links: list[Link] = Field(default_factory=list)
+    hosts: dict[str, TopologyHost] = Field(default_factory=dict)
     domains: dict[str, list[str]] = Field(default_factory=dict)
+    uplinks: list[tuple[str, str]] = Field(default_factory=list)
 
 
 class ExpectedSpec(_Spec):

@@ -250,7 +250,9 @@ class Event(_Record):
 
 
 class Scope(_Record):
-    """What a verdict is about: a workload attempt, a fabric port, or an incident."""
+    """What a verdict is about: a workload attempt (``id`` = workload id), a fabric port
+    (``id`` = ``switch/port``, or ``switch`` for a whole switch), or an incident (``id`` = the
+    incident id) that groups the verdicts of one fault across workloads."""
 
     kind: ScopeKind
     id: str
@@ -337,6 +339,10 @@ class Attribution(_Record):
     the workload's window was still open (decisive evidence arrived early); a replayed
     verdict is always final. ``decided_at`` is event time (the window's end), never wall-clock time, so the
     same events always give byte-identical verdicts.
+
+    ``incident_id`` links verdicts of one fault across workloads (a flapping switch port that
+    broke two jobs): each workload verdict and the fabric verdict carry it, and the incident's
+    own verdict (scope ``incident``) lists their attribution ids in ``members``.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -356,6 +362,7 @@ class Attribution(_Record):
     alternatives: list[Alternative] = Field(default_factory=list)
     coverage: list[CoverageEntry] = Field(default_factory=list)
     incident_id: str | None = None
+    members: list[str] = Field(default_factory=list)
     final: bool = True
     ruleset_version: str
     engine_version: str
@@ -363,11 +370,13 @@ class Attribution(_Record):
 
 
 class RemediationTarget(_Record):
-    """What an action acts on."""
+    """What an action acts on: a host, one of its GPUs, a fabric port (``switch/port``), or,
+    for a ``recertify`` plan, a group of hosts."""
 
     host: str | None = None
     gpu: GpuRef | None = None
     port: str | None = None
+    hosts: list[str] = Field(default_factory=list)
 
 
 class GuardResult(_Record):
@@ -378,21 +387,114 @@ class GuardResult(_Record):
     detail: str = ""
 
 
+class Decision(_Record):
+    """A person's (or a policy's) decision on an action: who, when (UTC ns, wall clock of the
+    decision), why."""
+
+    by: str
+    at: int
+    reason: str = ""
+
+
+class CertificationGroup(_Record):
+    """One step of a bisection / certification plan: the hosts tested together, the test,
+    and why (``screen`` a topology domain, ``halve`` a failing group padded with known-healthy
+    hosts, ``pair`` a suspect with a healthy host)."""
+
+    step: int
+    stage: Literal["screen", "halve", "pair"]
+    hosts: list[str]
+    test: str
+    reason: str = ""
+
+
 class RemediationAction(_Record):
-    """A remediation proposed for a verdict, and its lifecycle state. Defaults to
-    ``dry_run``: nothing is executed unless a policy says so."""
+    """A remediation proposed for a verdict, and its lifecycle state.
+
+    One record per state transition: ``action_id`` is stable for one (incident, target,
+    action) and ``sequence`` increases with every transition, so a consumer keeps the record
+    with the highest ``sequence`` per ``action_id`` and duplicates or out-of-order deliveries
+    never move an action backwards. Defaults to ``dry_run``: nothing is executed unless a
+    policy says so. Times are UTC ns: ``created_at`` is the verdict's event time,
+    ``updated_at`` the time of this transition, ``expires_at`` when an unapproved proposal
+    lapses."""
 
     schema_version: int = SCHEMA_VERSION
     action_id: str
     attribution_id: str
+    incident_id: str | None = None
+    cluster: str = ""
     target: RemediationTarget
     action: ActionKind
     mode: ActionMode = "dry_run"
     policy_id: str
+    policy_version: str = ""
+    cause_code: str = ""
+    severity: int = 0
     guards: list[GuardResult] = Field(default_factory=list)
     state: ActionState = "proposed"
+    sequence: int = 1
     reason: str = ""
+    decision: Decision | None = None
+    executor: str | None = None
+    result: str = ""
+    plan: list[CertificationGroup] = Field(default_factory=list)
     created_at: int
+    updated_at: int = 0
+    expires_at: int | None = None
+
+
+class RemediationCommand(_Record):
+    """A person's command to the remediation engine (``faultstream remediation approve |
+    reject | cancel | reset-breaker``), published on the ``remediation-commands`` topic.
+    ``action_id`` is empty for ``reset_breaker``. ``at`` is UTC ns (wall clock)."""
+
+    schema_version: int = SCHEMA_VERSION
+    command_id: str = ""
+    command: Literal["approve", "reject", "cancel", "reset_breaker"]
+    action_id: str | None = None
+    cluster: str = ""
+    by: str
+    reason: str = ""
+    at: int
+
+    def with_id(self) -> "RemediationCommand":
+        """Fill ``command_id`` from the content and return self."""
+        data = dict(self.__dict__)
+        del data["command_id"]
+        self.command_id = content_id("cmd", data)
+        return self
+
+
+class CertificationTest(_Record):
+    """One test of a certification run (a DCGM diagnostic plugin, an NCCL all-reduce check),
+    its result and the detail line that explains a failure."""
+
+    name: str
+    result: Literal["pass", "fail", "warn", "skip"]
+    detail: str = ""
+
+
+class Certification(_Record):
+    """The result of certifying a host (NVCRE, ``dcgmi diag``, NCCL tests): whether it may
+    return to service. ``finished_at`` is UTC ns. ``passed`` is False if any test failed."""
+
+    schema_version: int = SCHEMA_VERSION
+    certification_id: str = ""
+    host: str
+    cluster: str = ""
+    suite: str
+    passed: bool
+    tests: list[CertificationTest] = Field(default_factory=list)
+    finished_at: int
+    source: str = ""
+
+    def with_id(self) -> "Certification":
+        """Fill ``certification_id`` from the content and return self."""
+        data = dict(self.__dict__)
+        del data["certification_id"]
+        self.certification_id = content_id("cert", data)
+        return self
 
 
 RECORD_MODELS: dict[str, type[BaseModel]] = {
@@ -400,4 +502,6 @@ RECORD_MODELS: dict[str, type[BaseModel]] = {
     "event": Event,
     "attribution": Attribution,
     "remediation_action": RemediationAction,
+    "remediation_command": RemediationCommand,
+    "certification": Certification,
 }

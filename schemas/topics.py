@@ -9,10 +9,11 @@ logical         topic                        key             value              
 observations    <prefix>.observations        host            Observation         12    delete    7 days
 events          <prefix>.events              workload id     Event               12    delete    7 days
 attributions    <prefix>.attributions        attribution_id  Attribution         12    compact   (latest)
-remediations    <prefix>.remediations        attribution_id  RemediationAction   12    compact   (latest)
+remediations    <prefix>.remediations        action_id       RemediationAction   12    compact   (latest)
+rem-commands    <prefix>.remediation-commands action_id      RemediationCommand  3     delete    30 days
 deadletter      <prefix>.deadletter          source          DeadLetter          3     delete    30 days
-topology        <prefix>.topology            host            (none yet)          12    compact   (latest)
-certifications  <prefix>.certifications      host            (none yet)          12    delete    30 days
+topology        <prefix>.topology            cluster         Observation         3     compact   (latest)
+certifications  <prefix>.certifications      host            Certification       12    delete    30 days
 ==============  ===========================  ==============  ==================  ====  ========  ==========
 
 Keys are UTF-8 strings. Values are the canonical JSON of the record model named in
@@ -112,9 +113,17 @@ def catalogue(prefix: str | None = None) -> dict[str, TopicSpec]:
                         "per scope",
         )),
         ("remediations", TopicSpec(
-            name=topic_name("remediations", p), key="attribution_id",
+            name=topic_name("remediations", p), key="action_id",
             value_schema="RemediationAction", partitions=12, cleanup_policy="compact",
-            description="remediation proposals and their state, keyed by the verdict they act on",
+            description="remediation actions, one record per lifecycle transition (sequence "
+                        "increases); compaction keeps the latest state of every action",
+        )),
+        ("remediation-commands", TopicSpec(
+            name=topic_name("remediation-commands", p), key="action_id (empty: breaker reset)",
+            value_schema="RemediationCommand", partitions=3, cleanup_policy="delete",
+            retention_ms=30 * DAY_MS,
+            description="approve / reject / cancel / reset-breaker decisions of people "
+                        "(faultstream remediation ...), with who, when and why",
         )),
         ("deadletter", TopicSpec(
             name=topic_name("deadletter", p), key="source", value_schema="DeadLetter",
@@ -124,14 +133,15 @@ def catalogue(prefix: str | None = None) -> dict[str, TopicSpec]:
                         "bytes (sinks/deadletter.py)",
         )),
         ("topology", TopicSpec(
-            name=topic_name("topology", p), key="host", value_schema=None,
-            partitions=12, cleanup_policy="compact",
-            description="host NIC -> switch port cabling, latest per host (value format to come)",
+            name=topic_name("topology", p), key="cluster", value_schema="Observation",
+            partitions=3, cleanup_policy="compact",
+            description="the fabric topology of a cluster (an Observation of kind 'topology' "
+                        "whose attributes.topology is a TopologySpec), latest per cluster",
         )),
         ("certifications", TopicSpec(
-            name=topic_name("certifications", p), key="host", value_schema=None,
+            name=topic_name("certifications", p), key="host", value_schema="Certification",
             partitions=12, cleanup_policy="delete", retention_ms=30 * DAY_MS,
-            description="certification / re-validation results per host (value format to come)",
+            description="certification / re-validation results per host (NVCRE, dcgmi diag)",
         )),
     ]
     return dict(specs)

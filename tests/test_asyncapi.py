@@ -157,7 +157,7 @@ def test_broken_ref_is_detected(doc: dict[str, Any]) -> None:
 def test_one_channel_per_catalogue_topic_with_its_kafka_bindings(doc: dict[str, Any]) -> None:
     specs = catalogue("faultstream")
     assert list(doc["channels"]) == list(specs)
-    assert len(specs) == 7
+    assert len(specs) == 8
     for logical, spec in specs.items():
         channel = doc["channels"][logical]
         assert channel["address"] == spec.name == f"faultstream.{logical}"

@@ -33,7 +33,8 @@ from schemas.records import (
 
 COMMITTED = Path(__file__).resolve().parent.parent / "schemas" / "json"
 COMMITTED_ASYNCAPI = COMMITTED.parent / "asyncapi.yaml"
-NAMES = ["observation", "event", "attribution", "remediation_action", "dead_letter"]
+NAMES = ["observation", "event", "attribution", "remediation_action", "remediation_command",
+         "certification", "dead_letter"]
 T0 = 1_796_001_664_123_000_000  # 2026-11-30 01:21:04.123 UTC
 
 
