@@ -45,6 +45,7 @@ import pydantic
 import yaml
 
 from connectors.telemetry import TelemetrySample, parse_telemetry
+from correlators.attribution import default_causal_rules
 from correlators.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, record_span
 from correlators.timefmt import TIMESTAMP_HINT, LineTime, TimeContext, parse_line_time
 from schemas.bundle import ExpectedSpec, TopologySpec, WorkloadSpec, to_ns
@@ -260,6 +261,16 @@ class BundleConnector:
         self.keywords = None if keywords is None else [k for k in keywords if k.strip()]
         self._kw_pattern = "|".join(re.escape(k) for k in self.keywords or ())
         self.workload: WorkloadSpec = _load_spec(self.path / "workload.yaml", WorkloadSpec, True)
+        #: every workload attempt of the bundle: ``workload.yaml`` first, then
+        #: ``workloads/*.yaml`` (other attempts on the same fabric, for cross-workload incidents)
+        self.workloads: list[WorkloadSpec] = [self.workload]
+        extra_dir = self.path / "workloads"
+        if extra_dir.is_dir():
+            for extra in sorted(extra_dir.glob("*.yaml")):
+                spec = _load_spec(extra, WorkloadSpec, True)
+                if any(w.workload_id == spec.workload_id for w in self.workloads):
+                    raise BundleError(f"workloads/{extra.name}: duplicate workload_id {spec.workload_id!r}")
+                self.workloads.append(spec)
         self.topology: TopologySpec | None = _load_spec(self.path / "topology.yaml", TopologySpec, False)
         # expected.yaml only matters for scoring: a broken one must not stop a replay
         self.expected: ExpectedSpec | None = None
@@ -272,7 +283,7 @@ class BundleConnector:
         self._instance = f"{self.workload.cluster}/{self.workload.workload_id}"
         self._start_ns = self.workload.start_ns
         self._contexts: dict[str, TimeContext] = {}
-        for host, facts in self.workload.hosts.items():
+        for host, facts in ((h, f) for w in reversed(self.workloads) for h, f in w.hosts.items()):
             tz = facts.timezone or "UTC"
             try:
                 if tz != "UTC":
@@ -340,7 +351,7 @@ class BundleConnector:
             if batch_lines >= SCAN_BATCH_LINES:
                 yield from flush()
         yield from flush()
-        for node in self.workload.nodes:
+        for node in sorted({n for w in self.workloads for n in w.nodes}, key=self._node_order):
             if node not in seen_hosts:
                 self._coverage.append(CoverageEntry(
                     source=f"host:{node}", status="empty",
@@ -352,6 +363,48 @@ class BundleConnector:
             source=f"file:{src.rel}", status=stats.status, records=stats.records,
             unparsed=stats.unparsed, detail="; ".join(stats.notes),
         ))
+
+    def _node_order(self, node: str) -> tuple[int, str]:
+        nodes = self.workload.nodes
+        return (nodes.index(node), "") if node in nodes else (len(nodes), node)
+
+    def workload_of(self, host: str, at_ns: int) -> str | None:
+        """The workload a record of ``host`` at ``at_ns`` (UTC ns) belongs to. A one-workload
+        bundle: always that workload (every file is about it). Several workloads: the one
+        running on ``host`` whose window (the causal rules' ``before_start_s`` / ``after_end_s``
+        around start and end) holds ``at_ns`` (the latest started, if several), else None --
+        switch logs and lines between jobs belong to no workload; the fabric correlator still
+        reads them."""
+        if len(self.workloads) == 1:
+            return self.workload.workload_id
+        rules = default_causal_rules()
+        best = None
+        for w in self.workloads:
+            if host not in w.nodes:
+                continue
+            end = w.end_ns
+            if w.start_ns - rules.before_start_ns <= at_ns and (
+                end is None or at_ns <= end + rules.after_end_ns
+            ):
+                if best is None or w.start_ns > best.start_ns:
+                    best = w
+        return best.workload_id if best else None
+
+    def coverage_for(self, workload_id: str) -> list[CoverageEntry]:
+        """The coverage entries about one workload: all of them in a one-workload bundle;
+        with several workloads, those of its nodes' files and of ``logs/_scheduler/``."""
+        if len(self.workloads) == 1:
+            return self.coverage()
+        spec = next(w for w in self.workloads if w.workload_id == workload_id)
+        nodes = set(spec.nodes) | {SCHEDULER_HOST}
+        out = []
+        for entry in self._coverage:
+            kind, _, rest = entry.source.partition(":")
+            parts = rest.split("/")
+            node = rest if kind == "host" else parts[1] if len(parts) > 2 else None
+            if node in nodes:
+                out.append(entry)
+        return out
 
     def coverage(self) -> list[CoverageEntry]:
         """One entry per file (``source="file:<relative path>"``) plus ``host:<node>`` entries
@@ -566,7 +619,7 @@ class BundleConnector:
             time_quality=quality,
             host=src.host,
             cluster=self.workload.cluster,
-            workload_id=self.workload.workload_id,
+            workload_id=self.workload_of(src.host, at),
             rank=rank,
             format=fmt,
             body=text,
@@ -611,7 +664,7 @@ class BundleConnector:
             time_quality=quality,
             host=src.host,
             cluster=self.workload.cluster,
-            workload_id=self.workload.workload_id,
+            workload_id=self.workload_of(src.host, at),
             gpu=sample.gpu,
             format=sample.format,
             body=sample.summary,

@@ -102,6 +102,7 @@ class SymptomRule:
     lead_s: float = 0.0
     horizon_s: float = 3600.0
     same_host: bool = False
+    families: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ def parse_causal_rules(data: dict[str, Any], name: str = "causal.yaml") -> Causa
             lead_s=float(entry.get("lead_s", 0)),
             horizon_s=float(entry.get("horizon_s", 3600)),
             same_host=bool(entry.get("same_host", False)),
+            families=tuple(entry.get("families", ())),
         )
     window = data.get("window", {})
     return CausalRules(
@@ -333,7 +335,17 @@ class Hypothesis:
 
     @property
     def hosts(self) -> set[str]:
-        return {e.host for _, _, e in self.support if e.host != "_scheduler"} | self.extra_hosts
+        """Culprit hosts: each supporting event's host, or the ``culprit_hosts`` a derived
+        event names (a fabric fault names the host at the end of the cable, a switch, or a
+        rack's hosts), plus hosts a detector added."""
+        out = set(self.extra_hosts)
+        for _, _, e in self.support:
+            named = e.attributes.get("culprit_hosts")
+            if isinstance(named, list) and named:
+                out.update(named)
+            elif e.host != "_scheduler":
+                out.add(e.host)
+        return out
 
     @property
     def events(self) -> list[Event]:
@@ -345,6 +357,8 @@ class Hypothesis:
         self.extra_hosts |= other.extra_hosts
 
     def explains(self, symptom: Event, rule: SymptomRule, skew_ns: int) -> bool:
+        if rule.families and self.family not in rule.families:
+            return False
         if rule.same_host and not self.job_wide and symptom.host not in self.hosts:
             return False
         at = self.at
@@ -675,7 +689,8 @@ def decide(
             hosts=sorted(winner.hosts),
             ranks=sorted(_ranks(winner)),
             gpus=_gpus(winner, alloc),
-            ports=sorted({e.fabric_port for e in causes if e.fabric_port}),
+            ports=sorted({e.fabric_port for e in causes if e.fabric_port}
+                         | {p for e in causes for p in e.attributes.get("ports", ()) if isinstance(p, str)}),
         ),
         affected=_affected(info, symptoms),
         symptoms=[e.event_id for e in symptoms],
@@ -683,6 +698,7 @@ def decide(
         confidence=confidence,
         quality=quality,
         alternatives=alternatives,
+        incident_id=primary.attributes.get("incident_id") if primary else None,
     )
 
 

@@ -68,6 +68,13 @@ EVENT_TYPES: dict[str, str] = {
     "fabric.module_event": "port module event: cable plugged/unplugged. attrs: device, event",
     "fabric.port_state": "an HCA port state reading (ibv_devinfo). attrs: state, device",
     "fabric.port_errors": "fabric port counter increase. attrs: counter deltas",
+    "fabric.port_fault": "derived by the fabric correlator: one cable's fault episode (flapping, "
+    "link_down, degrading, port_errors). attrs: kind, incident_id, culprit_hosts, ports, switch, "
+    "switch_port, hca, host_port, downs, counters",
+    "fabric.switch_fault": "derived by the fabric correlator: several ports of one switch down "
+    "together. attrs: incident_id, culprit_hosts ([switch]), ports, victims",
+    "host.rack_fault": "derived by the fabric correlator: the hosts of one failure domain lost "
+    "together (power). attrs: incident_id, culprit_hosts, ports",
     # --- scheduler --------------------------------------------------------------------------
     "sched.job_state": "scheduler job state. attrs: state, job_id, exit_code, reason",
     "sched.node_state": "node DOWN/DRAIN/FAIL with reason. attrs: node, state, reason",

@@ -160,6 +160,19 @@ class TopologySpec(_Spec):
     uplinks: list[tuple[str, str]] = Field(default_factory=list)
 
 
+class ExpectedIncident(_Spec):
+    """``expected.yaml`` ``incident:``: the cross-workload incident a correct system reports.
+    ``level`` port | switch | rack; ``root_cause`` a prefix of its code; ``workloads`` the
+    workload verdicts it must group (set equality); ``culprit_ports`` / ``culprit_hosts`` set
+    equality with the incident's culprits."""
+
+    level: Literal["port", "switch", "rack"] | None = None
+    root_cause: str | None = None
+    workloads: list[str] | None = None
+    culprit_ports: list[str] | None = None
+    culprit_hosts: list[str] | None = None
+
+
 class ExpectedSpec(_Spec):
     """``expected.yaml``: what a correct verdict says. Every field given must match."""
 
@@ -170,6 +183,8 @@ class ExpectedSpec(_Spec):
     culprit_ranks: list[int] | None = None
     culprit_ports: list[str] | None = None
     quality_any_of: list[Quality] | None = None
+    incident: ExpectedIncident | None = None
+    incidents: int | None = Field(default=None, ge=0)
     notes: str = ""
 
     @model_validator(mode="after")

@@ -96,18 +96,19 @@ def replay(
             sink = ClickHouseSink(clickhouse)
             sink.write_observations(result.observations)
             sink.write_events(result.events)
-            sink.write_attributions([result.attribution])
+            sink.write_attributions(result.attributions)
             sink.close()
             stored = clickhouse
         except SinkError as exc:
             _fail(f"ClickHouse: {exc}")
     if json_lines:
-        sys.stdout.write(canonical_json(result.attribution) + "\n")
+        sys.stdout.write("".join(canonical_json(att) + "\n" for att in result.attributions))
         return
     from streams.render import render_attribution
 
     out = Console() if Console().is_terminal else Console(width=140)
-    render_attribution(result.attribution, out)
+    for att in result.attributions:
+        render_attribution(att, out)
     out.print(
         f"[dim]{result.lines_read:,} lines read, {len(result.events):,} events"
         + (f", stored in {stored}" if stored else "")
@@ -136,7 +137,7 @@ def score(dirs: list[Path] = typer.Argument(..., help="directories holding bundl
         if result.expected is None:
             rows.append(ScoreRow(bundle.name, "?", result.attribution.root_cause.code, (f"{bundle}: {result.expected_error}",)))
             continue
-        rows.append(score_one(result.attribution, result.expected, bundle.name))
+        rows.append(score_one(result.attribution, result.expected, bundle.name, result.attributions))
     render_score_table(rows, Console())
     if not all(r.hit for r in rows):
         raise typer.Exit(1)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from connectors.bundle import BundleConnector
-from correlators.attribution import WorkloadInfo, decide
+from correlators.attribution import WorkloadInfo, decide, default_causal_rules
 from correlators.enrich import Allocation
+from correlators.fabric import Fault, assemble, correlate, enrich_port, fault_event, relevant
 from correlators.rules import RulePack, load_rule_pack
+from correlators.topology import FabricIndex
 from schemas.bundle import ExpectedSpec
 from schemas.records import Attribution, Event, Observation
 
@@ -24,16 +26,73 @@ from schemas.records import Attribution, Event, Observation
 class ReplayResult:
     """What one replay produced.
 
-    ``observations`` holds only the observations some event was extracted from (the evidence
-    trail); ``lines_read`` counts every physical line of the bundle."""
+    ``attribution`` is the verdict of the bundle's workload (``workload.yaml``);
+    ``attributions`` every verdict, in a fixed order: the workload verdicts (``workload.yaml``
+    first, then ``workloads/*.yaml``), then per fabric fault its fabric-port verdict and its
+    incident verdict. ``observations`` holds only the observations some event was extracted
+    from (the evidence trail); ``lines_read`` counts every physical line of the bundle."""
 
     attribution: Attribution
     events: list[Event]
     observations: list[Observation]
     lines_read: int
+    attributions: list[Attribution] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
     expected: ExpectedSpec | None = None
     expected_error: str | None = None
     bundle: Path = field(default_factory=Path)
+
+
+def fabric_index(connector: BundleConnector) -> FabricIndex:
+    """The topology index of a bundle: ``topology.yaml`` plus the workloads' host addresses."""
+    ips = {h: [f.ip] for w in connector.workloads for h, f in w.hosts.items() if f.ip}
+    return FabricIndex(connector.topology, extra_ips=ips)
+
+
+def decide_workloads(
+    connector: BundleConnector,
+    events: Sequence[Event],
+    *,
+    ruleset_version: str,
+    gpus: dict[tuple[str, str], int] | None = None,
+) -> tuple[list[Attribution], list[Fault], list[Event]]:
+    """The verdicts of a bundle's workloads on one fabric, from their raw (unenriched) events.
+
+    1. The fabric correlator (:func:`correlators.fabric.correlate`) finds port, switch and rack
+       faults in all events, whatever workload they belong to (switch logs belong to none).
+    2. Each workload decides (:func:`correlators.attribution.decide`) over its own events
+       (``workload_id``), enriched with its allocation and port ids, plus the fault events
+       relevant to it (:func:`correlators.fabric.relevant`).
+    3. :func:`correlators.fabric.assemble` gives each fault its fabric and incident verdicts.
+
+    Returns (verdicts in the order of :class:`ReplayResult`, faults, enriched events). The
+    stream's agents call the same engine functions per window."""
+    rules = default_causal_rules()
+    index = fabric_index(connector)
+    cluster = connector.workload.cluster
+    ported = [enrich_port(e, index) for e in events]
+    faults = correlate(ported, index, cluster=cluster)
+    fault_events = [(f, fault_event(f)) for f in faults]
+    verdicts: list[Attribution] = []
+    enriched: dict[str, Event] = {}
+    for spec in connector.workloads:
+        alloc = Allocation.from_workload(spec, extra_ips=index.ip_hosts)
+        if gpus:
+            alloc.gpus.update(gpus)
+        own = [alloc.enrich(e) for e in ported if e.workload_id == spec.workload_id]
+        enriched.update((e.event_id, e) for e in own)
+        linked = [ev for f, ev in fault_events
+                  if relevant(f, spec.nodes, spec.start_ns, spec.end_ns, rules.before_start_ns, rules.after_end_ns)]
+        verdicts.append(decide(
+            WorkloadInfo.from_spec(spec), alloc, own + linked, connector.coverage_for(spec.workload_id),
+            ruleset_version=ruleset_version,
+        ))
+    for event in ported:
+        if event.workload_id is None:
+            enriched.setdefault(event.event_id, event)
+    version = verdicts[0].ruleset_version
+    verdicts += assemble(faults, verdicts, ruleset_version=version)
+    return verdicts, faults, list(enriched.values())
 
 
 def replay_bundle(
@@ -49,31 +108,26 @@ def replay_bundle(
     (progress reporting)."""
     pack = rule_pack or load_rule_pack()
     connector = BundleConnector(path, keywords=pack.keywords)
-    alloc = Allocation.from_workload(connector.workload)
+    gpus = Allocation(workload_id="", cluster="")
     raw_events: list[Event] = []
     used: dict[str, Observation] = {}
     for obs in connector.observations():
         if on_observation is not None:
             on_observation(obs)
         if obs.kind == "telemetry":
-            alloc.learn_gpu(obs)
+            gpus.learn_gpu(obs)
         extracted = pack.extract(obs)
         if extracted:
             used[obs.observation_id] = obs
             raw_events.extend(extracted)
     # enrich after the whole bundle is read, so GPU tables learned from telemetry apply to
     # every event whatever the file order
-    events = [alloc.enrich(e) for e in raw_events]
-    attribution = decide(
-        WorkloadInfo.from_spec(connector.workload),
-        alloc,
-        events,
-        connector.coverage(),
-        ruleset_version=pack.version,
-    )
+    verdicts, faults, events = decide_workloads(connector, raw_events, ruleset_version=pack.version, gpus=gpus.gpus)
     return ReplayResult(
-        attribution=attribution,
-        events=sorted({e.event_id: e for e in events}.values(), key=lambda e: (e.at, e.event_id)),
+        attribution=verdicts[0],
+        attributions=verdicts,
+        faults=faults,
+        events=sorted(events, key=lambda e: (e.at, e.event_id)),
         observations=[used[k] for k in sorted(used)],
         lines_read=connector.lines_read,
         expected=connector.expected,
@@ -96,9 +150,10 @@ class ScoreRow:
         return not self.misses
 
 
-def score(att: Attribution, exp: ExpectedSpec, bundle: str) -> ScoreRow:
+def score(att: Attribution, exp: ExpectedSpec, bundle: str, all_verdicts: Sequence[Attribution] = ()) -> ScoreRow:
     """Compare a verdict with expected.yaml (BUNDLE.md: root_cause is a prefix of the code;
-    culprit lists must be equal as sets)."""
+    culprit lists must be equal as sets). ``incidents`` counts the incident verdicts among
+    ``all_verdicts``; ``incident`` is checked against the incident the workload verdict names."""
     misses = []
     if exp.domain and att.domain != exp.domain:
         misses.append(f"domain {att.domain} != {exp.domain}")
@@ -114,6 +169,33 @@ def score(att: Attribution, exp: ExpectedSpec, bundle: str) -> ScoreRow:
         misses.append(f"ports {att.culprits.ports} != {sorted(exp.culprit_ports)}")
     if exp.quality_any_of and att.quality not in exp.quality_any_of:
         misses.append(f"quality {att.quality} not in {exp.quality_any_of}")
+    incidents = [v for v in all_verdicts if v.scope.kind == "incident"]
+    if exp.incidents is not None and len(incidents) != exp.incidents:
+        misses.append(f"{len(incidents)} incident(s) != {exp.incidents}")
+    if exp.incident is not None:
+        misses += _score_incident(att, exp.incident, incidents, all_verdicts)
     want = exp.root_cause or exp.domain or "/".join(exp.domain_any_of or []) or "?"
     got = f"{att.root_cause.code} ({att.domain}, {att.quality})"
     return ScoreRow(bundle=bundle, expected=want, got=got, misses=tuple(misses))
+
+
+def _score_incident(att: Attribution, exp, incidents: Sequence[Attribution], verdicts: Sequence[Attribution]) -> list[str]:
+    inc = next((i for i in incidents if i.scope.id == att.incident_id), None)
+    if inc is None:
+        return [f"no incident verdict for incident_id {att.incident_id}"]
+    misses = []
+    level = {"fabric.switch": "switch", "host.rack": "rack"}.get(inc.root_cause.code.rsplit(".", 1)[0], "port")
+    if exp.level and level != exp.level:
+        misses.append(f"incident level {level} != {exp.level}")
+    if exp.root_cause and not inc.root_cause.code.startswith(exp.root_cause):
+        misses.append(f"incident root cause {inc.root_cause.code} !~ {exp.root_cause}")
+    if exp.workloads is not None and sorted(inc.affected.workloads) != sorted(exp.workloads):
+        misses.append(f"incident workloads {inc.affected.workloads} != {sorted(exp.workloads)}")
+    if exp.culprit_ports is not None and sorted(inc.culprits.ports) != sorted(exp.culprit_ports):
+        misses.append(f"incident ports {inc.culprits.ports} != {sorted(exp.culprit_ports)}")
+    if exp.culprit_hosts is not None and sorted(inc.culprits.hosts) != sorted(exp.culprit_hosts):
+        misses.append(f"incident hosts {inc.culprits.hosts} != {sorted(exp.culprit_hosts)}")
+    members = {v.attribution_id for v in verdicts if v.incident_id == inc.scope.id and v.scope.kind != "incident"}
+    if set(inc.members) != members:
+        misses.append("incident members do not match the verdicts that name it")
+    return misses
