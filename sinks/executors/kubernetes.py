@@ -1,0 +1,429 @@
+"""Remediation through the Kubernetes API (the official ``kubernetes`` Python client).
+
+=========  ====================================================  ============================
+action     default mode                                          ``taint_only=True``
+=========  ====================================================  ============================
+cordon     ``spec.unschedulable=true``, annotation               ``NoSchedule`` taint only
+           ``faultstream.io/cordoned-by=<action_id>``, and a
+           ``NoSchedule`` taint ``<taint_key>=<action_id>``
+drain      cordon as above, then every pod on the node is        ``NoExecute`` taint only
+           evicted through the Eviction API (policy/v1)          (the taint manager evicts)
+notify     nothing (ok)                                          nothing (ok)
+others     ``ok=False`` ``unsupported by kubernetes executor``   same
+resume     remove every ``<taint_key>`` taint; uncordon and      same
+           drop the annotation if faultstream cordoned the node
+=========  ====================================================  ============================
+
+The taint's value is the action id, so ``kubectl describe node`` says which remediation took the
+node out. ``resume`` uncordons only a node that carries faultstream's ``cordoned-by``
+annotation: a node a person cordoned stays cordoned (``ok=False``, the detail says so) --
+faultstream never overrides a human decision.
+
+**Drain** follows ``kubectl drain --ignore-daemonsets --delete-emptydir-data --force``: pods
+owned by a DaemonSet, mirror (static) pods (annotation ``kubernetes.io/config.mirror``), pods
+already terminating and finished pods (``Succeeded``/``Failed``) are skipped, every other pod
+gets an Eviction. The API server refuses an eviction that would violate a PodDisruptionBudget
+with HTTP 429: the node stays cordoned and the result is ``ok=False`` with detail ``eviction
+blocked by PodDisruptionBudget: <namespace>/<pod>, ...`` (the action is not lost; it can be
+retried). ``drain_timeout_s > 0`` then waits (tenacity, polling every second) until the evicted
+pods are gone; pods still there after that time make the result ``ok=False``.
+
+**Configuration**: ``api_client`` when given; otherwise the kubeconfig ``KUBECONFIG`` names (or
+``~/.kube/config``) through ``kubernetes.config.new_client_from_config``, else the in-cluster
+service account (``load_incluster_config``). It is loaded on first use; a missing configuration
+is an ``ok=False`` result, not an exception. Merge patches (RFC 7386) are sent as
+``application/merge-patch+json``; the taint list is read, changed and written back with the
+node's ``resourceVersion`` so a concurrent change gives HTTP 409, which is retried with a fresh
+read.
+
+**Failures**: HTTP 5xx, 409 and connection errors are transient and retried (tenacity,
+``attempts`` tries); any other API error is ``ok=False`` with the status and the API's message.
+
+``commands`` holds the ``kubectl`` equivalent of what was done (``kubectl cordon node-a01``,
+``kubectl taint nodes node-a01 faultstream.io/remediation=act-...:NoSchedule``) and one
+``POST /api/v1/namespaces/<ns>/pods/<pod>/eviction`` line per eviction.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable
+
+from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
+
+from schemas.records import RemediationAction
+from sinks.executors.base import UNSUPPORTED, ExecutionResult, TransientError, action_host, retrying
+
+__all__ = [
+    "KubernetesExecutor",
+    "CORDONED_BY",
+    "MIRROR_ANNOTATION",
+    "cordon_patch",
+    "uncordon_patch",
+    "taints_with",
+    "taints_without",
+    "evictable_pods",
+    "eviction_body",
+    "SUPPORTED",
+]
+
+log = logging.getLogger("faultstream.executor.kubernetes")
+
+#: Node annotation faultstream sets when it cordons a node (value: the action id).
+CORDONED_BY = "faultstream.io/cordoned-by"
+#: Annotation the kubelet puts on mirror pods of static pods.
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+MERGE_PATCH = "application/merge-patch+json"
+SUPPORTED = frozenset({"cordon", "drain", "notify"})
+
+
+# -- pure builders (unit-tested without a cluster) -------------------------------------------
+
+
+def cordon_patch(action_id: str) -> dict[str, Any]:
+    """Merge patch that cordons a node and records who did: ``{"metadata": {"annotations":
+    {CORDONED_BY: action_id}}, "spec": {"unschedulable": true}}``."""
+    return {"metadata": {"annotations": {CORDONED_BY: action_id}}, "spec": {"unschedulable": True}}
+
+
+def uncordon_patch() -> dict[str, Any]:
+    """Merge patch that uncordons a node and drops faultstream's annotation (``null`` deletes a
+    key in a merge patch)."""
+    return {"metadata": {"annotations": {CORDONED_BY: None}}, "spec": {"unschedulable": False}}
+
+
+def _taint_dict(taint: Any) -> dict[str, Any]:
+    """A taint (``V1Taint`` or API dict) as the API's JSON dict (``key``, ``value``, ``effect``,
+    ``timeAdded`` when set)."""
+    if isinstance(taint, dict):
+        out = {k: v for k, v in taint.items() if v is not None}
+        if "time_added" in out:
+            out["timeAdded"] = out.pop("time_added")
+        return out
+    out = {"key": taint.key, "effect": taint.effect}
+    if taint.value is not None:
+        out["value"] = taint.value
+    if getattr(taint, "time_added", None) is not None:
+        added = taint.time_added
+        out["timeAdded"] = added.isoformat().replace("+00:00", "Z") if hasattr(added, "isoformat") else added
+    return out
+
+
+def taints_with(existing: Iterable[Any] | None, key: str, value: str, effect: str) -> list[dict[str, Any]]:
+    """``existing`` taints plus ``key=value:effect``; a taint with the same key and effect is
+    replaced (its value updated), every other taint is kept in order."""
+    kept = [_taint_dict(t) for t in existing or []]
+    kept = [t for t in kept if not (t.get("key") == key and t.get("effect") == effect)]
+    return kept + [{"key": key, "value": value, "effect": effect}]
+
+
+def taints_without(existing: Iterable[Any] | None, key: str) -> list[dict[str, Any]]:
+    """``existing`` taints minus every taint with ``key`` (any effect)."""
+    return [t for t in (_taint_dict(t) for t in existing or []) if t.get("key") != key]
+
+
+def _skip_reason(pod: Any) -> str | None:
+    meta = pod.metadata
+    if MIRROR_ANNOTATION in (meta.annotations or {}):
+        return "mirror pod"
+    if any(ref.kind == "DaemonSet" for ref in meta.owner_references or []):
+        return "DaemonSet pod"
+    if meta.deletion_timestamp is not None:
+        return "already terminating"
+    if pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
+        return f"finished ({pod.status.phase})"
+    return None
+
+
+def evictable_pods(pods: Iterable[Any]) -> tuple[list[Any], list[tuple[Any, str]]]:
+    """Split ``pods`` (``V1Pod``) into (to evict, [(skipped pod, why)]) the way ``kubectl drain
+    --ignore-daemonsets --force`` does (see the module docstring)."""
+    evict, skipped = [], []
+    for pod in pods:
+        why = _skip_reason(pod)
+        if why is None:
+            evict.append(pod)
+        else:
+            skipped.append((pod, why))
+    return evict, skipped
+
+
+def eviction_body(pod: Any) -> Any:
+    """The ``policy/v1`` Eviction of ``pod`` (a ``V1Eviction`` naming it)."""
+    from kubernetes import client
+
+    return client.V1Eviction(
+        api_version="policy/v1", kind="Eviction",
+        metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=pod.metadata.namespace),
+    )
+
+
+def _pod_name(pod: Any) -> str:
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"
+
+
+# -- the executor --------------------------------------------------------------------------------
+
+
+class _Failed(Exception):
+    """A non-transient failure; the message is the detail."""
+
+
+class KubernetesExecutor:
+    """Remediation through the Kubernetes API (see the module docstring).
+
+    ``api_client``: a ``kubernetes.client.ApiClient`` (default: from ``KUBECONFIG`` or
+    in-cluster). ``taint_only``: only taint, never cordon or evict. ``taint_key``: the taint's
+    key. ``drain_timeout_s``: how long a drain waits for evicted pods to go (0: do not wait).
+    ``attempts``, ``retry_wait_s``, ``retry_max_wait_s``: retries of transient API failures."""
+
+    name = "kubernetes"
+
+    def __init__(self, api_client: Any = None, taint_only: bool = False,
+                 taint_key: str = "faultstream.io/remediation", *, drain_timeout_s: float = 0.0,
+                 attempts: int = 3, retry_wait_s: float = 1.0, retry_max_wait_s: float = 10.0):
+        self._api_client = api_client
+        self.taint_only = taint_only
+        self.taint_key = taint_key
+        self.drain_timeout_s = drain_timeout_s
+        self.attempts = attempts
+        self.retry_wait_s = retry_wait_s
+        self.retry_max_wait_s = retry_max_wait_s
+        self._core = None
+
+    # -- client -----------------------------------------------------------------------------
+
+    def core(self) -> Any:
+        """The ``CoreV1Api`` (configuration loaded on first use); raises ``_Failed``."""
+        if self._core is not None:
+            return self._core
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+
+        api = self._api_client
+        if api is None:
+            try:
+                api = config.new_client_from_config()
+            except (ConfigException, OSError) as kube_exc:
+                cfg = client.Configuration()
+                try:
+                    config.load_incluster_config(client_configuration=cfg)
+                except ConfigException as cluster_exc:
+                    raise _Failed(f"no Kubernetes configuration: kubeconfig: {kube_exc}; "
+                                  f"in-cluster: {cluster_exc}") from cluster_exc
+                api = client.ApiClient(cfg)
+            self._api_client = api
+        self._core = client.CoreV1Api(api)
+        return self._core
+
+    def _call(self, what: str, fn, *, ok_status: tuple[int, ...] = ()) -> Any:
+        """``fn()`` with transient failures retried; returns its value, or None for an
+        ApiException whose status is in ``ok_status``. Raises ``_Failed`` (message names
+        ``what``) or ``TransientError`` when retries ran out."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError as Urllib3Error
+
+        def once():
+            try:
+                return fn()
+            except ApiException as exc:
+                if exc.status in ok_status:
+                    return None
+                message = _api_message(exc)
+                if exc.status == 429 and "disruption budget" in message.lower():
+                    raise _PdbBlocked(message) from exc
+                if exc.status in (409, 429, 0) or (exc.status or 0) >= 500:
+                    raise TransientError(f"{what}: HTTP {exc.status} {message}") from exc
+                raise _Failed(f"{what}: HTTP {exc.status} {message}") from exc
+            except Urllib3Error as exc:
+                raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+        return retrying(once, attempts=self.attempts, wait_s=self.retry_wait_s,
+                        max_wait_s=self.retry_max_wait_s)
+
+    # -- planning -------------------------------------------------------------------------------
+
+    def _taint_cmd(self, host: str, value: str, effect: str) -> str:
+        return f"kubectl taint nodes {host} {self.taint_key}={value}:{effect} --overwrite"
+
+    def plan(self, action: RemediationAction) -> list[str]:
+        """The ``kubectl`` equivalents ``execute(action)`` would run (evictions not listed: they
+        depend on the pods found)."""
+        host = action_host(action)
+        if not host or action.action not in ("cordon", "drain"):
+            return []
+        if self.taint_only:
+            effect = "NoExecute" if action.action == "drain" else "NoSchedule"
+            return [self._taint_cmd(host, action.action_id, effect)]
+        cmds = [f"kubectl cordon {host}",
+                f"kubectl annotate node {host} {CORDONED_BY}={action.action_id} --overwrite",
+                self._taint_cmd(host, action.action_id, "NoSchedule")]
+        if action.action == "drain":
+            cmds.append(f"kubectl drain {host} --ignore-daemonsets --delete-emptydir-data --force")
+        return cmds
+
+    def plan_resume(self, host: str, reason: str) -> list[str]:
+        """The ``kubectl`` equivalents ``resume(host)`` would run."""
+        return [f"kubectl taint nodes {host} {self.taint_key}-",
+                f"kubectl uncordon {host}  # only if annotated {CORDONED_BY}",
+                f"kubectl annotate node {host} {CORDONED_BY}-"]
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def _set_taints(self, host: str, change) -> list[dict[str, Any]]:
+        """Read the node, apply ``change(taints) -> taints`` and write the list back with the
+        read ``resourceVersion`` (409 on a concurrent change: retried from the read)."""
+        core = self.core()
+
+        def once():
+            node = core.read_node(host)
+            new = change(node.spec.taints)
+            body = {"metadata": {"resourceVersion": node.metadata.resource_version},
+                    "spec": {"taints": new}}
+            core.patch_node(host, body, _content_type=MERGE_PATCH)
+            return new
+
+        return self._call(f"taint node {host}", once)
+
+    def _taint(self, host: str, action_id: str, effect: str) -> None:
+        self._set_taints(host, lambda taints: taints_with(taints, self.taint_key, action_id, effect))
+
+    def _cordon(self, host: str, action_id: str) -> None:
+        core = self.core()
+        self._call(f"cordon node {host}",
+                   lambda: core.patch_node(host, cordon_patch(action_id), _content_type=MERGE_PATCH))
+
+    def _evict(self, host: str, commands: list[str]) -> tuple[list[str], list[str], list[str]]:
+        """Evict every evictable pod on ``host``; returns (evicted, blocked by a PDB, skipped
+        descriptions). Raises ``_Failed``/``TransientError`` for other API failures."""
+        core = self.core()
+        pods = self._call(f"list pods on {host}", lambda: core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={host}")).items
+        evict, skipped = evictable_pods(pods)
+        evicted, blocked = [], []
+        for pod in evict:
+            name, ns = pod.metadata.name, pod.metadata.namespace
+            commands.append(f"POST /api/v1/namespaces/{ns}/pods/{name}/eviction")
+            try:
+                self._call(f"evict {ns}/{name}", lambda: core.create_namespaced_pod_eviction(
+                    name, ns, eviction_body(pod)), ok_status=(404,))
+            except _PdbBlocked:
+                blocked.append(_pod_name(pod))
+                continue
+            evicted.append(_pod_name(pod))
+        return evicted, blocked, [f"{_pod_name(p)} ({why})" for p, why in skipped]
+
+    def _wait_gone(self, host: str, names: list[str]) -> list[str]:
+        """Poll until none of ``names`` (``ns/name``) is on ``host`` any more, for at most
+        ``drain_timeout_s``; returns those still there."""
+        core = self.core()
+        wanted = set(names)
+
+        def remaining() -> list[str]:
+            pods = self._call(f"list pods on {host}", lambda: core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={host}")).items
+            return sorted(wanted & {_pod_name(p) for p in pods})
+
+        try:
+            return Retrying(stop=stop_after_delay(self.drain_timeout_s), wait=wait_fixed(1.0),
+                            retry=retry_if_result(bool))(remaining)
+        except RetryError as exc:
+            return exc.last_attempt.result()
+
+    # -- the protocol -----------------------------------------------------------------------------
+
+    def execute(self, action: RemediationAction) -> ExecutionResult:
+        """Carry out ``action`` (see the module docstring); never raises for an operational
+        failure."""
+        host = action_host(action)
+        commands: list[str] = []
+
+        def result(ok: bool, detail: str) -> ExecutionResult:
+            log.log(logging.INFO if ok else logging.WARNING, "kubernetes %s %s: %s", action.action,
+                    host, detail, extra={"action_id": action.action_id, "action": action.action,
+                                         "host": host, "ok": ok, "commands": list(commands)})
+            return ExecutionResult(ok=ok, detail=detail, executor=self.name, commands=list(commands))
+
+        if action.action == "notify":
+            return result(True, "notify: nothing to do on Kubernetes")
+        if action.action not in SUPPORTED:
+            return result(False, UNSUPPORTED.format(name=self.name) + f": {action.action}")
+        if not host:
+            return result(False, f"{action.action} needs a target host")
+        try:
+            if self.taint_only:
+                effect = "NoExecute" if action.action == "drain" else "NoSchedule"
+                commands.append(self._taint_cmd(host, action.action_id, effect))
+                self._taint(host, action.action_id, effect)
+                return result(True, f"{host} tainted {self.taint_key}={action.action_id}:{effect}")
+            plan = self.plan(action)
+            commands.extend(plan[:2])
+            self._cordon(host, action.action_id)
+            commands.append(plan[2])
+            self._taint(host, action.action_id, "NoSchedule")
+            if action.action == "cordon":
+                return result(True, f"{host} cordoned and tainted "
+                                    f"{self.taint_key}={action.action_id}:NoSchedule")
+            commands.append(plan[3])
+            evicted, blocked, skipped = self._evict(host, commands)
+            summary = (f"{host} cordoned; {len(evicted)} pods evicted"
+                       + (f", {len(skipped)} skipped ({', '.join(skipped[:5])}"
+                          f"{', ...' if len(skipped) > 5 else ''})" if skipped else ""))
+            if blocked:
+                return result(False, "eviction blocked by PodDisruptionBudget: "
+                                     + ", ".join(blocked) + f" ({summary}; node stays cordoned)")
+            if self.drain_timeout_s > 0 and evicted:
+                left = self._wait_gone(host, evicted)
+                if left:
+                    return result(False, f"{summary}; still on the node after "
+                                         f"{self.drain_timeout_s:g} s: {', '.join(left)}")
+                summary += ", all gone"
+            return result(True, summary)
+        except (_Failed, TransientError, _PdbBlocked) as exc:
+            return result(False, str(exc))
+
+    def resume(self, host: str, reason: str) -> ExecutionResult:
+        """Remove faultstream's taint and, if faultstream cordoned ``host``, uncordon it; never
+        raises for an operational failure."""
+        commands = [f"kubectl taint nodes {host} {self.taint_key}-"]
+
+        def result(ok: bool, detail: str) -> ExecutionResult:
+            log.log(logging.INFO if ok else logging.WARNING, "kubernetes resume %s: %s", host,
+                    detail, extra={"host": host, "reason": reason, "ok": ok, "commands": list(commands)})
+            return ExecutionResult(ok=ok, detail=detail, executor=self.name, commands=list(commands))
+
+        try:
+            core = self.core()
+            self._set_taints(host, lambda taints: taints_without(taints, self.taint_key))
+            node = self._call(f"read node {host}", lambda: core.read_node(host))
+            annotations = node.metadata.annotations or {}
+            if annotations.get(CORDONED_BY):
+                commands += [f"kubectl uncordon {host}", f"kubectl annotate node {host} {CORDONED_BY}-"]
+                self._call(f"uncordon node {host}",
+                           lambda: core.patch_node(host, uncordon_patch(), _content_type=MERGE_PATCH))
+                return result(True, f"{host} taint {self.taint_key} removed, uncordoned "
+                                    f"(cordoned by {annotations[CORDONED_BY]})")
+            if node.spec.unschedulable:
+                return result(False, f"{host} taint {self.taint_key} removed but the node stays "
+                                     f"cordoned: it was not cordoned by faultstream (no {CORDONED_BY} "
+                                     "annotation)")
+            return result(True, f"{host} taint {self.taint_key} removed; node schedulable")
+        except (_Failed, TransientError, _PdbBlocked) as exc:
+            return result(False, str(exc))
+
+
+class _PdbBlocked(Exception):
+    """HTTP 429 on an eviction: a PodDisruptionBudget forbids it right now."""
+
+
+def _api_message(exc: Any) -> str:
+    """The ``message`` of a Kubernetes Status body, else the reason phrase."""
+    import json
+
+    try:
+        body = json.loads(exc.body or "")
+        if isinstance(body, dict) and body.get("message"):
+            return str(body["message"])
+    except (TypeError, ValueError):
+        pass
+    return str(exc.reason or "")
