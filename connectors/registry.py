@@ -37,6 +37,7 @@ BUILTIN: dict[str, str] = {
     "bundle": "connectors.publish:connect_bundle_cli",
     "files": "connectors.files:connect_files_cli",
     "slurm": "connectors.slurm:connect_slurm_cli",
+    "topology": "connectors.topology:connect_topology_cli",
 }
 
 log = logging.getLogger(__name__)
