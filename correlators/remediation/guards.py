@@ -1,0 +1,371 @@
+"""Guards: the checks an action must pass before it may run without a person.
+
+Each guard is a pure function (or, for the circuit breaker, a small state object) returning a
+:class:`schemas.records.GuardResult` ``(guard, passed, detail)`` that the engine records on the
+action. A failed guard never drops an action: the engine keeps it ``proposed`` and forces an
+``auto`` mode to ``needs_approval`` (``dry_run`` stays ``dry_run``), so a person sees why.
+
+Guards and their defaults (``GuardSettings``, the ``guards:`` section of the policy):
+
+* ``verdict_final`` -- only a final verdict's actions may run; a provisional one is proposed
+  for a person and re-evaluated when the final revision arrives.
+* ``verdict_quality`` -- ``ambiguous``/``insufficient`` verdicts get only ``recertify``; the
+  detail lists what the policy would have done.
+* ``circuit_breaker`` -- per cluster, trips when more than ``max_fraction`` (0.5) of the
+  cluster's nodes would be taken out within ``window_s`` (300 s) -- NVSentinel's default
+  "50% of GPU nodes cordoned in 5 minutes". Stays tripped until a ``reset_breaker`` command;
+  on reset, blocked proposals older than ``stale_after_s`` are expired by age, not replayed
+  (NVSentinel's pitfall).
+* ``domain_budget`` -- at most N nodes of one failure domain (rack, NVLink domain, leaf
+  switch = the hosts cabled to it) out of service at once (``default`` 2, per-domain
+  ``overrides`` by glob). None of the anchors has it.
+* ``workload_budget`` -- at most ``max_nodes`` (2) of one workload's nodes out at once: a
+  verdict blaming more of one job's nodes is more likely systemic.
+* ``cooldown`` -- ``cooldown_s`` (1800 s) after any remediation of a node began, another
+  incident's disruptive action on it waits for a person (Together AI: ~30 min per node).
+* ``escalation`` -- after ``max_remediations`` (5) remediations of one node within
+  ``period_s`` (7 days), the next goes to a person (NVSentinel: 5 in 7 days).
+
+Only disruptive actions (:data:`correlators.remediation.policy.DISRUPTIVE`: everything but
+``notify`` and ``recertify``) are subject to the capacity guards (breaker, budgets, cooldown,
+escalation). Dry-run actions count like real ones, so a dry run shows where the guards would
+stop a real one. Times are UTC ns unless the name says ``_s`` (seconds).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Iterable, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.bundle import TopologySpec
+from schemas.records import Attribution, GuardResult
+
+NS = 1_000_000_000
+
+VERDICT_FINAL = "verdict_final"
+VERDICT_QUALITY = "verdict_quality"
+CIRCUIT_BREAKER = "circuit_breaker"
+DOMAIN_BUDGET = "domain_budget"
+WORKLOAD_BUDGET = "workload_budget"
+COOLDOWN = "cooldown"
+ESCALATION = "escalation"
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CircuitBreakerSettings(_Settings):
+    """Trip when more than ``max_fraction`` of a cluster's nodes are taken out within
+    ``window_s`` seconds; on reset, skip blocked proposals older than ``stale_after_s``."""
+
+    max_fraction: float = Field(default=0.5, gt=0.0, le=1.0)
+    window_s: int = Field(default=300, gt=0)
+    stale_after_s: int = Field(default=300, gt=0)
+
+
+class DomainBudgetSettings(_Settings):
+    """At most ``default`` nodes of one failure domain out of service at once; ``overrides``
+    maps a domain-name glob (``rack-*``, ``leaf-0?``) to its own budget (first match wins)."""
+
+    default: int = Field(default=2, ge=1)
+    overrides: dict[str, int] = Field(default_factory=dict)
+
+    def budget_of(self, domain: str) -> int:
+        for pattern, budget in self.overrides.items():
+            if fnmatch.fnmatchcase(domain, pattern):
+                return budget
+        return self.default
+
+
+class WorkloadBudgetSettings(_Settings):
+    """At most ``max_nodes`` nodes of one workload out of service at once."""
+
+    max_nodes: int = Field(default=2, ge=1)
+
+
+class EscalationSettings(_Settings):
+    """After ``max_remediations`` remediations of one node within ``period_s`` seconds, the
+    next one needs a person."""
+
+    max_remediations: int = Field(default=5, ge=1)
+    period_s: int = Field(default=7 * 86400, gt=0)
+
+
+class GuardSettings(_Settings):
+    """The ``guards:`` section of a policy. ``proposal_ttl_s``: an unapproved proposal
+    expires this long (seconds) after its verdict's ``decided_at``."""
+
+    circuit_breaker: CircuitBreakerSettings = Field(default_factory=CircuitBreakerSettings)
+    domain_budget: DomainBudgetSettings = Field(default_factory=DomainBudgetSettings)
+    workload_budget: WorkloadBudgetSettings = Field(default_factory=WorkloadBudgetSettings)
+    cooldown_s: int = Field(default=1800, ge=0)
+    escalation: EscalationSettings = Field(default_factory=EscalationSettings)
+    proposal_ttl_s: int = Field(default=3600, gt=0)
+
+
+# --- failure domains --------------------------------------------------------------------------
+
+
+class FailureDomains:
+    """Failure domains of one cluster from its :class:`schemas.bundle.TopologySpec`.
+
+    Domains are the topology's ``domains`` (``rack-1``, ``nvl-domain-3``: name -> hosts) plus
+    one per switch cabled to hosts (a leaf switch: its name -> the hosts cabled to it)."""
+
+    def __init__(self, topology: TopologySpec | None = None):
+        self._members: dict[str, list[str]] = {}
+        self._ports: dict[str, list[str]] = {}
+        hosts: set[str] = set()
+        if topology is not None:
+            for name, members in topology.domains.items():
+                self._members[name] = sorted(set(members))
+                hosts.update(members)
+            leaves: dict[str, set[str]] = {}
+            for link in topology.links:
+                leaves.setdefault(link.switch, set()).add(link.host)
+                hosts.add(link.host)
+                self._ports.setdefault(link.port_id, []).append(link.host)
+                self._ports.setdefault(f"{link.host}/{link.hca}/{link.host_port}", []).append(link.host)
+            for switch, members in sorted(leaves.items()):
+                self._members.setdefault(switch, sorted(members))
+            hosts.update(topology.hosts)
+        self._hosts = frozenset(hosts)
+        self._of: dict[str, list[str]] = {}
+        for name, members in self._members.items():
+            for host in members:
+                self._of.setdefault(host, []).append(name)
+
+    @property
+    def hosts(self) -> frozenset[str]:
+        """Every host the topology names (links, hosts, domains)."""
+        return self._hosts
+
+    def domains(self) -> dict[str, list[str]]:
+        """``{domain: sorted hosts}``, listed domains first (topology order), then leaf switches."""
+        return dict(self._members)
+
+    def domains_of(self, host: str) -> list[str]:
+        """The domains ``host`` belongs to, in :meth:`domains` order."""
+        return list(self._of.get(host, ()))
+
+    def hosts_of_port(self, port: str) -> list[str]:
+        """Hosts cabled to a port id (``switch/port`` or ``host/hca/port``); [] if unknown."""
+        return sorted(set(self._ports.get(port, ())))
+
+
+# --- verdict guards ---------------------------------------------------------------------------
+
+
+def check_final(att: Attribution) -> GuardResult:
+    """Pass for a final verdict; fail for a provisional one (proposed, never executed)."""
+    if att.final:
+        return GuardResult(guard=VERDICT_FINAL, passed=True, detail=f"final verdict (revision {att.revision})")
+    return GuardResult(
+        guard=VERDICT_FINAL,
+        passed=False,
+        detail=f"provisional verdict (revision {att.revision}): waits for the final revision",
+    )
+
+
+def check_quality(att: Attribution, withheld: Iterable[str] = ()) -> GuardResult:
+    """Pass for ``definitive``/``probable`` verdicts. For ``ambiguous``/``insufficient`` the
+    engine proposes only ``recertify``; this result (passed, since recertify is allowed) says
+    so and lists the withheld actions."""
+    if att.quality in ("definitive", "probable"):
+        return GuardResult(guard=VERDICT_QUALITY, passed=True, detail=f"{att.quality} verdict")
+    held = ", ".join(withheld) or "none"
+    return GuardResult(
+        guard=VERDICT_QUALITY,
+        passed=True,
+        detail=f"{att.quality} verdict: only recertify is proposed; withheld: {held}",
+    )
+
+
+# --- capacity guards --------------------------------------------------------------------------
+
+
+def check_domain_budget(
+    hosts: Iterable[str],
+    held: Iterable[str],
+    domains: FailureDomains,
+    settings: DomainBudgetSettings,
+) -> GuardResult:
+    """Fail when taking ``hosts`` out would put more than the budget of one domain out of
+    service. ``held``: hosts already out (non-terminal admitted/approved/executing disruptive
+    actions of other incidents or targets)."""
+    new = set(hosts)
+    out = set(held)
+    checked = []
+    for domain in sorted({d for h in new for d in domains.domains_of(h)}):
+        members = set(domains.domains()[domain])
+        would = (out | new) & members
+        budget = settings.budget_of(domain)
+        checked.append(f"{domain} {len(would)}/{budget}")
+        if len(would) > budget:
+            already = sorted((out & members) - new)
+            return GuardResult(
+                guard=DOMAIN_BUDGET,
+                passed=False,
+                detail=f"domain {domain}: {len(would)} nodes would be out, budget {budget} "
+                f"(already out: {', '.join(already) or 'none'})",
+            )
+    return GuardResult(
+        guard=DOMAIN_BUDGET,
+        passed=True,
+        detail=("within budget: " + ", ".join(checked)) if checked else "no failure domain known for the target",
+    )
+
+
+def check_workload_budget(
+    hosts: Iterable[str],
+    workloads: Iterable[str],
+    held_by_workload: Mapping[str, Iterable[str]],
+    settings: WorkloadBudgetSettings,
+) -> GuardResult:
+    """Fail when, for one of ``workloads``, the hosts already out for it plus ``hosts`` exceed
+    ``max_nodes``. ``held_by_workload``: workload -> hosts out of service for it."""
+    new = set(hosts)
+    checked = []
+    for wl in sorted(set(workloads)):
+        would = set(held_by_workload.get(wl, ())) | new
+        checked.append(f"{wl} {len(would)}/{settings.max_nodes}")
+        if len(would) > settings.max_nodes:
+            return GuardResult(
+                guard=WORKLOAD_BUDGET,
+                passed=False,
+                detail=f"workload {wl}: {len(would)} nodes would be out ({', '.join(sorted(would))}), "
+                f"budget {settings.max_nodes}",
+            )
+    return GuardResult(
+        guard=WORKLOAD_BUDGET,
+        passed=True,
+        detail=("within budget: " + ", ".join(checked)) if checked else "no workload named",
+    )
+
+
+def check_cooldown(
+    hosts: Iterable[str],
+    incident: str,
+    at: int,
+    history: Mapping[str, Iterable[tuple[str, int]]],
+    cooldown_s: int,
+) -> GuardResult:
+    """Fail when another incident's remediation of one of ``hosts`` began less than
+    ``cooldown_s`` before ``at`` (UTC ns). ``history``: host -> (incident, began_at ns)."""
+    for host in sorted(set(hosts)):
+        recent = [(t, inc) for inc, t in history.get(host, ()) if inc != incident and t <= at]
+        if recent:
+            t, inc = max(recent)
+            age_s = (at - t) / NS
+            if age_s < cooldown_s:
+                return GuardResult(
+                    guard=COOLDOWN,
+                    passed=False,
+                    detail=f"{host} was remediated {age_s:.0f} s ago (incident {inc}); cooldown {cooldown_s} s",
+                )
+    return GuardResult(guard=COOLDOWN, passed=True, detail=f"no remediation in the last {cooldown_s} s")
+
+
+def check_escalation(
+    hosts: Iterable[str],
+    incident: str,
+    at: int,
+    history: Mapping[str, Iterable[tuple[str, int]]],
+    settings: EscalationSettings,
+) -> GuardResult:
+    """Fail ("escalated") when one of ``hosts`` already had ``max_remediations`` remediations
+    (distinct incidents other than ``incident``) within ``period_s`` before ``at``."""
+    since = at - settings.period_s * NS
+    for host in sorted(set(hosts)):
+        incidents = {inc for inc, t in history.get(host, ()) if inc != incident and since <= t <= at}
+        if len(incidents) >= settings.max_remediations:
+            days = settings.period_s / 86400
+            return GuardResult(
+                guard=ESCALATION,
+                passed=False,
+                detail=f"escalated: {host} had {len(incidents)} remediations in {days:g} days "
+                f"(limit {settings.max_remediations}); a person decides",
+            )
+    return GuardResult(guard=ESCALATION, passed=True, detail="below the escalation threshold")
+
+
+class Admission(BaseModel):
+    """One action counted by the breaker: when (UTC ns) and which hosts it takes out."""
+
+    model_config = ConfigDict(extra="forbid")
+    at: int
+    hosts: list[str]
+
+
+class CircuitBreaker(BaseModel):
+    """The circuit breaker of one cluster (JSON-serialisable, part of the engine state).
+
+    ``admissions``: action id -> :class:`Admission`, the disruptive actions let through (all
+    guards passed, or approved by a person) within the window. Once ``tripped`` it stays
+    tripped until :meth:`reset`."""
+
+    model_config = ConfigDict(extra="forbid")
+    tripped: bool = False
+    tripped_at: int | None = None
+    detail: str = ""
+    admissions: dict[str, Admission] = Field(default_factory=dict)
+    resets: list[str] = Field(default_factory=list)
+
+    def taken_out(self, at: int, settings: CircuitBreakerSettings, exclude: str | None = None) -> set[str]:
+        """Hosts admitted in ``(at - window_s, at]``, except by action ``exclude``."""
+        since = at - settings.window_s * NS
+        return {
+            h for aid, adm in self.admissions.items() if aid != exclude and since < adm.at <= at for h in adm.hosts
+        }
+
+    def check(
+        self,
+        action_id: str,
+        hosts: Iterable[str],
+        at: int,
+        fleet_size: int | None,
+        settings: CircuitBreakerSettings,
+        *,
+        count: bool = True,
+    ) -> GuardResult:
+        """Check (and, when ``count`` and the limit would be exceeded, trip) the breaker for an
+        action taking ``hosts`` out at ``at``. Fails closed when ``fleet_size`` is unknown."""
+        if self.tripped:
+            return GuardResult(
+                guard=CIRCUIT_BREAKER, passed=False, detail=f"tripped: {self.detail}; reset by a person"
+            )
+        if not fleet_size:
+            return GuardResult(
+                guard=CIRCUIT_BREAKER,
+                passed=False,
+                detail="cluster node count unknown (no topology, no fleet_size): cannot bound the blast radius",
+            )
+        out = self.taken_out(at, settings, exclude=action_id) | set(hosts)
+        limit = settings.max_fraction * fleet_size
+        share = f"{len(out)} of {fleet_size} nodes taken out within {settings.window_s} s"
+        if len(out) > limit:
+            if count:
+                self.tripped, self.tripped_at = True, at
+                self.detail = f"{share} (limit {settings.max_fraction:.0%})"
+                return GuardResult(guard=CIRCUIT_BREAKER, passed=False, detail=f"tripped now: {self.detail}")
+            return GuardResult(guard=CIRCUIT_BREAKER, passed=False, detail=f"would trip: {share}")
+        return GuardResult(
+            guard=CIRCUIT_BREAKER, passed=True, detail=f"{share} (limit {settings.max_fraction:.0%})"
+        )
+
+    def admit(self, action_id: str, hosts: Iterable[str], at: int) -> None:
+        """Count an action that takes ``hosts`` out (idempotent per action id)."""
+        self.admissions.setdefault(action_id, Admission(at=at, hosts=sorted(set(hosts))))
+
+    def prune(self, at: int, settings: CircuitBreakerSettings) -> None:
+        """Forget admissions older than the window."""
+        since = at - settings.window_s * NS
+        self.admissions = {k: v for k, v in self.admissions.items() if v.at > since}
+
+    def reset(self) -> None:
+        """Close the breaker and forget the window (a person's ``reset_breaker``)."""
+        self.tripped, self.tripped_at, self.detail = False, None, ""
+        self.admissions = {}
