@@ -35,7 +35,11 @@ from connectors.topology import (
 )
 from schemas.bundle import Link, TopologyHost, TopologySpec
 from schemas.records import TIME_QUALITY_TRANSPORT, Observation
+from schemas.topics import catalogue, create_topics
+from sinks.kafka_settings import KafkaSettings
 from streams.cli import app
+from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: F401
+from tests.test_files_connector import consume, settings  # noqa: F401
 
 DATA = Path(__file__).resolve().parent / "data" / "topology"
 IBNET = DATA / "ibnetdiscover-3switch.txt"
@@ -467,6 +471,21 @@ def test_cli_print(tmp_path):
     assert again.exit_code == 0 and again.stdout == result.stdout
 
 
+def test_cli_node_name_map(tmp_path):
+    names = tmp_path / "ib-node-name-map"
+    names.write_text('# GUID "name"\n0x506b4b0300c0ffe0 "node-a05 mlx5_4"\n0x7cfe900300a5c4e0 "spine-01a"\n')
+    result = runner.invoke(app, ["connect", "topology", "--cluster", "c1", "--ibnetdiscover", str(IBNET),
+                                 "--node-name-map", str(names), "--print"])
+    assert result.exit_code == 0, result.output
+    spec = parse_topology_yaml(result.stdout)
+    assert [(ln.hca, ln.port_id) for ln in spec.links if ln.host == "node-a05"] == [("mlx5_4", "leaf-01/5")]
+    assert spec.uplinks[0] == ("leaf-01/33", "spine-01a/1")
+    names.write_text("0x506b4b0300c0ffe0 node-a05\n")
+    bad = runner.invoke(app, ["connect", "topology", "--cluster", "c1", "--ibnetdiscover", str(IBNET),
+                              "--node-name-map", str(names), "--print"])
+    assert bad.exit_code == 2 and f'{names}:1: expected <guid> "<name>"' in bad.stderr
+
+
 @pytest.mark.parametrize("args, needle", [
     ([], "give at least one of --ibnetdiscover, --lldp, --hosts, --topology-yaml"),
     (["--lldp", "node-a01"], "--lldp 'node-a01': expected HOST=FILE"),
@@ -476,3 +495,71 @@ def test_cli_errors(args, needle):
     result = runner.invoke(app, ["connect", "topology", "--cluster", "c1", "--print", *args])
     assert result.exit_code == 2
     assert needle in result.stderr and "Traceback" not in result.output
+
+
+# -- end to end against the real Kafka broker ---------------------------------------------------
+
+def test_connect_topology_publishes_one_record_keyed_by_cluster(settings: KafkaSettings, kafka_config,  # noqa: F811
+                                                                kafka_topic_factory):  # noqa: F811
+    topic = kafka_topic_factory("topology", config={"cleanup.policy": "compact"})
+    result = runner.invoke(app, ["connect", "topology", "--cluster", "c1", "--ibnetdiscover", str(IBNET),
+                                 "--lldp", f"node-a02={LLDP_LIST}", "--hosts", str(HOSTS_CSV),
+                                 "--bootstrap", settings.bootstrap_servers, "--topic", topic])
+    assert result.exit_code == 0, result.output
+    assert f"published the topology of c1 (12 links, 4 uplinks, 3 hosts, 0 domains) to {topic}" in result.stderr
+
+    (msg,) = consume(kafka_config, topic, 1)
+    assert msg.key() == b"c1"
+    assert dict(msg.headers())["schema"] == b"Observation"
+    value = json.loads(msg.value())
+    obs = Observation.model_validate(value)
+    assert (obs.kind, obs.host, obs.cluster, obs.source.connector, obs.source.instance, obs.format) == (
+        "topology", "_fabric", "c1", "topology", "c1", "topology")
+    assert obs.time_source == "transport" and obs.time_quality == TIME_QUALITY_TRANSPORT
+    assert obs.model_copy().with_id().observation_id == obs.observation_id
+    expected = TopologyConnector("c1", ibnetdiscover=[IBNET], lldp=[("node-a02", LLDP_LIST)], hosts=[HOSTS_CSV]).read()
+    got = topology_from_observation(value)
+    assert got == expected
+    assert got.links[0] == expected.links[0] and got.uplinks == [("leaf-01/33", "spine-01/1"), ("leaf-01/34", "spine-01/2"),
+                                                                 ("leaf-02/33", "spine-01/3"), ("leaf-02/34", "spine-01/4")]
+    assert got.hosts["node-a01"].ips == ["10.0.0.11", "10.0.0.111"]
+
+
+def test_connect_topology_default_topic_is_the_catalogues(settings: KafkaSettings, kafka_config,  # noqa: F811
+                                                           kafka_topic_factory, tmp_path):  # noqa: F811
+    prefix = kafka_topic_factory.prefix
+    spec = catalogue(prefix)["topology"]
+    kafka_topic_factory.track(spec.name)
+    create_topics(kafka_config, [spec], partitions_override=1)
+    yml = tmp_path / "topology.yaml"
+    yml.write_text(TOPOLOGY_YAML)
+    env = {"FAULTSTREAM_TOPIC_PREFIX": prefix}
+    base = ["connect", "topology", "--cluster", "c7", "--bootstrap", settings.bootstrap_servers]
+    first = runner.invoke(app, [*base, "--topology-yaml", str(yml)], env=env)
+    assert first.exit_code == 0, first.output
+    assert f"to {prefix}.topology" in first.stderr
+    # a newer topology of the same cluster: same key, compaction keeps the latest
+    second = runner.invoke(app, [*base, "--topology-yaml", str(yml), "--hosts", str(HOSTS)], env=env)
+    assert second.exit_code == 0, second.output
+
+    msgs = consume(kafka_config, spec.name, 2)
+    assert [m.key() for m in msgs] == [b"c7", b"c7"]
+    old, new = (topology_from_observation(json.loads(m.value())) for m in msgs)
+    assert old == merge_topology(parse_topology_yaml(TOPOLOGY_YAML))  # canonical order: pairs sorted
+    assert new == merge_topology(old, hosts_topology(parse_hosts_map(HOSTS.read_text())))
+    assert new.hosts["node-a01"].ips == ["10.0.0.11", "10.0.0.15", "10.0.0.111"]
+
+
+def test_connect_topology_is_registered_and_refuses_an_empty_record(tmp_path):
+    from connectors.registry import BUILTIN, connectors
+
+    assert BUILTIN["topology"] == "connectors.topology:connect_topology_cli" and "topology" in connectors()
+    missing = runner.invoke(app, ["connect", "topology", "--cluster", "c1", "--lldp", f"node-a01={DATA / 'none.json'}"])
+    assert missing.exit_code == 2 and f"{DATA / 'none.json'}: cannot read" in missing.stderr
+    empty = tmp_path / "hosts"
+    empty.write_text("# no hosts yet\n127.0.0.1 localhost\n")
+    # fails before connecting to Kafka: an empty record would replace the cluster's topology
+    result = runner.invoke(app, ["connect", "topology", "--cluster", "c1", "--hosts", str(empty),
+                                 "--bootstrap", "127.0.0.1:1"])
+    assert result.exit_code == 2
+    assert "the sources give no cables and no host addresses; nothing published" in result.stderr
