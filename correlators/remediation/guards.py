@@ -162,11 +162,11 @@ class FailureDomains:
 def check_final(att: Attribution) -> GuardResult:
     """Pass for a final verdict; fail for a provisional one (proposed, never executed)."""
     if att.final:
-        return GuardResult(guard=VERDICT_FINAL, passed=True, detail=f"final verdict (revision {att.revision})")
+        return GuardResult(guard=VERDICT_FINAL, passed=True, detail="final verdict")
     return GuardResult(
         guard=VERDICT_FINAL,
         passed=False,
-        detail=f"provisional verdict (revision {att.revision}): waits for the final revision",
+        detail="provisional verdict: waits for the final revision",
     )
 
 
@@ -331,8 +331,11 @@ class CircuitBreaker(BaseModel):
         *,
         count: bool = True,
     ) -> GuardResult:
-        """Check (and, when ``count`` and the limit would be exceeded, trip) the breaker for an
-        action taking ``hosts`` out at ``at``. Fails closed when ``fleet_size`` is unknown."""
+        """Check the breaker for an action taking ``hosts`` out at ``at`` (UTC ns): it trips
+        when the hosts taken out within the window, these included, would exceed
+        ``max_fraction`` of ``fleet_size``. With ``count=False`` (another guard already failed,
+        so the action will not run by itself) it only reports the current share. Fails closed
+        when ``fleet_size`` is unknown."""
         if self.tripped:
             return GuardResult(
                 guard=CIRCUIT_BREAKER, passed=False, detail=f"tripped: {self.detail}; reset by a person"
@@ -343,18 +346,22 @@ class CircuitBreaker(BaseModel):
                 passed=False,
                 detail="cluster node count unknown (no topology, no fleet_size): cannot bound the blast radius",
             )
-        out = self.taken_out(at, settings, exclude=action_id) | set(hosts)
-        limit = settings.max_fraction * fleet_size
+        others = self.taken_out(at, settings, exclude=action_id)
+        limit = f"(limit {settings.max_fraction:.0%})"
+        if not count:
+            return GuardResult(
+                guard=CIRCUIT_BREAKER,
+                passed=True,
+                detail=f"{len(others)} of {fleet_size} nodes taken out within {settings.window_s} s {limit}; "
+                "this action not counted: another guard failed",
+            )
+        out = others | set(hosts)
         share = f"{len(out)} of {fleet_size} nodes taken out within {settings.window_s} s"
-        if len(out) > limit:
-            if count:
-                self.tripped, self.tripped_at = True, at
-                self.detail = f"{share} (limit {settings.max_fraction:.0%})"
-                return GuardResult(guard=CIRCUIT_BREAKER, passed=False, detail=f"tripped now: {self.detail}")
-            return GuardResult(guard=CIRCUIT_BREAKER, passed=False, detail=f"would trip: {share}")
-        return GuardResult(
-            guard=CIRCUIT_BREAKER, passed=True, detail=f"{share} (limit {settings.max_fraction:.0%})"
-        )
+        if len(out) > settings.max_fraction * fleet_size:
+            self.tripped, self.tripped_at = True, at
+            self.detail = f"{share} {limit}"
+            return GuardResult(guard=CIRCUIT_BREAKER, passed=False, detail=f"tripped now: {self.detail}")
+        return GuardResult(guard=CIRCUIT_BREAKER, passed=True, detail=f"{share} {limit}")
 
     def admit(self, action_id: str, hosts: Iterable[str], at: int) -> None:
         """Count an action that takes ``hosts`` out (idempotent per action id)."""
