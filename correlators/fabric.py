@@ -251,8 +251,25 @@ class PortFault:
         return head if self.events and all(e.host == head for e in self.events if e.type != "fabric.port_errors") else None
 
 
+def _observer(event: Event, side: str) -> str:
+    """Who reported a link-down, for counting transitions: the host's kernel, the switch, or
+    one NCCL process -- every process of a host that has the HCA open gets the same verbs
+    async event and logs its own 'port error' line (one per rank), so each is an observer of
+    its own rather than eight more transitions."""
+    if event.type == "nccl.ib_async_event":
+        gpu = event.gpu.index if event.gpu is not None else None
+        return f"nccl:{gpu if gpu is not None else event.rank}"
+    return side
+
+
+def _transitions(downs: dict[str, int], counters: dict[str, int]) -> int:
+    """Link-down transitions in one window: the largest count of any observer or of the
+    LinkDowned counter, because each of them reports the same transitions."""
+    return max([*downs.values(), counters.get("link_downed", 0)])
+
+
 def _window_kind(downs: dict[str, int], counters: dict[str, int], policy: FabricPolicy) -> str | None:
-    n = max(downs.get("host", 0), downs.get("switch", 0), counters.get("link_downed", 0))
+    n = _transitions(downs, counters)
     if n >= policy.flap_min_downs:
         return "flapping"
     if n >= 1 and (downs or counters.get("link_downed", 0) >= policy.link_downed_min):
@@ -278,8 +295,9 @@ def port_faults(
 
     Window ``k`` covers ``[k*hop, k*hop + window)`` in event time; an event at ``t`` falls in
     the ``window/hop`` windows that contain it. Link-down transitions are counted per side
-    (host logs, switch logs) and by the LinkDowned counter; the window's count is the largest,
-    because each side reports the same transition. Returns faults ordered by first time."""
+    (host logs, switch logs, each NCCL process's async port errors) and by the LinkDowned
+    counter; the window's count is the largest, because each reports the same transitions.
+    Returns faults ordered by first time."""
     policy = policy or default_fabric_policy()
     hop, width = policy.hop_s * NS, policy.window_s * NS
     ordered = sorted({e.event_id: e for e in events}.values(), key=lambda e: (e.at, e.event_id))
@@ -293,20 +311,21 @@ def port_faults(
         for k in range((event.at - width) // hop + 1, event.at // hop + 1):
             downs, counters, members = windows.setdefault(k, ({}, {}, []))
             if down:
-                downs[side] = downs.get(side, 0) + 1
+                observer = _observer(event, side)
+                downs[observer] = downs.get(observer, 0) + 1
             for name, value in deltas.items():
                 counters[name] = counters.get(name, 0) + value
             members.append(event)
-    faulty: list[tuple[int, str, dict[str, int], list[Event]]] = []
+    faulty: list[tuple[int, str, int, list[Event]]] = []
     for k in sorted(windows):
         downs, counters, members = windows[k]
         kind = _window_kind(downs, counters, policy)
         if kind is not None:
-            faulty.append((k, kind, downs, members))
+            faulty.append((k, kind, _transitions(downs, counters), members))
     if not faulty:
         return []
     # episodes: faulty windows whose evidence lies within episode_gap of the previous one's
-    episodes: list[list[tuple[int, str, dict[str, int], list[Event]]]] = []
+    episodes: list[list[tuple[int, str, int, list[Event]]]] = []
     last_at = None
     for item in faulty:
         first = item[3][0].at
@@ -324,14 +343,16 @@ def port_faults(
             for name, value in _deltas(event).items():
                 counters[name] = counters.get(name, 0) + value
         kind = max((k for _, k, _, _ in episode), key=_SEVERITY.__getitem__)
-        downs = max(max(d.get("host", 0), d.get("switch", 0)) for _, _, d, _ in episode)
+        # the most transitions seen in one window (the LinkDowned deltas of a whole episode
+        # summed would name hours of single drops a burst "in one window")
+        downs = max(n for _, _, n, _ in episode)
         out.append(PortFault(
             port=port,
             link=link,
             kind=kind,
             first_at=evidence[0].at,
             last_at=evidence[-1].at,
-            downs=max(downs, counters.get("link_downed", 0)),
+            downs=downs,
             counters=dict(sorted(counters.items())),
             sides=tuple(sorted({_side(e, index) for e in evidence})),
             events=tuple(evidence),
@@ -377,7 +398,9 @@ def _time_clusters(items: list[Any], at, gap_ns: int) -> list[list[Any]]:
     """Split items sorted by ``at(item)`` into runs whose starts are within ``gap_ns`` of the
     run's first item."""
     runs: list[list[Any]] = []
-    for item in sorted(items, key=lambda i: (at(i), repr(at(i)))):
+    # ties broken by the item's own id (event id, port), so the runs' member order does not
+    # depend on the input order
+    for item in sorted(items, key=lambda i: (at(i), getattr(i, "event_id", None) or getattr(i, "port", ""))):
         if runs and at(item) - at(runs[-1][0]) <= gap_ns:
             runs[-1].append(item)
         else:
