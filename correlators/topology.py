@@ -144,13 +144,16 @@ class FabricIndex:
             if link is not None:
                 return link
         attrs = event.attributes
+        port = attrs.get("port")
         if self.is_switch(event.host):
-            port = attrs.get("port")
             return self.by_port.get(f"{event.host}/{port}") if port is not None else None
         for key in ("device", "netdev", "hca"):
             value = attrs.get(key)
             if isinstance(value, str):
-                link = self._by_host_name.get((event.host, value.lower()))
+                # "mlx4_0" port 2 (NCCL's "mlx4_0:2 Got async event") is that port's cable, not
+                # the first cable of a dual-port HCA
+                link = self.by_host_port.get(f"{event.host}/{value}/{port}") if port is not None else None
+                link = link or self._by_host_name.get((event.host, value.lower()))
                 if link is not None:
                     return link
                 # "mlx5_0/1" (device/port) as counter samples name a host port
@@ -172,7 +175,8 @@ class FabricIndex:
             return event.fabric_port
         attrs = event.attributes
         port = attrs.get("port")
-        if attrs.get("side") == "switch" and port is not None:
+        # a switch's own line about a port no host is cabled to (an uplink) is still that port
+        if (attrs.get("side") == "switch" or self.is_switch(event.host)) and port is not None:
             return f"{event.host}/{port}"
         device = attrs.get("device") or attrs.get("netdev") or attrs.get("hca")
         return f"{event.host}/{device}" if device else None
