@@ -80,6 +80,19 @@ def test_host_side_line_finds_the_cable_by_pci_netdev_or_hca(index):
     assert port_of(index, ev("node-a05", type_="fabric.port_errors", device="mlx5_1/1")) == "leaf-01/Eth1/12"
 
 
+def test_a_dual_port_hca_line_naming_its_port_finds_that_ports_cable():
+    idx = FabricIndex(TopologySpec(links=[
+        Link(host="node-a07", hca="mlx4_0", host_port=1, switch="leaf-02", switch_port="2"),
+        Link(host="node-a07", hca="mlx4_0", host_port=2, switch="leaf-02", switch_port="3"),
+    ]))
+    # NCCL's "NET/IB : mlx4_0:2 Got async event : port error"
+    assert port_of(idx, ev("node-a07", type_="nccl.ib_async_event", device="mlx4_0", port=2)) == "leaf-02/3"
+    assert port_of(idx, ev("node-a07", type_="nccl.ib_async_event", device="mlx4_0", port=1)) == "leaf-02/2"
+    assert port_of(idx, ev("node-a07", fabric_port="node-a07/mlx4_0/2")) == "leaf-02/3"
+    # without the port the HCA alone is ambiguous between its cables: its first is taken
+    assert port_of(idx, ev("node-a07", device="mlx4_0")) == "leaf-02/2"
+
+
 def test_fabric_port_in_switch_or_host_form(index):
     assert port_of(index, ev("node-a05", fabric_port="node-a05/mlx5_0/1")) == "leaf-02/1"
     assert port_of(index, ev("node-a05", fabric_port="node-a05/mlx5_1/1")) == "leaf-01/Eth1/12"
@@ -110,6 +123,9 @@ def test_port_key_is_the_switch_end_when_the_topology_knows_the_cable(index):
     assert index.port_key(ev("x", fabric_port="node-a03/mlx5_0/1")) == "leaf-01/3"
     # an unknown cable falls back to what the line names
     assert index.port_key(ev("node-z99", device="0000:0c:00.0")) == "node-z99/0000:0c:00.0"
+    # a known switch's own line about a port no host is cabled to (an uplink) is that port
+    assert index.port_key(ev("leaf-01", type_="fabric.port_state", port=33, state="DOWN")) == "leaf-01/33"
+    assert index.port_key(ev("spine-01", type_="fabric.port_state", port=1, state="DOWN")) == "spine-01/1"
 
 
 # --- addresses ------------------------------------------------------------------------------
