@@ -18,9 +18,9 @@ pair of 232 hosts is ~27,000 NCCL runs (232*231/2 = 26,796); NVCRE's procedure n
 
 Known-healthy hosts are the caller's ``healthy`` list plus every host of a group that passed.
 Not modelled here: NVCRE's re-screen with NVLink disabled (a second test name per failing
-group) -- the policy can name that test. A group that fails while both its halves pass (a fault
-that needs hosts from both halves, e.g. one bad link between them) yields no suspect; the step
-list shows it.
+group) -- the policy can name that test. A fault that needs two hosts together (one bad link
+between them) fails the screen but no single host's pair test: it yields no suspect, and the step
+list shows the failing screen for a person.
 
 :func:`plan_screen` gives the first, non-adaptive stage (what the engine proposes as a
 ``recertify`` action's ``plan``); :func:`bisect` runs the whole procedure against a test
