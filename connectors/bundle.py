@@ -9,6 +9,11 @@
 * ``logs/_scheduler/*`` -> ``kind="scheduler_event"`` with ``host="_scheduler"``;
 * ``metrics/<host>/*`` -> ``kind="telemetry"``, one Observation per GPU per sample
   (:mod:`connectors.telemetry`); a file no telemetry parser recognises is read as log lines.
+* ``fabric/<node>/*.counters.csv``, ``metrics/<node>/*.counters.csv`` -> port counter series
+  (:func:`connectors.counters.read_counter_csv`): deltas computed vectorised, one
+  ``kind="fabric_counter"`` Observation per sample with a nonzero error delta or a reset
+  (:func:`connectors.counters.table_observations`; ``attributes.side`` is ``switch`` under
+  ``fabric/``, ``host`` under ``metrics/``); coverage records = rows, unparsed = malformed rows.
 
 Record time: the first line's own timestamp (``time_source="line"``), else the nearest earlier
 timestamped line of the same file, else the nearest later one (``"inferred"``,
@@ -44,6 +49,7 @@ import polars as pl
 import pydantic
 import yaml
 
+from connectors.counters import COUNTER_SUFFIX, read_counter_csv, table_observations
 from connectors.telemetry import TelemetrySample, parse_telemetry
 from correlators.attribution import default_causal_rules
 from correlators.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, record_span
@@ -335,6 +341,9 @@ class BundleConnector:
                     stats.notes.append(
                         "not a regular file (dangling or looping symlink, FIFO, socket or device): not read"
                     )
+                elif file.name.endswith(COUNTER_SUFFIX) and src.rel.split("/", 1)[0] in ("fabric", "metrics"):
+                    yield from flush()  # keep file order
+                    yield from self._counters(file, src, stats)
                 else:
                     if src.kind == "telemetry":
                         yield from flush()  # keep file order
@@ -626,6 +635,40 @@ class BundleConnector:
             attributes=attributes,
             position=Position(file=src.rel, line=s + 1),
         ).with_id()
+
+    def _counters(self, file: Path, src: _Source, stats: _FileStats) -> Iterator[Observation]:
+        """A port counter series (``*.counters.csv``): the fabric_counter Observations of its
+        samples with a nonzero error delta or a reset (host = the row's node, default the
+        directory name); records = data rows, unparsed = malformed rows."""
+        data = file.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            try:
+                data = gzip.decompress(data)
+                stats.notes.append("gzip")
+            except (OSError, EOFError, zlib.error) as exc:
+                stats.status = "failed"
+                stats.notes.append(f"corrupt gzip: {exc}")
+                return
+        table = read_counter_csv(data, default_node=src.host)
+        self.lines_read += table.rows + (1 if data.strip() else 0)
+        stats.records, stats.unparsed = table.rows, table.unparsed
+        stats.notes.extend(table.notes)
+        if table.rows == 0:
+            stats.status = "empty"
+            stats.notes.append("no counter samples")
+            return
+        if table.frame.height == 0:
+            stats.status = "failed"
+            return
+        side = "switch" if src.rel.startswith("fabric/") else "host"
+        n = 0
+        for obs in table_observations(table, source=Source(connector="bundle", instance=self._instance),
+                                      rel=src.rel, cluster=self.workload.cluster,
+                                      workload_id=self.workload.workload_id, side=side):
+            n += 1
+            yield obs
+        stats.notes.append(f"counter series: {table.frame.height} samples of {len(table.counters)} counters, "
+                           f"{n} with error increases or resets")
 
     def _telemetry(self, text: str, src: _Source, stats: _FileStats) -> Iterator[Observation]:
         """Emit telemetry samples; return True if the file was consumed as telemetry."""

@@ -35,6 +35,7 @@ GROUP = "faultstream.connectors"
 #: name -> "module:attribute" of the built-in connector commands.
 BUILTIN: dict[str, str] = {
     "bundle": "connectors.publish:connect_bundle_cli",
+    "counters": "connectors.counters:connect_counters_cli",
     "certifications": "connectors.certifications:connect_certifications_cli",
     "files": "connectors.files:connect_files_cli",
     "slurm": "connectors.slurm:connect_slurm_cli",

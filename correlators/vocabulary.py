@@ -63,11 +63,18 @@ EVENT_TYPES: dict[str, str] = {
     "local_rank",
     "host.hard_lockup": "kernel hard/soft lockup. attrs: cpu, kind",
     "host.kernel_oops": "kernel oops / general protection fault / BUG. attrs: detail",
-    "fabric.link_down": "HCA/NIC link went down (mlx5 or switch). attrs: device, netdev, port",
-    "fabric.link_up": "HCA/NIC link came up. attrs: device, netdev, port",
+    "fabric.link_down": "a link went down. Host side (mlx5/NIC driver): device, netdev, driver. "
+    "Switch side (Onyx, Cumulus, SONiC, UFM lines): port (topology switch_port form: IB port "
+    "number '17', Ethernet name as printed 'Ethernet48'/'swp12'/'Eth1/12'), interface (as "
+    "printed), state (DOWN), side='switch', from_state (SONiC)",
+    "fabric.link_up": "a link came up; attributes as fabric.link_down (state UP)",
     "fabric.module_event": "port module event: cable plugged/unplugged. attrs: device, event",
-    "fabric.port_state": "an HCA port state reading (ibv_devinfo). attrs: state, device",
-    "fabric.port_errors": "fabric port counter increase. attrs: counter deltas",
+    "fabric.port_state": "a port state reading or change. Host side (ibv_devinfo, ibstatus, "
+    "ibstat): state (PORT_ACTIVE / ACTIVE, DOWN, INIT, ARMED), device, port (int), "
+    "side='host'. Switch side: state (INIT, ARMED, ...), port, interface, side='switch'",
+    "fabric.port_errors": "error counters of a port increased (connectors.counters delta). "
+    "attrs: deltas ({counter: increase}, canonical sysfs names), interval_s, reset, saturated, "
+    "port, node, side; fabric_port '<node>/<port>'",
     "fabric.port_fault": "derived by the fabric correlator: one cable's fault episode (flapping, "
     "link_down, degrading, port_errors). attrs: kind, incident_id, culprit_hosts, ports, switch, "
     "switch_port, hca, host_port, downs, counters",

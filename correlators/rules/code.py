@@ -384,3 +384,109 @@ def torchrun_summary(draft: Draft, match: re.Match[str] | None, obs: Observation
             tb.append(line)
     flush()
     return out
+
+
+# --------------------------------------------------------------------------- fabric
+
+
+@hook("fabric_port_errors")
+def fabric_port_errors(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A ``fabric_counter`` sample (``connectors.counters``) -> one ``fabric.port_errors``
+    event: ``deltas`` = {counter: increase (int)} of the error counters the rule's
+    ``when_any`` names that increased, plus ``interval_s``, ``reset``, ``saturated``,
+    ``port``, ``node`` and ``side`` copied from the observation's attributes when present
+    (the event's ``fabric_port`` is the observation's). The error-counter list lives in the
+    rule (``fabric.yaml``), so a counter is an error for extraction iff the rule names it."""
+    metric = obs.metric or {}
+    deltas = {c.metric: int(metric[c.metric]) for c in rule.when_any if c.holds(metric)}
+    if not deltas:
+        return []
+    a = draft.attributes
+    a["deltas"] = dict(sorted(deltas.items()))
+    for key in ("interval_s", "reset", "saturated", "port", "node", "side"):
+        if key in obs.attributes:
+            a[key] = obs.attributes[key]
+    return [draft]
+
+
+_ONYX_IB = re.compile(r"^(?:IB|ib)(?:\s*port)?\s*(?P<slot>\d+)/(?P<port>\d+(?:/\d+)?)$")
+
+
+def normalize_switch_port(text: str) -> str:
+    """A switch port as a switch log names it -> the id topology ``switch_port`` uses.
+
+    InfiniBand ports become their IB port number, as ibnetdiscover / ibqueryerrors / UFM name
+    them: Onyx ``IB1/17`` and ``ib port 1/17`` -> ``17`` (slot 1, the only slot of a 1U switch; a
+    split port ``IB1/17/2`` -> ``17/2``; another slot of a modular switch keeps ``<slot>/<port>``,
+    ``IB3/17`` -> ``3/17``). A bare number stays as is. Ethernet names are kept exactly as the
+    switch prints them (``Eth1/12``, ``swp12``, ``Ethernet48``): topology.yaml and lldpctl use
+    the same names."""
+    t = text.strip().rstrip(".,:;")
+    m = _ONYX_IB.match(t)
+    if m:
+        return m["port"] if m["slot"] == "1" else f"{m['slot']}/{m['port']}"
+    return t
+
+
+@hook("switch_port_event")
+def switch_port_event(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A switch-side port line (Onyx, Cumulus switchd, SONiC orchagent, UFM) -> link_down /
+    link_up / port_state. ``interface`` (the name as printed) becomes ``port`` =
+    :func:`normalize_switch_port`; ``state`` is upper-cased (``DOWN``/``UP``); the type is
+    ``fabric.link_down`` for DOWN, ``fabric.link_up`` for UP, else ``fabric.port_state``.
+    ``side: switch``. When the line names the switch (UFM ``Switch:leaf-01``, syslog host),
+    that is the event host; otherwise the observation's host (``fabric/<switch>/`` files)."""
+    a = draft.attributes
+    iface = str(a.get("interface", "")).strip()
+    if not iface:
+        return []
+    a["interface"] = iface
+    a["port"] = normalize_switch_port(iface)
+    state = str(a.get("state", "")).strip().upper()
+    a["state"] = _SWITCH_STATES.get(state, state)
+    if "from_state" in a:
+        prev = str(a["from_state"]).strip().upper()
+        a["from_state"] = _SWITCH_STATES.get(prev, prev)
+    a["side"] = "switch"
+    sw = a.pop("switch", None)
+    if sw:
+        draft.host = str(sw)
+    if a["state"] == "DOWN" and "fabric.link_down" in rule.events:
+        draft.type = "fabric.link_down"
+    elif a["state"] == "UP" and "fabric.link_up" in rule.events:
+        draft.type = "fabric.link_up"
+    elif "fabric.port_state" in rule.events:
+        draft.type = "fabric.port_state"
+    else:
+        return []
+    return [draft]
+
+
+#: Switch-log state words -> DOWN / UP (anything else stays upper-cased: INIT, ARMED, ...).
+_SWITCH_STATES = {"ACTIVE": "UP", "LINKUP": "UP", "LINK UP": "UP", "WENT UP": "UP", "UP": "UP",
+                  "LINKDOWN": "DOWN", "LINK DOWN": "DOWN", "WENT DOWN": "DOWN", "DOWN": "DOWN"}
+
+
+@hook("ib_port_status")
+def ib_port_status(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """``ibstatus`` (``state: 4: ACTIVE``) / ``ibstat`` (``State: Active``) port state lines:
+    the HCA and port come from the nearest preceding header of the same record
+    (``Infiniband device 'mlx5_0' port 1 status:`` / ``CA 'mlx5_0'`` + ``Port 1:``) when
+    present. ``state`` upper-case (``ACTIVE``, ``DOWN``, ``INIT``, ``ARMED``), ``side: host``."""
+    assert match is not None
+    head = (obs.body or "")[: match.start()]
+    a = draft.attributes
+    st = str(a.get("state", "")).strip().upper()
+    a["state"] = {"INITIALIZING": "INIT", "INITIALIZE": "INIT"}.get(st, st)
+    dev = re.findall(r"Infiniband device '([^']+)' port (\d+) status:", head)
+    if dev:
+        a["device"], a["port"] = dev[-1][0], int(dev[-1][1])
+    else:
+        ca = re.findall(r"^CA '([^']+)'", head, re.M)
+        port = re.findall(r"^\s*Port (\d+):\s*$", head, re.M)
+        if ca:
+            a["device"] = ca[-1]
+        if port:
+            a["port"] = int(port[-1])
+    a["side"] = "host"
+    return [draft]
