@@ -452,15 +452,19 @@ def group_faults(
     remaining = list(faults)
     out: list[Fault] = []
 
-    # racks: hosts of one topology domain lost together
+    # racks: hosts of one topology domain lost together. Smallest domain first (a rack before a
+    # row holding it), and a loss one domain claimed is not claimed again by another domain with
+    # the same hosts (a GB200 NVL72 rack is also its NVLink domain): one loss, one incident
     downs = [e for e in node_downs if str(e.attributes.get("state", "")).upper() == "DOWN"]
-    for domain in sorted(index.spec.domains):
+    for domain in sorted(index.spec.domains, key=lambda d: (len(set(index.spec.domains[d])), d)):
         members = set(index.spec.domains[domain])
         lost = [e for e in downs if (e.attributes.get("node") or e.host) in members]
         for run in _time_clusters(lost, lambda e: e.at, gap):
             hosts = sorted({e.attributes.get("node") or e.host for e in run})
             if len(hosts) < policy.rack_min_hosts:
                 continue
+            claimed = {e.event_id for e in run}
+            downs = [e for e in downs if e.event_id not in claimed]
             lo, hi = run[0].at - gap, run[-1].at + gap
             absorbed = [pf for pf in remaining if pf.host in members and lo <= pf.first_at <= hi]
             remaining = [pf for pf in remaining if pf not in absorbed]
