@@ -316,6 +316,21 @@ def test_hosts_of_a_rack_lost_together_are_one_rack_fault():
     assert [(f.level, f.key) for f in faults] == [("switch", "leaf-01"), ("port", "leaf-02/1")]
 
 
+def test_a_loss_two_domains_share_is_one_rack_fault_named_by_the_smallest():
+    spec = topology_dict()
+    spec["domains"] |= {"nvl-1": RACK1, "row-1": HOSTS}  # an NVL72 rack is its NVLink domain too
+    index = FabricIndex(TopologySpec.model_validate(spec))
+    events = [node_down("node-a01", 0), node_down("node-a02", 10), node_down("node-a03", 20),
+              down("node-a01", 0), down("node-a02", 0), down("node-a03", 0)]
+    faults = correlate(events, index, cluster="c1")
+    assert [(f.level, f.key, f.ports) for f in faults] == [
+        ("rack", "nvl-1", ("leaf-01/1", "leaf-01/2", "leaf-01/3"))]
+    # a rack inside a row: the rack
+    spec["domains"] = {"row-1": HOSTS, "rack-1": RACK1}
+    faults = correlate(events, FabricIndex(TopologySpec.model_validate(spec)), cluster="c1")
+    assert [(f.level, f.key) for f in faults] == [("rack", "rack-1")]
+
+
 def test_group_faults_do_not_depend_on_input_order():
     events = [node_down("node-a05", 0), node_down("node-a06", 10), node_down("node-a07", 20),
               down("node-a01", 0), down("node-a02", 0), down("node-a03", 0), down("node-a05", 0)]
