@@ -403,3 +403,25 @@ def test_same_inputs_give_byte_identical_outputs():
 def test_from_state_rejects_an_unknown_format():
     with pytest.raises(ValueError, match="remediation state format 99"):
         RemediationEngine.from_state({"format": 99}, load_policy())
+
+
+def test_revision_with_a_less_severe_cause_expires_the_old_plan():
+    eng = RemediationEngine(load_policy(), fleet_size=10)
+    drain, reboot = eng.on_attribution(verdict("gpu.xid.79"))
+    out = eng.on_attribution(verdict("gpu.xid.46", revision=2, at=T0 + MIN))
+    assert [(a.action, a.state, a.reason) for a in out] == [
+        ("drain", "expired", "cause cleared: revision 2 of a1 says gpu.xid.46 (failed, definitive)"),
+        ("reboot", "cancelled", f"its predecessor drain {drain.action_id} is expired"),
+        ("reset_gpu", "proposed", out[2].reason),
+    ]
+
+
+def test_definitive_revision_supersedes_the_recertify_of_an_ambiguous_one():
+    eng = RemediationEngine(load_policy(), fleet_size=10)
+    amb = verdict("gpu.xid.79")
+    amb.quality = "ambiguous"
+    (recert,) = eng.on_attribution(amb)
+    assert recert.action == "recertify"
+    out = eng.on_attribution(verdict("gpu.xid.79", revision=2, at=T0 + MIN))
+    assert [(a.action, a.state) for a in out] == [("recertify", "cancelled"), ("drain", "proposed"), ("reboot", "proposed")]
+    assert out[0].reason == f"superseded by {out[2].action_id} (reboot, severity 50 > 10)"

@@ -229,12 +229,16 @@ class RemediationEngine:
             if pending and top.severity <= max(t.action.severity for t in pending):
                 covered.update(s.action_id for s in subject_specs)
                 continue
-            for t in pending + [t for t in leaving if subject in t.subjects]:
-                if t.action.severity < top.severity:
-                    superseded.setdefault(
-                        t.action_id,
-                        f"superseded by {top.action_id} ({top.kind}, severity {top.severity} > {t.action.severity})",
-                    )
+            # what this verdict called for before is superseded only by a plan more severe than
+            # all of it (else it expires below: the cause cleared)
+            before = [t for t in leaving if subject in t.subjects]
+            if before and top.severity <= max(t.action.severity for t in before):
+                before = []
+            for t in pending + before:
+                superseded.setdefault(
+                    t.action_id,
+                    f"superseded by {top.action_id} ({top.kind}, severity {top.severity} > {t.action.severity})",
+                )
         keep = [s for s in specs if s.action_id not in covered]
 
         for aid, reason in superseded.items():
@@ -305,7 +309,8 @@ class RemediationEngine:
         """Release (``done``) or keep out (progress record) the actions awaiting a
         certification of ``cert.host``. A passing certification also makes the host a
         known-healthy candidate for bisection padding. Certifications that finished before the
-        action's chain started are ignored; a repeated certification returns []."""
+        action's chain started are ignored; a repeated certification returns []; one without a
+        cluster matches the host in any cluster."""
         cid = cert.certification_id or cert.model_copy().with_id().certification_id
         if cert.passed:
             known = self._certified.setdefault(cert.cluster, {})

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Literal
@@ -253,14 +254,18 @@ class Policy(_Model):
             seen.add(rule.id)
         return self
 
+    @cached_property
+    def _ordered(self) -> tuple[Rule, ...]:
+        return (*self.rules, *_xid_rules(self), *([self.fallback] if self.fallback else []))
+
     def all_rules(self) -> list[Rule]:
         """The rules in match order: ``rules``, the XID rules generated from the catalog and
         ``xid_buckets`` (one per code, id ``xid-<code>``), then ``fallback``."""
-        return [*self.rules, *_xid_rules(self), *([self.fallback] if self.fallback else [])]
+        return list(self._ordered)
 
     def select(self, att: Attribution, facts: "VerdictFacts") -> Rule | None:
         """The first rule matching ``att``, or None when no rule does."""
-        for rule in self.all_rules():
+        for rule in self._ordered:
             if rule.match.matches(att, facts):
                 return rule
         return None
