@@ -295,6 +295,9 @@ def test_node_returns_to_service_only_after_a_passing_certification():
         f"returned to service: certification nvcre ({passed.certification_id}) of node-1 passed at {T0 + 40 * MIN}"
     )
     assert done[0].updated_at == T0 + 40 * MIN
+    # the executor's cue to resume the node: structured, on the done record of the gated drain only
+    assert eng.resume_host(done[0]) == "node-1"
+    assert eng.resume_host(eng.get(reboot)) is None and eng.resume_host(ran[0]) is None
 
 
 def test_execution_failure_and_cancel_take_the_chain_along():

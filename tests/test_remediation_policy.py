@@ -191,6 +191,8 @@ def test_minimal_policy_and_version_as_text():
         (MINIMAL.replace("{action: drain}", "{action: drain, colour: red}"), "rules.0.actions.0.colour: unknown field"),
         (MINIMAL + "xid_buckets:\n  RESET_EVERYTHING: {actions: []}\n", "xid_buckets: Value error, unknown XID catalog bucket 'RESET_EVERYTHING'"),
         (MINIMAL.replace("{action: drain}", "{action: drain, target: port}"), "rules.0.actions.0: Value error, a port target takes disable_port"),
+        (MINIMAL.replace("{action: drain}", "{action: drain, target: hosts, requires_certification: true}"),
+         "rules.0.actions.0: Value error, requires_certification needs target host or gpu (one node), not hosts"),
         (MINIMAL.replace("{code: gpu.xid.79}", "{xid_hint: REBOOT_PLEASE}"), "rules.0.match.xid_hint: Value error, unknown XID 154 hint"),
         (MINIMAL + "guards: {circuit_breaker: {max_fraction: 1.5}}\n", "guards.circuit_breaker.max_fraction: Input should be less than or equal to 1"),
         (MINIMAL + "  - id: r1\n    actions: []\n", "duplicate rule id 'r1'"),

@@ -425,6 +425,16 @@ class RemediationEngine:
         t = self._actions.get(action_id)
         return t.action if t else None
 
+    def resume_host(self, record: RemediationAction) -> str | None:
+        """The host an executor must now return to service (Slurm RESUME, uncordon) because of
+        ``record`` -- set only for the ``done`` record of a certification-gated action (what
+        :meth:`on_certification` emits on a passing certification), else None. A structured
+        test: never match the record's text."""
+        t = self._actions.get(record.action_id)
+        if t is None or not t.requires_certification or record.state != "done":
+            return None
+        return record.target.host
+
     def breaker(self, cluster: str) -> CircuitBreaker:
         """The circuit breaker of ``cluster`` (a copy; closed if never used)."""
         return self._breaker(cluster).model_copy(deep=True)

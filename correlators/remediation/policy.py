@@ -100,7 +100,7 @@ class PolicyAction(_Model):
     ``target``: ``host`` (one action per culprit host), ``gpu`` (one per culprit GPU, placed
     on the culprit host when the verdict names exactly one; else one per host with the GPU
     unknown), ``port`` (one per culprit fabric port), ``hosts`` (one action for all culprit
-    hosts together -- a recertify plan). ``mode`` defaults to the policy's ``default_mode``,
+    hosts together -- a recertify plan, a notification). ``mode`` defaults to the policy's ``default_mode``,
     ``severity`` to :data:`SEVERITY`. ``requires_certification``: the action reaches ``done``
     (the node returns to service) only when a passing certification of the host finished
     after it (and its chain) ran. ``test``: the certification test a ``recertify`` asks for."""
@@ -114,8 +114,8 @@ class PolicyAction(_Model):
 
     @model_validator(mode="after")
     def _coherent(self) -> "PolicyAction":
-        if self.requires_certification and self.target == "port":
-            raise ValueError("requires_certification needs a host target (host, gpu or hosts), not a port")
+        if self.requires_certification and self.target not in ("host", "gpu"):
+            raise ValueError(f"requires_certification needs target host or gpu (one node), not {self.target}")
         if self.target == "port" and self.action not in ("disable_port", "notify"):
             raise ValueError(f"a port target takes disable_port or notify, not {self.action}")
         if self.action == "disable_port" and self.target != "port":
