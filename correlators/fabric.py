@@ -252,14 +252,15 @@ class PortFault:
 
 
 def _observer(event: Event, side: str) -> str:
-    """Who reported a link-down, for counting transitions: the host's kernel, the switch, or
-    one NCCL process -- every process of a host that has the HCA open gets the same verbs
-    async event and logs its own 'port error' line (one per rank), so each is an observer of
-    its own rather than eight more transitions."""
+    """Who reported a link-down, for counting transitions: one source (extraction rule) on one
+    side -- the host's kernel, ibstatus, the switch's syslog, UFM (which often log the same
+    transition twice: Cumulus switchd's carrier and libnl lines, UFM and the switch) -- or one
+    NCCL process: every process of a host that has the HCA open gets the same verbs async
+    event and logs its own 'port error' line (one per rank)."""
     if event.type == "nccl.ib_async_event":
         gpu = event.gpu.index if event.gpu is not None else None
         return f"nccl:{gpu if gpu is not None else event.rank}"
-    return side
+    return f"{side}:{event.rule.split('@', 1)[0]}"
 
 
 def _transitions(downs: dict[str, int], counters: dict[str, int]) -> int:
@@ -302,16 +303,24 @@ def port_faults(
     hop, width = policy.hop_s * NS, policy.window_s * NS
     ordered = sorted({e.event_id: e for e in events}.values(), key=lambda e: (e.at, e.event_id))
     windows: dict[int, tuple[dict[str, int], dict[str, int], list[Event]]] = {}
+    was_down: dict[str, bool] = {}  # observer -> its last word on the port was "down"
     for event in ordered:
         side = _side(event, index)
+        observer = _observer(event, side)
         down = _is_down(event)
+        counted = down
+        if event.type == "fabric.port_state":
+            # a state is a level, not an edge: the port seen down again by the same source
+            # (ibstatus polled twice, DOWN then POLLING) is the same transition
+            counted = down and not was_down.get(observer, False)
+        if down or event.type in ("fabric.port_state", "fabric.link_up"):
+            was_down[observer] = down
         deltas = _deltas(event)
         if not down and not deltas:
             continue
         for k in range((event.at - width) // hop + 1, event.at // hop + 1):
             downs, counters, members = windows.setdefault(k, ({}, {}, []))
-            if down:
-                observer = _observer(event, side)
+            if counted:
                 downs[observer] = downs.get(observer, 0) + 1
             for name, value in deltas.items():
                 counters[name] = counters.get(name, 0) + value
