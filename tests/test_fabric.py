@@ -81,11 +81,18 @@ def up(host: str, t: float) -> Event:
                  rule="fabric.link_up@1").with_id()
 
 
-def sw_down(switch: str, port: int, t: float) -> Event:
+def sw_down(switch: str, port: int, t: float, rule="fabric.onyx_interface_state", type_="fabric.link_down",
+            state="DOWN") -> Event:
     """The switch's own log of a port going down (its host is the switch)."""
-    return Event(type="fabric.port_state", at=at(t), host=switch, cluster="c1",
-                 attributes={"port": port, "state": "DOWN", "side": "switch"},
-                 rule="test.switch_port_state@1").with_id()
+    return Event(type=type_, at=at(t), host=switch, cluster="c1",
+                 attributes={"port": str(port), "state": state, "side": "switch"}, rule=f"{rule}@1").with_id()
+
+
+def ib_state(host: str, t: float, state: str) -> Event:
+    """ibstatus's 'state: 1: DOWN' for mlx5_0 port 1: a level sample, not an edge."""
+    return Event(type="fabric.port_state", at=at(t), host=host, cluster="c1",
+                 attributes={"state": state, "device": "mlx5_0", "port": 1, "side": "host"},
+                 rule="fabric.ibstatus_port_state@1").with_id()
 
 
 def nccl_port_error(host: str, t: float, gpu: int) -> Event:
@@ -163,6 +170,44 @@ def test_every_rank_reporting_the_port_error_of_one_link_down_is_one_transition(
     # two drops seen by every rank are a flap
     events += [down("node-a03", 60)] + [nccl_port_error("node-a03", 61, gpu) for gpu in range(8)]
     (fault,) = faults_of(events)
+    assert (fault.kind, fault.downs) == ("flapping", 2)
+
+
+def test_two_sources_on_one_side_reporting_one_transition_count_it_once():
+    # Cumulus switchd logs a carrier line and a libnl line for one link failure; UFM and the
+    # switch's syslog both log it
+    cumulus = [sw_down("leaf-01", 3, 0, rule="fabric.cumulus_carrier"),
+               sw_down("leaf-01", 3, 0, rule="fabric.cumulus_libnl_oper")]
+    (fault,) = faults_of(cumulus)
+    assert (fault.kind, fault.downs, fault.sides, len(fault.events)) == ("link_down", 1, ("switch",), 2)
+    ufm = [sw_down("leaf-01", 3, 0), sw_down("leaf-01", 3, 1, rule="fabric.ufm_link_event")]
+    (fault,) = faults_of(ufm + [down("node-a03", 0)])
+    assert (fault.kind, fault.downs, fault.sides) == ("link_down", 1, ("host", "switch"))
+    # a second transition seen by both sources is a flap
+    cumulus += [sw_down("leaf-01", 3, 60, rule="fabric.cumulus_carrier"),
+                sw_down("leaf-01", 3, 60, rule="fabric.cumulus_libnl_oper")]
+    (fault,) = faults_of(cumulus)
+    assert (fault.kind, fault.downs) == ("flapping", 2)
+
+
+def test_a_port_state_seen_down_again_is_the_same_transition():
+    # ibstatus polled every minute while the port stays down
+    (fault,) = faults_of([ib_state("node-a03", t, "DOWN") for t in (0, 60, 120, 180)])
+    assert (fault.kind, fault.downs, fault.host) == ("link_down", 1, "node-a03")
+    # ... and the kernel's 'Link down' before it: still one
+    (fault,) = faults_of([down("node-a03", 0), ib_state("node-a03", 30, "DOWN"), ib_state("node-a03", 90, "DOWN")])
+    assert (fault.kind, fault.downs) == ("link_down", 1)
+    # down, back to ACTIVE, down again: two transitions
+    (fault,) = faults_of([ib_state("node-a03", 0, "DOWN"), ib_state("node-a03", 60, "ACTIVE"),
+                          ib_state("node-a03", 120, "DOWN")])
+    assert (fault.kind, fault.downs) == ("flapping", 2)
+    # a switch port DOWN then POLLING (both 'down' states) from one source is one transition
+    (fault,) = faults_of([sw_down("leaf-01", 3, 0),
+                          sw_down("leaf-01", 3, 5, type_="fabric.port_state", state="POLLING")])
+    assert (fault.kind, fault.downs) == ("link_down", 1)
+    # DOWN, UP, DOWN from the switch: a flap
+    (fault,) = faults_of([sw_down("leaf-01", 3, 0), sw_down("leaf-01", 3, 5, type_="fabric.link_up", state="UP"),
+                          sw_down("leaf-01", 3, 60)])
     assert (fault.kind, fault.downs) == ("flapping", 2)
 
 
@@ -530,6 +575,43 @@ def test_without_topology_the_flapping_port_is_still_found_by_its_host_side_name
     verdict = result.attribution
     assert (verdict.domain, verdict.root_cause.code, verdict.culprits.hosts) == (
         "fabric", "fabric.port.flapping", ["node-a03"])
+
+
+def test_both_ends_of_one_link_down_meet_on_the_switch_port_and_stay_one_transition(tmp_path):
+    """node-a03's dmesg and leaf-01's Cumulus switchd (two lines per transition: carrier and
+    libnl) report one drop of swp3: one link-down seen by host and switch, not a flap."""
+    topo = topology_dict()
+    for entry in topo["links"]:
+        entry["switch_port"] = "swp" + entry["switch_port"]
+    t = D(2026, 11, 30, 3, 1, 10)
+    switchd = "2026-11-30T03:01:{:09.6f}+00:00 leaf-01 switchd[5692]: "
+    logs = {
+        "logs/node-a03/dmesg.log": [dmesg_link(t, "down"), dmesg_link(t + dt.timedelta(seconds=6), "up")],
+        "fabric/leaf-01/syslog": [
+            switchd.format(10.523456) + "nic.c:213 nic_set_carrier: swp3: setting kernel carrier: down",
+            switchd.format(10.523999) + "netlink.c:291 libnl: swp3, family 0, ifi 20, oper down",
+            switchd.format(16.1) + "nic.c:213 nic_set_carrier: swp3: setting kernel carrier: up",
+            switchd.format(16.1004) + "netlink.c:291 libnl: swp3, family 0, ifi 20, oper up",
+        ],
+    }
+    for h in ("node-a01", "node-a02", "node-a04"):
+        logs[f"logs/{h}/nccl.log"] = [nccl_error12(t + dt.timedelta(seconds=30), h, "node-a03")]
+    root = write_bundle(tmp_path / "cumulus", workload("job-3001", RACK1, D(2026, 11, 30, 0, 0), D(2026, 11, 30, 3, 5)),
+                        logs, topology=False)
+    (root / "topology.yaml").write_text(yaml.safe_dump(topo))
+    result = replay_bundle(root)
+    assert sorted((e.host, e.rule) for e in result.events if e.type == "fabric.link_down") == [
+        ("leaf-01", "fabric.cumulus_carrier@1"), ("leaf-01", "fabric.cumulus_libnl_oper@1"),
+        ("node-a03", "fabric.link_down@1")]
+    (fault,) = result.faults
+    (member,) = fault.members
+    assert (fault.key, fault.kind, member.downs, fault.sides) == ("leaf-01/swp3", "link_down", 1, ("host", "switch"))
+    verdict = result.attribution
+    assert (verdict.root_cause.code, verdict.culprits.hosts, verdict.culprits.ports, verdict.incident_id) == (
+        "fabric.port.link_down", ["node-a03"], ["leaf-01/swp3"], fault.incident_id)
+    fabric = next(v for v in result.attributions if v.scope.kind == "fabric_port")
+    assert fabric.culprits.ports == ["leaf-01/swp3", "node-a03/mlx5_0/1"]
+    assert fabric.confidence == POLICY.weight("link_down")  # both ends saw it
 
 
 def two_jobs_bundle(root: Path) -> Path:
