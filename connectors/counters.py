@@ -366,7 +366,8 @@ def deltas(frame: pl.DataFrame, *, counters: Sequence[str] | None = None,
         d_exprs.append(d)
         r_exprs.append(r)
         s_exprs.append(s)
-    interval = ((pl.col("at_ns") - pl.col("at_ns").shift(1)).cast(pl.Float64) / 1e9).alias("interval_s")
+    # rounded to the ns: polars may divide by multiplying with 1e-9, which is not exact
+    interval = ((pl.col("at_ns") - pl.col("at_ns").shift(1)).cast(pl.Float64) / 1e9).round(9).alias("interval_s")
     reset = (pl.any_horizontal(r_exprs) if r_exprs else pl.lit(False)).alias("reset")
     saturated = (pl.any_horizontal(s_exprs) if s_exprs else pl.lit(False)).alias("saturated")
     out = frame.select(
@@ -674,9 +675,8 @@ def read_counter_csv(source: str | Path | bytes, *, default_node: str | None = N
     is not such a CSV gives an empty table with a note."""
     empty = pl.DataFrame(schema={"at_ns": pl.Int64, "node": pl.String, "port": pl.String, "line": pl.Int64})
     try:
-        raw = pl.read_csv(source, infer_schema=False, truncate_ragged_lines=True,
-                          raise_if_empty=False, missing_utf8_is_empty_string=False)
-    except Exception as exc:  # noqa: BLE001 -- polars raises several error types for bad CSV
+        raw = pl.read_csv(source, infer_schema=False, truncate_ragged_lines=True, raise_if_empty=False)
+    except (pl.exceptions.PolarsError, ValueError, OSError) as exc:
         return CounterTable(empty, 0, 0, [f"not a counter CSV ({type(exc).__name__}: {exc})"])
     cols = {c.strip(): c for c in raw.columns}
     if "time" not in cols or "port" not in cols or ("node" not in cols and default_node is None):
