@@ -12,9 +12,10 @@ as an :class:`ExecutionResult`. Two rules hold for every executor:
   and only for failures that may go away by themselves (controller unreachable, HTTP 5xx,
   connection refused); a rejected request (Slurm "Invalid node name", HTTP 4xx) is not retried.
 
-``commands`` lists what was (or, for the dry run, would be) done, one human-readable line per
-step -- the ``scontrol`` argument list, the ``kubectl``-equivalent command, the HTTP request
-line -- so the remediation record shows exactly what touched the cluster.
+``commands`` lists what was run or attempted (for the dry run: what would be), one
+human-readable line per step in order -- the ``scontrol`` argument list, the
+``kubectl``-equivalent command, the HTTP request line -- so the remediation record shows exactly
+what touched the cluster; on a failure the last line is the step that failed.
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ read.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Iterable
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
@@ -202,8 +203,10 @@ class KubernetesExecutor:
 
         api = self._api_client
         if api is None:
+            # KUBECONFIG read now, not when the kubernetes package was imported (its default)
+            path = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
             try:
-                api = config.new_client_from_config()
+                api = config.new_client_from_config(config_file=path)
             except (ConfigException, OSError) as kube_exc:
                 cfg = client.Configuration()
                 try:

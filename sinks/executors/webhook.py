@@ -22,7 +22,8 @@ Outcome: a 2xx response is ``ok=True`` (detail ``HTTP 202``, plus the start of t
 408, 425, 429 and 5xx responses, timeouts and connection errors are transient: retried with
 exponential back-off (tenacity, ``attempts`` tries in all), then ``ok=False`` with the last
 status and the first :data:`BODY_EXCERPT` characters of the body, or the connection error.
-Other statuses (400, 401, 404, 409, 422, ...) are not retried: ``ok=False`` at once.
+Other statuses (400, 401, 404, 409, 422, ...) and an unusable URL (no scheme, invalid host) are
+not retried: ``ok=False`` at once.
 Nothing is raised.
 """
 
@@ -100,8 +101,10 @@ class WebhookExecutor:
             resp = client.post(self.url, content=body, headers=headers)
         except httpx.TimeoutException as exc:
             raise TransientError(f"timed out after {self.timeout_s:g} s ({type(exc).__name__})") from exc
-        except httpx.TransportError as exc:
+        except (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError) as exc:
             raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:  # bad URL or scheme: retrying won't help
+            raise _HttpFailure(f"{type(exc).__name__}: {exc}") from exc
         if resp.status_code >= 500 or resp.status_code in _RETRY_STATUS:
             raise TransientError(f"HTTP {resp.status_code}: {_excerpt(resp.text)}")
         if not resp.is_success:
@@ -126,7 +129,7 @@ class WebhookExecutor:
             detail = f"{what} to {self.url} failed{tries}: {exc}"
             log.warning("%s", detail, extra={**extra, "ok": False, "attempts": attempts})
             return ExecutionResult(ok=False, detail=detail, executor=self.name, commands=commands)
-        except httpx.HTTPError as exc:  # an invalid URL and other request-building errors
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # e.g. building the client
             detail = f"{what} to {self.url} failed: {type(exc).__name__}: {exc}"
             log.warning("%s", detail, extra={**extra, "ok": False, "attempts": attempts})
             return ExecutionResult(ok=False, detail=detail, executor=self.name, commands=commands)
