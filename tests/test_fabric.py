@@ -614,6 +614,33 @@ def test_both_ends_of_one_link_down_meet_on_the_switch_port_and_stay_one_transit
     assert fabric.confidence == POLICY.weight("link_down")  # both ends saw it
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "correlators/detectors.py roce_gid_index bails out only on raw fabric events of the workload "
+    "(fabric.link_down, module_event, ib_async_event, port_errors); switch-side lines belong to no "
+    "workload in a multi-workload bundle (and in the stream), so the workload sees only the derived "
+    "fabric.port_fault, which the detector ignores: config.roce_gid_index wins (ambiguous) over the "
+    "flapping port. Fix: add fabric.port_fault / fabric.switch_fault / host.rack_fault to its set."))
+def test_error_12_at_start_while_the_switch_sees_the_peer_port_flap_is_the_port(tmp_path):
+    topo = topology_dict()
+    for entry in topo["links"]:
+        entry["switch_port"] = "swp" + entry["switch_port"]
+    start = D(2026, 11, 30, 1, 0, 0)
+    line = "2026-11-30T01:00:{:09.6f}+00:00 leaf-01 switchd[5692]: nic.c:213 nic_set_carrier: swp3: setting kernel carrier: {}"
+    logs = {"fabric/leaf-01/syslog": [line.format(20.0, "down"), line.format(24.0, "up"),
+                                      line.format(50.0, "down"), line.format(55.0, "up")]}
+    for h in ("node-a01", "node-a02", "node-a04"):
+        logs[f"logs/{h}/nccl.log"] = [nccl_error12(start + dt.timedelta(seconds=52), h, "node-a03")]
+    root = write_bundle(tmp_path / "b", workload("job-1", RACK1, start, start + dt.timedelta(minutes=3)), logs,
+                        topology=False, extra=[workload("job-0", RACK2, start, start + dt.timedelta(minutes=3))])
+    (root / "topology.yaml").write_text(yaml.safe_dump(topo))
+    result = replay_bundle(root)
+    (fault,) = result.faults
+    assert (fault.key, fault.kind, fault.sides) == ("leaf-01/swp3", "flapping", ("switch",))
+    verdict = result.attribution
+    assert (verdict.domain, verdict.root_cause.code, verdict.incident_id) == (
+        "fabric", "fabric.port.flapping", fault.incident_id)
+
+
 def two_jobs_bundle(root: Path) -> Path:
     """job-a (00:00-02:05) then job-b (03:00-04:35) on rack-1; node-a03's port flaps during
     both (02:00 and 04:30, 2.5 h apart: one episode); both jobs' peers of node-a03 fail."""
