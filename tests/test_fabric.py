@@ -541,7 +541,9 @@ def test_error_12_from_the_first_connection_with_healthy_ports_is_config(tmp_pat
     (verdict,) = kinds["workload"]
     assert (verdict.domain, verdict.root_cause.code) == ("config", "config.roce_gid_index")
     assert verdict.culprits.ports == [] and verdict.incident_id is None
-    assert len(verdict.symptoms) + len([e for e in verdict.evidence if e.role == "cause"]) >= 5
+    assert verdict.culprits.hosts == RACK1 and verdict.quality == "definitive"
+    causes = [e for e in verdict.evidence if e.role == "cause"]
+    assert len(causes) == 5 and {e.type for e in causes} == {"nccl.ib_completion_error"}  # new and legacy form
     assert result.faults == [] and set(kinds) == {"workload"}
 
 
