@@ -224,6 +224,7 @@ class KubernetesExecutor:
         ApiException whose status is in ``ok_status``. Raises ``_Failed`` (message names
         ``what``) or ``TransientError`` when retries ran out."""
         from kubernetes.client.exceptions import ApiException
+        from kubernetes.config.config_exception import ConfigException
         from urllib3.exceptions import HTTPError as Urllib3Error
 
         def once():
@@ -240,6 +241,10 @@ class KubernetesExecutor:
                 raise _Failed(f"{what}: HTTP {exc.status} {message}") from exc
             except Urllib3Error as exc:
                 raise TransientError(f"{what}: {type(exc).__name__}: {exc}") from exc
+            except (ConfigException, OSError, ValueError) as exc:
+                # credentials that cannot be refreshed, unreadable certificates, an answer the
+                # client cannot deserialise: operational, not worth retrying
+                raise _Failed(f"{what}: {type(exc).__name__}: {exc}") from exc
 
         return retrying(once, attempts=self.attempts, wait_s=self.retry_wait_s,
                         max_wait_s=self.retry_max_wait_s)
