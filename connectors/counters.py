@@ -651,19 +651,28 @@ _ISO_FORMATS = ("%Y-%m-%dT%H:%M:%S%.f%#z", "%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT
                 "%Y-%m-%d %H:%M:%S%.f")
 
 
-def _time_ns(col: pl.Expr) -> pl.Expr:
+def _time_ns(times: pl.Series) -> pl.Series:
     """CSV time text -> Int64 UTC ns: epoch seconds (``1796001600.25``, exact to the ns,
-    no float rounding) or ISO-8601 (naive means UTC); null when it is neither."""
-    t = col.str.strip_chars()
-    parts = t.str.split_exact(".", 1)
-    whole = parts.struct.field("field_0")
-    frac = parts.struct.field("field_1").fill_null("")
-    epoch = (whole.cast(pl.Int64, strict=False) * 1_000_000_000
-             + frac.str.pad_end(9, "0").str.slice(0, 9).cast(pl.Int64, strict=False).fill_null(0))
+    no float rounding) or ISO-8601 (naive means UTC); null when it is neither. Each form is
+    only parsed when the column holds it (one cheap scan decides)."""
+    t = pl.col("t").str.strip_chars()
+    df = pl.DataFrame({"t": times})
     is_epoch = t.str.contains(r"^\d+(?:\.\d+)?$")
-    iso = pl.coalesce([t.str.to_datetime(f, time_zone="UTC", time_unit="ns", strict=False)
-                       for f in _ISO_FORMATS]).dt.epoch("ns")
-    return pl.when(is_epoch).then(epoch).otherwise(iso)
+    n_epoch = int(df.select(is_epoch.sum()).item() or 0)
+    parts = t.str.split_exact(".", 1)
+    epoch = (parts.struct.field("field_0").cast(pl.Int64, strict=False) * 1_000_000_000
+             + parts.struct.field("field_1").fill_null("").str.pad_end(9, "0").str.slice(0, 9)
+             .cast(pl.Int64, strict=False).fill_null(0))
+    if n_epoch == df.height:
+        return df.select(epoch).to_series()
+    iso: pl.Expr | None = None
+    for fmt in _ISO_FORMATS:
+        one = t.str.to_datetime(fmt, time_zone="UTC", time_unit="ns", strict=False).dt.epoch("ns")
+        iso = one if iso is None else pl.coalesce(iso, one)
+        if n_epoch == 0 and df.select(one.null_count() == t.null_count()).item():
+            break  # this format reads every time of the column: skip the others
+    assert iso is not None
+    return df.select(pl.when(is_epoch).then(epoch).otherwise(iso) if n_epoch else iso).to_series()
 
 
 def read_counter_csv(source: str | Path | bytes, *, default_node: str | None = None) -> CounterTable:
@@ -671,35 +680,53 @@ def read_counter_csv(source: str | Path | bytes, *, default_node: str | None = N
 
     Header ``time,node,port,<counter columns>`` (counter names canonical; a perfquery name
     such as ``SymbolErrorCounter`` is mapped); ``node`` may be left out when
-    ``default_node`` is given (a bundle uses the directory name). Never raises: a file that
-    is not such a CSV gives an empty table with a note."""
+    ``default_node`` is given (a bundle uses the directory name). Counters are parsed as
+    UInt64 by polars directly; only a file with a bad value is re-read as text to find and
+    count the malformed rows. Never raises: a file that is not such a CSV gives an empty
+    table with a note."""
     empty = pl.DataFrame(schema={"at_ns": pl.Int64, "node": pl.String, "port": pl.String, "line": pl.Int64})
+    if isinstance(source, Path):
+        source = str(source)
+    opts = dict(infer_schema=False, truncate_ragged_lines=True, raise_if_empty=False)
     try:
-        raw = pl.read_csv(source, infer_schema=False, truncate_ragged_lines=True, raise_if_empty=False)
+        header = pl.read_csv(source, n_rows=0, **opts).columns
     except (pl.exceptions.PolarsError, ValueError, OSError) as exc:
         return CounterTable(empty, 0, 0, [f"not a counter CSV ({type(exc).__name__}: {exc})"])
-    cols = {c.strip(): c for c in raw.columns}
+    cols = {c.strip(): c for c in header}
+    counter_cols: dict[str, str] = {}
+    for name, orig in cols.items():
+        if name not in ("time", "node", "port"):
+            counter_cols[PERFQUERY_NAMES.get(name, name)] = orig
+    raw: pl.DataFrame | None = None
+    typed = True
+    try:
+        raw = pl.read_csv(source, schema_overrides={o: _U64 for o in counter_cols.values()}, **opts)
+    except (pl.exceptions.PolarsError, ValueError):
+        typed = False  # some cell is not a UInt64: read as text, count the bad rows
+    try:
+        if raw is None:
+            raw = pl.read_csv(source, **opts)
+    except (pl.exceptions.PolarsError, ValueError, OSError) as exc:
+        return CounterTable(empty, 0, 0, [f"not a counter CSV ({type(exc).__name__}: {exc})"])
     if "time" not in cols or "port" not in cols or ("node" not in cols and default_node is None):
         need = "time,node,port" if default_node is None else "time,port"
         return CounterTable(empty, raw.height, raw.height,
                             [f"header must start with {need}; got {list(cols)[:6]}"])
-    counter_cols: dict[str, str] = {}
-    for name, orig in cols.items():
-        if name in ("time", "node", "port"):
-            continue
-        counter_cols[PERFQUERY_NAMES.get(name, name)] = orig
     n = raw.height
     node_expr = (pl.col(cols["node"]).str.strip_chars() if "node" in cols else pl.lit(None, pl.String))
     if default_node is not None:
         node_expr = pl.when(node_expr.is_null() | (node_expr == "")).then(pl.lit(default_node)).otherwise(node_expr)
     exprs = [
-        _time_ns(pl.col(cols["time"])).alias("at_ns"),
+        pl.lit(_time_ns(raw[cols["time"]])).alias("at_ns") if n else pl.lit(None, pl.Int64).alias("at_ns"),
         node_expr.alias("node"),
         pl.col(cols["port"]).str.strip_chars().alias("port"),
         (pl.int_range(0, pl.len(), dtype=pl.Int64) + 2).alias("line"),
     ]
     bad_parts = []
     for canon, orig in counter_cols.items():
+        if typed:
+            exprs.append(pl.col(orig).alias(canon))
+            continue
         cell = pl.col(orig).str.strip_chars()
         val = cell.cast(_U64, strict=False)
         exprs.append(val.alias(canon))
@@ -722,7 +749,7 @@ def read_counter_csv(source: str | Path | bytes, *, default_node: str | None = N
         if rest:
             reasons.append(f"{rest} with a counter that is not a non-negative integer")
         notes.append(f"{unparsed} malformed rows skipped ({', '.join(reasons)})")
-    return CounterTable(frame.filter(~bad), n, unparsed, notes)
+    return CounterTable(frame.filter(~bad) if unparsed else frame, n, unparsed, notes)
 
 
 # ----------------------------------------------------------------------------- observations
