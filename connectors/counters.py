@@ -94,6 +94,7 @@ __all__ = [
     "read_counter_csv",
     "read_sysfs",
     "samples_frame",
+    "table_observations",
 ]
 
 #: File-name suffix of a counter series in a bundle (``fabric/<node>/`` or ``metrics/<node>/``).
@@ -922,7 +923,7 @@ def connect_counters_cli(
     bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
     topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic)")] = None,
 ) -> None:
-    """Publish fabric port counter deltas (kind fabric_counter, key = node) from sysfs every --interval seconds, or from a perfquery/ibqueryerrors file."""
+    """Publish fabric port counter deltas (kind fabric_counter, key = node): poll sysfs every --interval seconds, or read a perfquery/ibqueryerrors file once (deltas against the --state of the previous run). A port's first sample only primes its deltas."""
     from connectors.cursor import CursorError, CursorStore
     from connectors.registry import cli_fail, make_producer
     from schemas.topics import catalogue
