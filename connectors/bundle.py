@@ -270,6 +270,8 @@ class BundleConnector:
         #: every workload attempt of the bundle: ``workload.yaml`` first, then
         #: ``workloads/*.yaml`` (other attempts on the same fabric, for cross-workload incidents)
         self.workloads: list[WorkloadSpec] = [self.workload]
+        #: workload id -> the file it was read from, relative to the bundle
+        self.workload_files: dict[str, str] = {self.workload.workload_id: "workload.yaml"}
         extra_dir = self.path / "workloads"
         if extra_dir.is_dir():
             for extra in sorted(extra_dir.glob("*.yaml")):
@@ -277,6 +279,7 @@ class BundleConnector:
                 if any(w.workload_id == spec.workload_id for w in self.workloads):
                     raise BundleError(f"workloads/{extra.name}: duplicate workload_id {spec.workload_id!r}")
                 self.workloads.append(spec)
+                self.workload_files[spec.workload_id] = f"workloads/{extra.name}"
         self.topology: TopologySpec | None = _load_spec(self.path / "topology.yaml", TopologySpec, False)
         # expected.yaml only matters for scoring: a broken one must not stop a replay
         self.expected: ExpectedSpec | None = None

@@ -5,7 +5,7 @@
   republishes at most the unconfirmed tail (duplicates collapse downstream by their
   deterministic ids) and loses nothing.
 * :func:`bundle_records` -- an incident bundle as the stream should see it: the scheduler's
-  view (``workload.yaml``) first, ``topology.yaml`` second (if present), then every record of
+  view (``workload.yaml``, then ``workloads/*.yaml``) first, ``topology.yaml`` second (if present), then every record of
   ``BundleConnector(path, keywords=None)`` in event-time order.
 * :func:`publish_bundle` -- publish those records, optionally paced at ``speed`` x real time.
 """
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, Iterator
 import typer
 
 from connectors.bundle import SCHEDULER_HOST, BundleConnector
+from schemas.bundle import WorkloadSpec
 from schemas.records import TIME_QUALITY_EXACT, Observation, Position, Source
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,12 +68,12 @@ def _spec_data(model: Any) -> dict[str, Any]:
 
 def _bundle_record(conn: BundleConnector, *, kind: str, fmt: str, body: str, attributes: dict[str, Any],
                    host: str = SCHEDULER_HOST, file: str | None = None,
-                   time_source: str = "transport") -> Observation:
+                   time_source: str = "transport", spec: WorkloadSpec | None = None) -> Observation:
     """A record about the bundle itself (not one of its log lines), timed at the workload
-    start (UTC ns) and attributed to the workload."""
-    w = conn.workload
+    start (UTC ns) and attributed to the workload (``spec``, default ``workload.yaml``'s)."""
+    w = spec or conn.workload
     return Observation(
-        source=Source(connector="bundle", instance=f"{w.cluster}/{w.workload_id}"),
+        source=Source(connector="bundle", instance=f"{conn.workload.cluster}/{conn.workload.workload_id}"),
         kind=kind,
         observed_at=w.start_ns,
         time_source=time_source,
@@ -87,15 +88,17 @@ def _bundle_record(conn: BundleConnector, *, kind: str, fmt: str, body: str, att
     ).with_id()
 
 
-def workload_observation(conn: BundleConnector) -> Observation:
-    """The scheduler's view of the attempt: ``kind="scheduler_event"``, host ``_scheduler``,
-    ``format="workload_yaml"``, body = the ``workload.yaml`` text, ``attributes.workload`` =
-    the validated :class:`schemas.bundle.WorkloadSpec` as JSON data, ``observed_at`` = the
-    workload start (UTC ns)."""
+def workload_observation(conn: BundleConnector, spec: WorkloadSpec | None = None) -> Observation:
+    """The scheduler's view of an attempt (``spec``, default ``workload.yaml``'s):
+    ``kind="scheduler_event"``, host ``_scheduler``, ``format="workload_yaml"``, body = the
+    file's text, ``attributes.workload`` = the validated :class:`schemas.bundle.WorkloadSpec`
+    as JSON data, ``observed_at`` = the workload start (UTC ns)."""
+    spec = spec or conn.workload
+    file = conn.workload_files[spec.workload_id]
     return _bundle_record(
-        conn, kind="scheduler_event", fmt="workload_yaml", time_source="line",
-        body=(conn.path / "workload.yaml").read_text("utf-8", errors="replace"),
-        attributes={"workload": _spec_data(conn.workload)}, file="workload.yaml",
+        conn, kind="scheduler_event", fmt="workload_yaml", time_source="line", spec=spec,
+        body=(conn.path / file).read_text("utf-8", errors="replace"),
+        attributes={"workload": _spec_data(spec)}, file=file,
     )
 
 
@@ -118,13 +121,14 @@ def coverage_observations(conn: BundleConnector) -> list[Observation]:
     as ``faultstream replay``. Valid after the connector's observations were read."""
     return [
         _bundle_record(
-            conn, kind="health_event", fmt="coverage",
+            conn, kind="health_event", fmt="coverage", spec=spec,
             host=entry.source.split("/")[1] if entry.source.count("/") >= 2 else SCHEDULER_HOST,
             body=f"coverage {entry.source}: {entry.status}, {entry.records} records, {entry.unparsed} unparsed",
             attributes={"coverage": entry.model_dump(mode="json")},
             file=entry.source.removeprefix("file:") if entry.source.startswith("file:") else None,
         )
-        for entry in conn.coverage()
+        for spec in conn.workloads
+        for entry in conn.coverage_for(spec.workload_id)
     ]
 
 
@@ -137,7 +141,7 @@ def bundle_records(path: str | Path) -> tuple[list[Observation], BundleConnector
     conn = BundleConnector(path, keywords=None)
     body = sorted(conn.observations(),
                   key=lambda o: (o.observed_at, o.position.file or "", o.position.line or 0))
-    head = [workload_observation(conn)]
+    head = [workload_observation(conn, spec) for spec in conn.workloads]
     topo = topology_observation(conn)
     if topo is not None:
         head.append(topo)

@@ -95,7 +95,9 @@ def roce_gid_index(info, alloc: Allocation, events: Sequence[Event], hyps: list,
     ]
     if not errors:
         return []
-    fabric_faults = {"fabric.link_down", "fabric.module_event", "nccl.ib_async_event", "fabric.port_errors"}
+    fabric_faults = {"fabric.link_down", "fabric.module_event", "nccl.ib_async_event", "fabric.port_errors",
+                     # faults the fabric correlator derived (switch-side evidence too)
+                     "fabric.port_fault", "fabric.switch_fault", "host.rack_fault"}
     if any(e.type in fabric_faults for e in events):
         return []
     states = [str(e.attributes.get("state", "")).upper() for e in events if e.type == "fabric.port_state"]

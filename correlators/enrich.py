@@ -53,12 +53,10 @@ class Allocation:
     gpus: dict[tuple[str, str], int] = field(default_factory=dict)
 
     @classmethod
-    def from_workload(cls, spec: WorkloadSpec, extra_ips: dict[str, str] | None = None) -> "Allocation":
-        """Build the table from ``workload.yaml``; ``extra_ips`` (address -> host, e.g. the
-        topology's :attr:`correlators.topology.FabricIndex.ip_hosts`) names more peers."""
+    def from_workload(cls, spec: WorkloadSpec) -> "Allocation":
+        """Build the table from ``workload.yaml``."""
         ranks = {r: (slot.host, slot.gpu) for r, slot in spec.rank_map().items()}
-        ips = dict(extra_ips or {})
-        ips.update({facts.ip: host for host, facts in spec.hosts.items() if facts.ip})
+        ips = {facts.ip: host for host, facts in spec.hosts.items() if facts.ip}
         return cls(workload_id=spec.workload_id, cluster=spec.cluster, ranks=ranks, ips=ips)
 
     def __post_init__(self) -> None:

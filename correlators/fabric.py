@@ -74,12 +74,12 @@ __all__ = [
     "assemble",
     "correlate",
     "default_fabric_policy",
-    "enrich_port",
     "fault_event",
     "group_faults",
     "port_events",
     "port_faults",
     "relevant",
+    "workload_faults",
 ]
 
 NS = 1_000_000_000
@@ -211,18 +211,6 @@ def port_events(events: Iterable[Event], index: FabricIndex) -> dict[str, list[E
     for key in out:
         out[key] = sorted({e.event_id: e for e in out[key]}.values(), key=lambda e: (e.at, e.event_id))
     return out
-
-
-def enrich_port(event: Event, index: FabricIndex) -> Event:
-    """``event`` with ``fabric_port`` set to its cable's canonical port id (the switch end,
-    :meth:`FabricIndex.port_key`) when it is about a cable and the id is new; else ``event``
-    itself. The id is recomputed, so both drivers give the same event ids."""
-    if event.type not in PORT_EVENT_TYPES:
-        return event
-    key = index.port_key(event)
-    if key is None or key == event.fabric_port:
-        return event
-    return event.model_copy(update={"fabric_port": key}).with_id()
 
 
 @dataclass(frozen=True)
@@ -482,7 +470,9 @@ def group_faults(
             out.append(Fault(
                 level="rack", key=domain, code="host.rack.power_loss", domain="host",
                 kind="rack_power_loss", cluster=cluster, hosts=tuple(hosts),
-                ports=tuple(sorted({p for pf in absorbed for p in _ports(pf)})),
+                # the switch ports that saw the hosts go are victims, not culprits: no port
+                # to disable
+                ports=(),
                 victims=tuple(hosts), first_at=min(e.at for e in evidence),
                 last_at=max(e.at for e in evidence), weight=policy.weight("rack_power_loss"),
                 sides=tuple(sorted({"scheduler", *(s for pf in absorbed for s in pf.sides)})),
@@ -541,11 +531,15 @@ def correlate(
 # --- linking to workloads ----------------------------------------------------------------------
 
 
-def fault_event(fault: Fault, *, policy_version: int | None = None) -> Event:
+def fault_event(fault: Fault, *, not_before: int | None = None, policy_version: int | None = None) -> Event:
     """The derived event a fault gives the workload correlator (``fabric.port_fault`` |
-    ``fabric.switch_fault`` | ``host.rack_fault``), at the fault's first time, naming the
-    culprit hosts (``attributes.culprit_hosts``), ports and ``incident_id``; evidence points
-    at the observations of its first :data:`MAX_FAULT_EVIDENCE` events."""
+    ``fabric.switch_fault`` | ``host.rack_fault``), naming the culprit hosts
+    (``attributes.culprit_hosts``), ports and ``incident_id``; evidence points at the
+    observations of its first :data:`MAX_FAULT_EVIDENCE` events.
+
+    It is dated at the fault's first evidence at or after ``not_before`` (UTC ns; a
+    workload's window start), else its first evidence: a port that went down an hour before a
+    job and flaps during it is a cause *inside* that job's window, with the same incident."""
     refs: dict[str, EvidenceRef] = {}
     for event in fault.evidence:
         for ref in event.evidence:
@@ -574,9 +568,12 @@ def fault_event(fault: Fault, *, policy_version: int | None = None) -> Event:
         attrs.update(downs=fault.members[0].downs, counters=fault.members[0].counters)
     host = fault.hosts[0] if fault.level == "port" and fault.hosts else fault.key
     version = policy_version if policy_version is not None else default_fabric_policy().version
+    at = fault.first_at
+    if not_before is not None:
+        at = min((e.at for e in fault.evidence if e.at >= not_before), default=fault.first_at)
     return Event(
         type=FAULT_TYPES[fault.level],
-        at=fault.first_at,
+        at=at,
         time_quality=max(e.time_quality for e in fault.evidence),
         host=host,
         cluster=fault.cluster,
@@ -600,12 +597,25 @@ def relevant(fault: Fault, nodes: Iterable[str], start_ns: int, end_ns: int | No
     return fault.last_at >= start_ns - before_ns and (hi is None or fault.first_at <= hi)
 
 
+def workload_faults(faults: Sequence[Fault], nodes: Iterable[str], start_ns: int, end_ns: int | None,
+                    before_ns: int, after_ns: int) -> list[Event]:
+    """The fault events to hand one workload's correlator: every fault :func:`relevant` to it,
+    dated inside its window (:func:`fault_event` with ``not_before = start - before``).
+    Both drivers call this, so replay and the stream give the workload the same events."""
+    nodes = list(nodes)
+    return [
+        fault_event(f, not_before=start_ns - before_ns)
+        for f in faults
+        if relevant(f, nodes, start_ns, end_ns, before_ns, after_ns)
+    ]
+
+
 # --- fabric and incident verdicts ----------------------------------------------------------------
 
 
 def assemble(faults: Sequence[Fault], verdicts: Sequence[Attribution], *, ruleset_version: str) -> list[Attribution]:
-    """The fabric verdict (scope ``fabric_port``: the port, or the switch / rack) and the
-    incident verdict (scope ``incident``) of every fault.
+    """The fabric verdict (scope ``fabric_port``: the port, or the switch; none for a lost
+    rack) and the incident verdict (scope ``incident``) of every fault.
 
     A workload verdict belongs to a fault's incident when its ``incident_id`` is the fault's
     (the workload correlator sets it when the fault won). The fabric verdict names both ends
@@ -648,17 +658,19 @@ def assemble(faults: Sequence[Fault], verdicts: Sequence[Attribution], *, rulese
             window=Window(start=fault.first_at, end=decided_at),
             decided_at=decided_at,
         )
-        fabric_id = content_id("att", "fabric_port", fault.incident_id)
-        incident_att_id = content_id("att", "incident", fault.incident_id)
+        fabric_ids = []
+        if fault.level != "rack":  # a lost rack is no fabric port: its incident verdict says it all
+            fabric_id = content_id("att", "fabric_port", fault.incident_id)
+            fabric_ids.append(fabric_id)
+            out.append(Attribution(
+                attribution_id=fabric_id,
+                scope=Scope(kind="fabric_port", id=fault.key, cluster=fault.cluster),
+                **base,
+            ))
         out.append(Attribution(
-            attribution_id=fabric_id,
-            scope=Scope(kind="fabric_port", id=fault.key, cluster=fault.cluster),
-            **base,
-        ))
-        out.append(Attribution(
-            attribution_id=incident_att_id,
+            attribution_id=content_id("att", "incident", fault.incident_id),
             scope=Scope(kind="incident", id=fault.incident_id, cluster=fault.cluster),
-            members=sorted([fabric_id] + [v.attribution_id for v in linked]),
+            members=sorted(fabric_ids + [v.attribution_id for v in linked]),
             **base,
         ))
     return out

@@ -102,11 +102,6 @@ class FabricIndex:
 
     # -- lookups -----------------------------------------------------------------------------
 
-    @property
-    def ip_hosts(self) -> dict[str, str]:
-        """Address -> host for every address the topology (and ``extra_ips``) names."""
-        return dict(self._ip_host)
-
     def host_links(self, host: str) -> list[Link]:
         """The cables of ``host`` (sorted by switch port)."""
         return self._host_links.get(host, [])

@@ -75,6 +75,7 @@ class WorkloadWindow:
     events: dict[str, Event] = field(default_factory=dict)
     coverage: dict[str, CoverageEntry] = field(default_factory=dict)
     gpus: dict[str, int] = field(default_factory=dict)  # "host|pci" -> GPU index
+    faults: dict[str, Event] = field(default_factory=dict)  # fabric fault events relevant to it
     max_at: int = 0
     revision: int = 0
     digest: str | None = None
@@ -95,6 +96,15 @@ class WorkloadWindow:
     def add_coverage(self, entry: CoverageEntry) -> None:
         """Record a connector's coverage report for one source (latest wins)."""
         self.coverage[entry.source] = entry
+
+    def set_faults(self, events: list[Event]) -> bool:
+        """Replace the fabric/rack fault events relevant to this workload (the fabric
+        correlator sends the whole current set); returns True if it changed."""
+        new = {e.event_id: e for e in events}
+        if new.keys() == self.faults.keys():
+            return False
+        self.faults = new
+        return True
 
     def learn_gpu(self, host: str, pci: str, index: int) -> None:
         """Record that GPU ``pci`` of ``host`` has index ``index`` (from telemetry)."""
@@ -149,7 +159,8 @@ class WorkloadWindow:
         for event_id, event in self.events.items():
             if event_id not in enriched:
                 enriched[event_id] = alloc.enrich(event)
-        events = [enriched[event_id] for event_id in self.events]
+        # fault events come from the fabric correlator whole, as replay hands them to decide
+        events = [enriched[event_id] for event_id in self.events] + list(self.faults.values())
         coverage = [self.coverage[k] for k in sorted(self.coverage)]
         return decide(
             WorkloadInfo.from_spec(spec), alloc, events, coverage, ruleset_version=ruleset_version
@@ -182,6 +193,7 @@ class WorkloadWindow:
             "spec": self.spec,
             "coverage": {k: v.model_dump(mode="json") for k, v in sorted(self.coverage.items())},
             "gpus": dict(sorted(self.gpus.items())),
+            "faults": [self.faults[k].model_dump(mode="json") for k in sorted(self.faults)],
             "revision": self.revision,
             "digest": self.digest,
             "closed": self.closed,
@@ -195,6 +207,7 @@ class WorkloadWindow:
             spec=meta.get("spec"),
             coverage={k: CoverageEntry.model_validate(v) for k, v in meta.get("coverage", {}).items()},
             gpus=dict(meta.get("gpus", {})),
+            faults={e.event_id: e for e in (Event.model_validate(f) for f in meta.get("faults", []))},
             max_at=max((e.at for e in events), default=0),
             revision=int(meta.get("revision", 0)),
             digest=meta.get("digest"),

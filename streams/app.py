@@ -12,12 +12,23 @@ A thin driver of the engine (``correlators``), like the replay driver. Data flow
            state lives in changelogged tables; provisional verdicts on decisive causes,
            final ones when the watermark passes the workload's end (or, live, when idle)
         -> <prefix>.attributions (compacted, key attribution_id)
+        extract also sends events about a cable (link up/down, port states, async port
+        errors, counter deltas), scheduler node-down events, topology records and the
+        workload spans to <app_id>-by-fabric (internal, key cluster)
+        -> agent fabric: per-cluster fabric state (its events, the topology, the workloads
+           and their latest verdicts) in changelogged tables; per-port hopping windows
+           decide port faults, grouped into switch/rack faults (correlators.fabric); each
+           workload gets the fault events relevant to it (by-workload, kind "faults"), and
+           every fault its fabric-port and incident verdicts
+        -> <prefix>.attributions
     agents store_*: batches of events / verdicts / dead letters -> ClickHouse (idempotent;
     while ClickHouse is down the agent waits and its offsets are not committed).
 
 Tables (changelogged, ``FAULTSTREAM_STORE``): ``window_meta`` (workload -> window state),
-``window_events`` (workload + event id -> event), and the global ``allocation`` table (host
--> workloads with their time span) every worker reads. The in-memory windows are a cache of
+``window_events`` (workload + event id -> event), the global ``allocation`` table (host
+-> workloads with their time span) every worker reads, ``fabric_meta`` (cluster ->
+topology, workload spans, latest workload verdicts, what was sent) and ``fabric_events``
+(cluster + event id -> event). The in-memory windows are a cache of
 these tables, rebuilt after a restart or a rebalance.
 
 The verdict content is ``decide`` over the window's full event set; only *when* it is emitted
@@ -39,10 +50,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
+from correlators.attribution import default_causal_rules
 from correlators.enrich import normalise_pci
+from correlators.fabric import PORT_EVENT_TYPES, assemble, correlate as correlate_fabric, workload_faults
 from correlators.rules import load_rule_pack
-from correlators.windows import WindowPolicy, WorkloadWindow, is_decisive
-from schemas.bundle import WorkloadSpec
+from correlators.topology import FabricIndex
+from correlators.windows import WindowPolicy, WorkloadWindow, is_decisive, verdict_digest
+from schemas.bundle import TopologySpec, WorkloadSpec
 from schemas.records import (
     SCHEMA_VERSION,
     Attribution,
@@ -94,7 +108,7 @@ def _credentials(kafka: KafkaSettings) -> Any:
 
 
 #: The worker's tables (their changelog topics are declared up front, see declare_topics).
-TABLES = ("window_meta", "window_events", "allocation")
+TABLES = ("window_meta", "window_events", "allocation", "fabric_meta", "fabric_events")
 
 
 def internal_topic_specs(settings: WorkerSettings) -> list[Any]:
@@ -107,7 +121,13 @@ def internal_topic_specs(settings: WorkerSettings) -> list[Any]:
         partitions=settings.partitions, cleanup_policy="delete",
         description="events, workload specs, coverage and GPU tables re-keyed by workload",
     )
-    return [by_workload, *faust_internal_topics(settings.app_id, TABLES, partitions=settings.partitions)]
+    by_fabric = TopicSpec(
+        name=f"{settings.app_id}-by-fabric", key="cluster", value_schema=None,
+        partitions=settings.partitions, cleanup_policy="delete",
+        description="cable events, node-down events, topology, workload spans and workload "
+                    "verdicts re-keyed by cluster for the fabric correlator",
+    )
+    return [by_workload, by_fabric, *faust_internal_topics(settings.app_id, TABLES, partitions=settings.partitions)]
 
 
 def declare_topics(settings: WorkerSettings, kafka: KafkaSettings) -> list[str]:
@@ -170,11 +190,20 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         f"{settings.app_id}-by-workload", internal=True, partitions=settings.partitions,
         value_serializer="raw", key_serializer="raw",
     )
+    by_fabric = app.topic(
+        f"{settings.app_id}-by-fabric", internal=True, partitions=settings.partitions,
+        value_serializer="raw", key_serializer="raw",
+    )
+    topology_in = app.topic(settings.topic("topology"), value_serializer="raw", key_serializer="raw")
     json_schema = faust.Schema(key_type=str, value_type=None, key_serializer="json", value_serializer="json")
     raw_values = faust.Schema(key_type=str, value_type=bytes, key_serializer="json", value_serializer="raw")
     window_meta = app.Table("window_meta", default=None, partitions=settings.partitions, schema=json_schema)
     window_events = app.Table("window_events", default=None, partitions=settings.partitions, schema=raw_values)
     allocation = app.GlobalTable("allocation", default=None, partitions=settings.partitions, schema=json_schema)
+    fabric_meta = app.Table("fabric_meta", default=None, partitions=settings.partitions, schema=json_schema)
+    fabric_events = app.Table("fabric_events", default=None, partitions=settings.partitions, schema=raw_values)
+    causal = default_causal_rules()
+    verdict_version = f"{pack.version}+causal.{causal.version}"
 
     windows: dict[str, WorkloadWindow] = {}
     window_partition: dict[str, int] = {}
@@ -251,7 +280,9 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         if att is None:
             return
         metrics.verdicts.labels(att.domain, "final" if final else "provisional").inc()
-        await attributions.send(key=att.attribution_id.encode(), value=canonical_json(att).encode())
+        body = canonical_json(att)
+        await attributions.send(key=att.attribution_id.encode(), value=body.encode())
+        await route_fabric(att.scope.cluster, {"kind": "verdict", "attribution": json.loads(body)})
         log.info(
             "verdict %s rev %d %s %s %s", att.scope.id, att.revision, att.root_cause.code,
             att.quality, "final" if final else "provisional",
@@ -259,6 +290,15 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
 
     async def route(wid: str, payload: dict[str, Any]) -> None:
         await by_workload.send(key=wid.encode(), value=json.dumps(payload, sort_keys=True).encode())
+
+    async def route_fabric(cluster: str, payload: dict[str, Any]) -> None:
+        await by_fabric.send(key=cluster.encode(), value=json.dumps(payload, sort_keys=True).encode())
+
+    def fabric_relevant(event: Event) -> bool:
+        """Events the fabric correlator reads: about a cable, or a node the scheduler lost."""
+        return event.type in PORT_EVENT_TYPES or (
+            event.type == "sched.node_state" and str(event.attributes.get("state", "")).upper() == "DOWN"
+        )
 
     # -- agents ----------------------------------------------------------------------------
 
@@ -297,9 +337,15 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             metrics.processed.inc()
 
     async def handle_observation(obs: Observation) -> None:
+        if obs.kind == "topology":
+            await handle_topology(obs)
+            return
         if obs.kind == "scheduler_event" and obs.format == "workload_yaml":
             spec = WorkloadSpec.model_validate(obs.attributes["workload"])
             span = [spec.workload_id, spec.start_ns, spec.end_ns]
+            await route_fabric(spec.cluster, {"kind": "workload", "workload_id": spec.workload_id,
+                                              "nodes": sorted(spec.nodes), "start": spec.start_ns,
+                                              "end": spec.end_ns})
             for host in spec.nodes:
                 spans = [s for s in (allocation.get(host) or []) if s[0] != spec.workload_id]
                 allocation[host] = sorted([*spans, span], key=lambda s: s[1])
@@ -323,6 +369,27 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             body = canonical_json(event)
             await events_out.send(key=(wid or f"host:{event.host}").encode(), value=body.encode())
             await route(wid or f"host:{event.host}", {"kind": "event", "event": json.loads(body)})
+            if fabric_relevant(event):
+                await route_fabric(event.cluster or obs.cluster, {"kind": "event", "event": json.loads(body)})
+
+    async def handle_topology(obs: Observation) -> None:
+        """A topology record (bundle ``topology.yaml`` or ``faultstream connect topology``):
+        validated, then handed to the cluster's fabric correlator."""
+        spec = TopologySpec.model_validate(obs.attributes.get("topology"))
+        await route_fabric(obs.cluster, {"kind": "topology", "topology": spec.model_dump(mode="json")})
+
+    @app.agent(topology_in)
+    async def topology_records(stream: Any) -> None:
+        async for item in stream.events():
+            raw: bytes = item.value or b""
+            try:
+                obs = Observation.model_validate_json(raw)
+                if obs.kind != "topology":
+                    raise ValueError(f"expected kind 'topology', got {obs.kind!r}")
+                await handle_topology(obs)
+            except (ValueError, ValidationError) as exc:
+                await dead_letter("agent.topology", f"invalid topology record: {str(exc).splitlines()[0][:300]}",
+                                  raw, item.message)
 
     @app.agent(by_workload)
     async def correlate(stream: Any) -> None:
@@ -372,6 +439,17 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             w.add_coverage(CoverageEntry.model_validate(payload["entry"]))
         elif kind == "gpu":
             w.learn_gpu(payload["host"], payload["pci"], int(payload["index"]))
+        elif kind == "faults":
+            if not w.set_faults([Event.model_validate(e) for e in payload["events"]]):
+                return
+            # a fault is decisive evidence: re-decide now rather than wait for the idle timer
+            w.closed = False
+            window_meta[wid] = w.meta_state()
+            if w.due(w.max_at, policy):
+                await emit(w, final=True)
+            elif w.spec is not None and w.events:
+                await emit(w, final=False)
+            return
         # new facts re-open a closed window; the idle timer (or the next due event)
         # emits the revision, so a burst of updates gives one revision, not one each
         w.closed = False
@@ -416,6 +494,90 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                     host_index.setdefault(stored_key.split(SEP, 1)[0], set()).add(stored_key)
         return host_index.setdefault(key, set())
 
+    # -- the fabric correlator -----------------------------------------------------------------
+
+    fabric_cache: dict[str, dict[str, Event]] = {}  # cluster -> event id -> event
+
+    def cluster_events(cluster: str) -> dict[str, Event]:
+        events = fabric_cache.get(cluster)
+        if events is None:
+            events = fabric_cache[cluster] = {}
+            prefix = f"{cluster}{SEP}"
+            for key, value in fabric_events.items():
+                if key.startswith(prefix):
+                    event = stored_event(value)
+                    events[event.event_id] = event
+        return events
+
+    @app.agent(by_fabric)
+    async def fabric(stream: Any) -> None:
+        # one record at a time: Faust writes table changelogs only inside stream iteration.
+        # Re-deciding a cluster costs one pass over its cable events (anomalies only: counter
+        # samples without error deltas never become events)
+        async for item in stream.events():
+            try:
+                cluster = (item.key or b"").decode()
+                if fabric_one(cluster, json.loads(item.value)):
+                    await fabric_decide(cluster)
+            except Exception as exc:  # noqa: BLE001 -- one bad record never stops the agent
+                log.exception("fabric record %r failed", item.key)
+                await dead_letter("agent.fabric", f"processing error: {type(exc).__name__}: {exc}",
+                                  item.value or b"", item.message)
+
+    def fabric_one(cluster: str, payload: dict[str, Any]) -> bool:
+        """Apply one by-fabric record to the cluster's state; True if the faults or their
+        verdicts may have changed."""
+        meta = fabric_meta.get(cluster) or {"topology": None, "workloads": {}, "verdicts": {}, "sent": {}, "emitted": {}}
+        kind = payload["kind"]
+        if kind == "event":
+            event = Event.model_validate(payload["event"])
+            events = cluster_events(cluster)
+            if event.event_id in events:
+                return False
+            events[event.event_id] = event
+            fabric_events[f"{cluster}{SEP}{event.event_id}"] = canonical_json(event).encode()
+            return True
+        if kind == "topology":
+            meta["topology"] = payload["topology"]
+        elif kind == "workload":
+            meta["workloads"][payload["workload_id"]] = [payload["nodes"], payload["start"], payload["end"]]
+        elif kind == "verdict":
+            att = payload["attribution"]
+            old = meta["verdicts"].get(att["scope"]["id"])
+            if old is not None and old["revision"] > att["revision"]:
+                return False
+            meta["verdicts"][att["scope"]["id"]] = att
+        fabric_meta[cluster] = meta
+        return True
+
+    async def fabric_decide(cluster: str) -> None:
+        """Re-decide the cluster's faults from its full event set (as replay does), send each
+        workload the fault events relevant to it when that set changed, and emit the fabric
+        and incident verdicts whose content changed."""
+        meta = fabric_meta.get(cluster) or {"topology": None, "workloads": {}, "verdicts": {}, "sent": {}, "emitted": {}}
+        topo = TopologySpec.model_validate(meta["topology"]) if meta.get("topology") else None
+        faults = correlate_fabric(cluster_events(cluster).values(), FabricIndex(topo), cluster=cluster)
+        for wid, (nodes, start, end) in sorted(meta["workloads"].items()):
+            linked = workload_faults(faults, nodes, start, end, causal.before_start_ns, causal.after_end_ns)
+            ids = sorted(ev.event_id for ev in linked)
+            if ids != meta["sent"].get(wid, []):
+                meta["sent"][wid] = ids
+                await route(wid, {"kind": "faults", "events": [ev.model_dump(mode="json") for ev in linked]})
+        verdicts = [Attribution.model_validate(v) for _, v in sorted(meta["verdicts"].items())]
+        for att in assemble(faults, verdicts, ruleset_version=verdict_version):
+            linked = [v for v in verdicts if v.incident_id == att.incident_id]
+            att = att.model_copy(update={"final": all(v.final for v in linked)})
+            digest = verdict_digest(att)
+            revision, last = meta["emitted"].get(att.attribution_id, [0, None])
+            if digest == last:
+                continue
+            att = att.model_copy(update={"revision": revision + 1})
+            meta["emitted"][att.attribution_id] = [revision + 1, digest]
+            metrics.verdicts.labels(att.domain, att.scope.kind).inc()
+            await attributions.send(key=att.attribution_id.encode(), value=canonical_json(att).encode())
+            log.info("verdict %s %s rev %d %s", att.scope.kind, att.scope.id, att.revision, att.root_cause.code)
+        fabric_meta[cluster] = meta
+
     if policy.idle_timeout_s:
 
         @app.timer(interval=max(0.5, policy.idle_timeout_s / 4))
@@ -445,6 +607,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             windows.pop(wid, None)
             window_partition.pop(wid, None)
         loaded["done"] = False
+        fabric_cache.clear()
         host_index.clear()
         host_index_built["done"] = False
 

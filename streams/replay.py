@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 from connectors.bundle import BundleConnector
 from correlators.attribution import WorkloadInfo, decide, default_causal_rules
 from correlators.enrich import Allocation
-from correlators.fabric import Fault, assemble, correlate, enrich_port, fault_event, relevant
+from correlators.fabric import Fault, assemble, correlate, workload_faults
 from correlators.rules import RulePack, load_rule_pack
 from correlators.topology import FabricIndex
 from schemas.bundle import ExpectedSpec
@@ -59,10 +59,13 @@ def decide_workloads(
     """The verdicts of a bundle's workloads on one fabric, from their raw (unenriched) events.
 
     1. The fabric correlator (:func:`correlators.fabric.correlate`) finds port, switch and rack
-       faults in all events, whatever workload they belong to (switch logs belong to none).
+       faults in all events, whatever workload they belong to (switch logs belong to none),
+       naming ports through the topology.
     2. Each workload decides (:func:`correlators.attribution.decide`) over its own events
-       (``workload_id``), enriched with its allocation and port ids, plus the fault events
-       relevant to it (:func:`correlators.fabric.relevant`).
+       (``workload_id``), enriched with its allocation, plus the fault events relevant to it
+       (:func:`correlators.fabric.relevant`). The events themselves are not rewritten with
+       topology facts, so a stream worker that learns the topology late still gives the same
+       event ids.
     3. :func:`correlators.fabric.assemble` gives each fault its fabric and incident verdicts.
 
     Returns (verdicts in the order of :class:`ReplayResult`, faults, enriched events). The
@@ -70,24 +73,22 @@ def decide_workloads(
     rules = default_causal_rules()
     index = fabric_index(connector)
     cluster = connector.workload.cluster
-    ported = [enrich_port(e, index) for e in events]
-    faults = correlate(ported, index, cluster=cluster)
-    fault_events = [(f, fault_event(f)) for f in faults]
+    faults = correlate(events, index, cluster=cluster)
     verdicts: list[Attribution] = []
     enriched: dict[str, Event] = {}
     for spec in connector.workloads:
-        alloc = Allocation.from_workload(spec, extra_ips=index.ip_hosts)
+        alloc = Allocation.from_workload(spec)
         if gpus:
             alloc.gpus.update(gpus)
-        own = [alloc.enrich(e) for e in ported if e.workload_id == spec.workload_id]
+        own = [alloc.enrich(e) for e in events if e.workload_id == spec.workload_id]
         enriched.update((e.event_id, e) for e in own)
-        linked = [ev for f, ev in fault_events
-                  if relevant(f, spec.nodes, spec.start_ns, spec.end_ns, rules.before_start_ns, rules.after_end_ns)]
+        linked = workload_faults(faults, spec.nodes, spec.start_ns, spec.end_ns,
+                                 rules.before_start_ns, rules.after_end_ns)
         verdicts.append(decide(
             WorkloadInfo.from_spec(spec), alloc, own + linked, connector.coverage_for(spec.workload_id),
             ruleset_version=ruleset_version,
         ))
-    for event in ported:
+    for event in events:
         if event.workload_id is None:
             enriched.setdefault(event.event_id, event)
     version = verdicts[0].ruleset_version

@@ -352,7 +352,8 @@ def test_hosts_of_a_rack_lost_together_are_one_rack_fault():
     rack = faults[0]
     assert (rack.code, rack.domain, rack.kind) == ("host.rack.power_loss", "host", "rack_power_loss")
     assert rack.hosts == rack.victims == ("node-a01", "node-a02", "node-a03")
-    assert rack.ports == ("leaf-01/1", "leaf-01/2", "leaf-01/3")  # absorbed: no switch fault for leaf-01
+    assert rack.ports == ()  # the switch ports that saw the hosts go are victims, not culprits
+    # absorbed: no switch fault for leaf-01
     assert [m.port for m in rack.members] == ["leaf-01/1", "leaf-01/2", "leaf-01/3"]
     assert rack.sides == ("host", "scheduler")
     assert len(rack.evidence) == 6
@@ -368,8 +369,8 @@ def test_a_loss_two_domains_share_is_one_rack_fault_named_by_the_smallest():
     events = [node_down("node-a01", 0), node_down("node-a02", 10), node_down("node-a03", 20),
               down("node-a01", 0), down("node-a02", 0), down("node-a03", 0)]
     faults = correlate(events, index, cluster="c1")
-    assert [(f.level, f.key, f.ports) for f in faults] == [
-        ("rack", "nvl-1", ("leaf-01/1", "leaf-01/2", "leaf-01/3"))]
+    assert [(f.level, f.key, [m.port for m in f.members]) for f in faults] == [
+        ("rack", "nvl-1", ["leaf-01/1", "leaf-01/2", "leaf-01/3"])]
     # a rack inside a row: the rack
     spec["domains"] = {"row-1": HOSTS, "rack-1": RACK1}
     faults = correlate(events, FabricIndex(TopologySpec.model_validate(spec)), cluster="c1")
@@ -616,12 +617,6 @@ def test_both_ends_of_one_link_down_meet_on_the_switch_port_and_stay_one_transit
     assert fabric.confidence == POLICY.weight("link_down")  # both ends saw it
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "correlators/detectors.py roce_gid_index bails out only on raw fabric events of the workload "
-    "(fabric.link_down, module_event, ib_async_event, port_errors); switch-side lines belong to no "
-    "workload in a multi-workload bundle (and in the stream), so the workload sees only the derived "
-    "fabric.port_fault, which the detector ignores: config.roce_gid_index wins (ambiguous) over the "
-    "flapping port. Fix: add fabric.port_fault / fabric.switch_fault / host.rack_fault to its set."))
 def test_error_12_at_start_while_the_switch_sees_the_peer_port_flap_is_the_port(tmp_path):
     topo = topology_dict()
     for entry in topo["links"]:
@@ -670,11 +665,6 @@ def test_a_port_flapping_during_two_jobs_is_one_fault(tmp_path):
     assert job_b.domain == "fabric" and job_b.culprits.hosts == ["node-a03"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the fault event is dated at the episode's first evidence (during job-a); decide() drops "
-    "events before a workload's start - before_start_s, so job-b never sees the fault and "
-    "decides on its own raw link-downs (fabric.link_down, no incident_id). See the report: "
-    "fault_event needs a per-workload time (first evidence inside the workload's window)."))
 def test_a_port_flapping_during_two_jobs_is_one_incident_naming_both(tmp_path):
     result = replay_bundle(two_jobs_bundle(tmp_path / "two"))
     kinds = verdicts_by_kind(result)
@@ -687,10 +677,6 @@ def test_a_port_flapping_during_two_jobs_is_one_incident_naming_both(tmp_path):
     assert incident.members == sorted([fabric.attribution_id] + [v.attribution_id for v in kinds["workload"]])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "same cause as the two-jobs case: a link-down an hour before the start (a reseat) opens the "
-    "episode, so the fault event is dated before the workload's window and decide() drops it; "
-    "the job gets fabric.link_down with no incident and the incident lists no workload"))
 def test_a_port_that_went_down_before_the_job_and_flaps_during_it_is_the_jobs_incident(tmp_path):
     logs = {"logs/node-a03/dmesg.log": [dmesg_link(D(2026, 11, 30, 0, 0, 10), "down"),
                                         dmesg_link(D(2026, 11, 30, 0, 0, 30), "up")]
@@ -721,8 +707,8 @@ def test_hosts_of_a_rack_the_scheduler_lost_together_are_one_rack_incident(tmp_p
         "host", "host.rack.power_loss", fault.incident_id)
     assert verdict.culprits.hosts == RACK1[:3]
     kinds = verdicts_by_kind(result)
-    assert [v.scope.id for v in kinds["fabric_port"]] == ["rack-1"]
-    assert kinds["incident"][0].members == sorted([verdict.attribution_id, kinds["fabric_port"][0].attribution_id])
+    assert "fabric_port" not in kinds  # a lost rack is no fabric port
+    assert kinds["incident"][0].members == [verdict.attribution_id]
 
 
 def switch_bundle(root: Path) -> Path:

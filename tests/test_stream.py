@@ -156,10 +156,11 @@ def latest_verdicts(messages: list[Any]) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def replayed() -> dict[Path, dict]:
-    """Each example bundle's `faultstream replay` verdict (JSON data), the reference."""
+    """Each example bundle's `faultstream replay` verdicts (JSON data; the workload verdict
+    first, then fabric-port and incident verdicts), the reference."""
     from streams.replay import replay_bundle
 
-    return {b: replay_bundle(b).attribution.model_dump(mode="json") for b in BUNDLES}
+    return {b: [a.model_dump(mode="json") for a in replay_bundle(b).attributions] for b in BUNDLES}
 
 
 def publish_all(env: dict[str, str], bundles: list[Path], replayed: dict[Path, dict]) -> dict[str, dict]:
@@ -168,7 +169,7 @@ def publish_all(env: dict[str, str], bundles: list[Path], replayed: dict[Path, d
     expected = {}
     for bundle in bundles:
         publish(env, bundle)
-        expected[replayed[bundle]["scope"]["id"]] = replayed[bundle]
+        expected.update((att["scope"]["id"], att) for att in replayed[bundle])
     return expected
 
 
@@ -361,7 +362,7 @@ def test_events_read_before_their_workload_is_known_are_claimed_later(stream_env
     time.sleep(3)  # the events are extracted and wait: no workload claims these hosts yet
     producer.produce(f"{prefix}.observations", key=b"_scheduler", value=canonical_json(workload_record).encode())
     assert producer.flush(30) == 0
-    expected = replayed[bundle]
+    expected = replayed[bundle][0]
 
     def timeouts(att: dict) -> int:
         return sum(1 for i in att["evidence"] if i["type"] == "nccl.watchdog_timeout")
