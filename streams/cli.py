@@ -12,8 +12,8 @@ Commands:
   AsyncAPI document of the public topics.
 * ``faultstream topics create|list`` -- the topic catalogue (``schemas/topics.py``).
 * ``faultstream worker`` -- a stream worker (``streams/app.py``), until stopped.
-* ``faultstream connect bundle|files|slurm`` -- publish inputs to Kafka (connectors from the
-  ``faultstream.connectors`` entry points).
+* ``faultstream connect bundle|files|slurm|topology|counters|certifications`` -- publish
+  inputs to Kafka (connectors from the ``faultstream.connectors`` entry points).
 * ``faultstream verdicts`` -- print the verdicts on the attributions topic.
 
 User errors (a bad bundle, an unreachable ClickHouse) print one line on stderr and exit 2;
