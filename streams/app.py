@@ -26,7 +26,8 @@ A thin driver of the engine (``correlators``), like the replay driver. Data flow
 
 Tables (changelogged, ``FAULTSTREAM_STORE``): ``window_meta`` (workload -> window state),
 ``window_events`` (workload + event id -> event), the global ``allocation`` table (host
--> workloads with their time span) every worker reads, ``fabric_meta`` (cluster ->
+-> workloads with their time span) and the global ``topology`` table (cluster -> its latest
+topology) every worker reads, ``fabric_meta`` (cluster ->
 topology, workload spans, latest workload verdicts, what was sent) and ``fabric_events``
 (cluster + event id -> event). The in-memory windows are a cache of
 these tables, rebuilt after a restart or a rebalance.
@@ -108,7 +109,7 @@ def _credentials(kafka: KafkaSettings) -> Any:
 
 
 #: The worker's tables (their changelog topics are declared up front, see declare_topics).
-TABLES = ("window_meta", "window_events", "allocation", "fabric_meta", "fabric_events")
+TABLES = ("window_meta", "window_events", "allocation", "fabric_meta", "fabric_events", "topology")
 
 
 def internal_topic_specs(settings: WorkerSettings) -> list[Any]:
@@ -202,6 +203,9 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     allocation = app.GlobalTable("allocation", default=None, partitions=settings.partitions, schema=json_schema)
     fabric_meta = app.Table("fabric_meta", default=None, partitions=settings.partitions, schema=json_schema)
     fabric_events = app.Table("fabric_events", default=None, partitions=settings.partitions, schema=raw_values)
+    #: cluster -> its latest TopologySpec (JSON data), on every worker (failure domains, ports)
+    topology = app.GlobalTable("topology", default=None, partitions=settings.partitions, schema=json_schema)
+    app.faultstream_topology = topology  # type: ignore[attr-defined]
     causal = default_causal_rules()
     verdict_version = f"{pack.version}+causal.{causal.version}"
 
@@ -375,8 +379,9 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     async def handle_topology(obs: Observation) -> None:
         """A topology record (bundle ``topology.yaml`` or ``faultstream connect topology``):
         validated, then handed to the cluster's fabric correlator."""
-        spec = TopologySpec.model_validate(obs.attributes.get("topology"))
-        await route_fabric(obs.cluster, {"kind": "topology", "topology": spec.model_dump(mode="json")})
+        spec = TopologySpec.model_validate(obs.attributes.get("topology")).model_dump(mode="json")
+        topology[obs.cluster] = spec
+        await route_fabric(obs.cluster, {"kind": "topology", "topology": spec})
 
     @app.agent(topology_in)
     async def topology_records(stream: Any) -> None:
