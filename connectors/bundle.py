@@ -153,6 +153,22 @@ def _load_spec(path: Path, model: type[pydantic.BaseModel], required: bool) -> A
 # ---------------------------------------------------------------------------------------------
 
 
+def _read_bytes(file: Path, stats: "_FileStats") -> bytes | None:
+    """A file's bytes, gunzipped when they are gzip (noted in ``stats``); None, with the file
+    marked failed, for a corrupt gzip."""
+    data = file.read_bytes()
+    if data[:2] != b"\x1f\x8b":
+        return data
+    try:
+        data = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        stats.status = "failed"
+        stats.notes.append(f"corrupt gzip: {exc}")
+        return None
+    stats.notes.append("gzip")
+    return data
+
+
 @dataclass
 class _FileStats:
     records: int = 0
@@ -458,17 +474,11 @@ class BundleConnector:
     def _load(self, file: Path, src: _Source, stats: _FileStats):
         """Read and decode one file. A generator: telemetry files yield their Observations
         here; returns the decoded lines of a log file (None when there is nothing to scan)."""
-        data = file.read_bytes()
         if src.host == "_unknown":
             stats.notes.append("file is not inside a <host>/ directory: host '_unknown'")
-        if data[:2] == b"\x1f\x8b":
-            try:
-                data = gzip.decompress(data)
-                stats.notes.append("gzip")
-            except (OSError, EOFError, zlib.error) as exc:
-                stats.status = "failed"
-                stats.notes.append(f"corrupt gzip: {exc}")
-                return None
+        data = _read_bytes(file, stats)
+        if data is None:
+            return None
         if not data:
             stats.status = "empty"
             stats.notes.append("empty file")
@@ -643,15 +653,9 @@ class BundleConnector:
         """A port counter series (``*.counters.csv``): the fabric_counter Observations of its
         samples with a nonzero error delta or a reset (host = the row's node, default the
         directory name); records = data rows, unparsed = malformed rows."""
-        data = file.read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            try:
-                data = gzip.decompress(data)
-                stats.notes.append("gzip")
-            except (OSError, EOFError, zlib.error) as exc:
-                stats.status = "failed"
-                stats.notes.append(f"corrupt gzip: {exc}")
-                return
+        data = _read_bytes(file, stats)
+        if data is None:
+            return
         table = read_counter_csv(data, default_node=src.host)
         self.lines_read += table.rows + (1 if data.strip() else 0)
         stats.records, stats.unparsed = table.rows, table.unparsed

@@ -162,12 +162,11 @@ def score(att: Attribution, exp: ExpectedSpec, bundle: str, all_verdicts: Sequen
         misses.append(f"domain {att.domain} not in {exp.domain_any_of}")
     if exp.root_cause and not att.root_cause.code.startswith(exp.root_cause):
         misses.append(f"root cause {att.root_cause.code} !~ {exp.root_cause}")
-    if exp.culprit_hosts is not None and sorted(att.culprits.hosts) != sorted(exp.culprit_hosts):
-        misses.append(f"hosts {att.culprits.hosts} != {sorted(exp.culprit_hosts)}")
-    if exp.culprit_ranks is not None and sorted(att.culprits.ranks) != sorted(exp.culprit_ranks):
-        misses.append(f"ranks {att.culprits.ranks} != {sorted(exp.culprit_ranks)}")
-    if exp.culprit_ports is not None and sorted(att.culprits.ports) != sorted(exp.culprit_ports):
-        misses.append(f"ports {att.culprits.ports} != {sorted(exp.culprit_ports)}")
+    misses += _set_misses("", [
+        ("hosts", att.culprits.hosts, exp.culprit_hosts),
+        ("ranks", att.culprits.ranks, exp.culprit_ranks),
+        ("ports", att.culprits.ports, exp.culprit_ports),
+    ])
     if exp.quality_any_of and att.quality not in exp.quality_any_of:
         misses.append(f"quality {att.quality} not in {exp.quality_any_of}")
     incidents = [v for v in all_verdicts if v.scope.kind == "incident"]
@@ -180,6 +179,15 @@ def score(att: Attribution, exp: ExpectedSpec, bundle: str, all_verdicts: Sequen
     return ScoreRow(bundle=bundle, expected=want, got=got, misses=tuple(misses))
 
 
+def _set_misses(prefix: str, checks: Sequence[tuple[str, Sequence, Sequence | None]]) -> list[str]:
+    """One miss per (label, got, want) whose sets differ; ``want`` None = not checked."""
+    return [
+        f"{prefix}{label} {list(got)} != {sorted(want)}"
+        for label, got, want in checks
+        if want is not None and sorted(got) != sorted(want)
+    ]
+
+
 def _score_incident(att: Attribution, exp, incidents: Sequence[Attribution], verdicts: Sequence[Attribution]) -> list[str]:
     inc = next((i for i in incidents if i.scope.id == att.incident_id), None)
     if inc is None:
@@ -190,12 +198,11 @@ def _score_incident(att: Attribution, exp, incidents: Sequence[Attribution], ver
         misses.append(f"incident level {level} != {exp.level}")
     if exp.root_cause and not inc.root_cause.code.startswith(exp.root_cause):
         misses.append(f"incident root cause {inc.root_cause.code} !~ {exp.root_cause}")
-    if exp.workloads is not None and sorted(inc.affected.workloads) != sorted(exp.workloads):
-        misses.append(f"incident workloads {inc.affected.workloads} != {sorted(exp.workloads)}")
-    if exp.culprit_ports is not None and sorted(inc.culprits.ports) != sorted(exp.culprit_ports):
-        misses.append(f"incident ports {inc.culprits.ports} != {sorted(exp.culprit_ports)}")
-    if exp.culprit_hosts is not None and sorted(inc.culprits.hosts) != sorted(exp.culprit_hosts):
-        misses.append(f"incident hosts {inc.culprits.hosts} != {sorted(exp.culprit_hosts)}")
+    misses += _set_misses("incident ", [
+        ("workloads", inc.affected.workloads, exp.workloads),
+        ("ports", inc.culprits.ports, exp.culprit_ports),
+        ("hosts", inc.culprits.hosts, exp.culprit_hosts),
+    ])
     members = {v.attribution_id for v in verdicts if v.incident_id == inc.scope.id and v.scope.kind != "incident"}
     if set(inc.members) != members:
         misses.append("incident members do not match the verdicts that name it")

@@ -36,14 +36,16 @@ def test_replay_json_is_valid_and_byte_identical_three_times(bundle):
         assert result.exit_code == 0, result.output
         outputs.append(result.stdout)
     assert outputs[0] == outputs[1] == outputs[2]
-    lines = outputs[0].strip().splitlines()
-    assert len(lines) == 1
-    record = json.loads(lines[0])
-    jsonschema.validate(record, SCHEMA)
-    for key in ("scope", "domain", "quality", "confidence", "revision"):
-        assert key in record
-    assert {"hosts", "ranks", "ports"} <= set(record["culprits"])
-    assert record["root_cause"]["code"]
+    records = [json.loads(line) for line in outputs[0].strip().splitlines()]
+    # the workload verdict first; a fabric fault adds its fabric-port and incident verdicts
+    assert records[0]["scope"]["kind"] == "workload"
+    assert [r["scope"]["kind"] for r in records[1:]] == ["fabric_port", "incident"] * ((len(records) - 1) // 2)
+    for record in records:
+        jsonschema.validate(record, SCHEMA)
+        for key in ("scope", "domain", "quality", "confidence", "revision"):
+            assert key in record
+        assert {"hosts", "ranks", "ports"} <= set(record["culprits"])
+        assert record["root_cause"]["code"]
 
 
 def test_score_examples_is_all_hits():
