@@ -1,5 +1,5 @@
-"""ClickHouse sink: idempotent writes of observations, events, attributions, remediations and
-dead letters, through clickhouse-connect -- to an embedded chDB engine (``chdb://``) or to a
+"""ClickHouse sink: idempotent writes of observations, events, attributions, remediations,
+certifications and dead letters, through clickhouse-connect -- to an embedded chDB engine (``chdb://``) or to a
 ClickHouse server over HTTP(S).
 
 Tables (``sinks/ddl.sql``, created with ``CREATE ... IF NOT EXISTS`` on every start):
@@ -10,9 +10,11 @@ table                key (ORDER BY)           version column (highest wins under
 ``observations``     ``observation_id``       -- (last inserted)
 ``events``           ``event_id``             -- (last inserted)
 ``attributions``     ``attribution_id``       ``revision``
-``remediations``     ``action_id``            ``state_rank`` (proposed 1, approved 2,
-                                              executing 3, done/failed/rejected/expired/
-                                              cancelled 4)
+``remediations``     ``action_id``            ``sequence`` (one higher with every
+                                              lifecycle transition: the latest state)
+``remediation_       ``action_id, sequence``  -- (every transition: the lifecycle as events;
+transitions``                                 written by ``write_remediations`` too)
+``certifications``   ``certification_id``     -- (last inserted)
 ``dead_letters``     ``dead_letter_id``       -- (last inserted)
 ===================  =======================  ==========================================
 
@@ -20,6 +22,11 @@ Each table has typed columns for what dashboards filter on (times as
 ``DateTime64(9, 'UTC')``: nanoseconds since the epoch, UTC) plus ``record``, the full
 canonical JSON of the record (:func:`schemas.records.canonical_json`), so a row parses back
 into a model equal to the one written (:meth:`ClickHouseSink.fetch`).
+
+Schema changes: ``remediations`` was first versioned by a ``state_rank`` column (no
+``sequence``); :class:`ClickHouseSink` renames such a table to ``remediations_state_rank_<n>``
+before it applies the DDL, so the current table is created (a version column cannot be
+altered in place).
 
 Idempotency -- what a rerun of the same replay does to row counts
 -----------------------------------------------------------------
@@ -100,6 +107,7 @@ from tenacity import (
 
 from schemas.records import (
     Attribution,
+    Certification,
     Event,
     GpuRef,
     Observation,
@@ -108,7 +116,7 @@ from schemas.records import (
 )
 from sinks.deadletter import DeadLetter
 
-__all__ = ["ClickHouseSink", "SinkError", "TABLES", "STATE_RANK", "DEFAULT_URL"]
+__all__ = ["ClickHouseSink", "SinkError", "TABLES", "DEFAULT_URL"]
 
 DEFAULT_URL = "chdb://.state/clickhouse"
 
@@ -134,19 +142,6 @@ _TRANSIENT_CODES = frozenset(
         999,  # KEEPER_EXCEPTION
     }
 )
-
-#: Version column of the remediations table: later lifecycle states win under FINAL.
-STATE_RANK: dict[str, int] = {
-    "proposed": 1,
-    "approved": 2,
-    "executing": 3,
-    "done": 4,
-    "failed": 4,
-    "rejected": 4,
-    "expired": 4,
-    "cancelled": 4,
-}
-
 
 class SinkError(RuntimeError):
     """A sink could not be opened, or a write or read failed (after retries if transient)."""
@@ -267,23 +262,62 @@ def _attribution_row(a: Attribution, record: str) -> list[Any]:
 
 
 def _remediation_row(r: RemediationAction, record: str) -> list[Any]:
+    d = r.decision
     return [
         r.action_id,
-        STATE_RANK[r.state],
+        r.sequence,
         r.schema_version,
         r.attribution_id,
+        r.incident_id,
+        r.cluster,
         r.action,
         r.mode,
         r.state,
         r.policy_id,
+        r.policy_version,
+        r.cause_code,
+        r.severity,
         r.target.host,
         _gpu_label(r.target.gpu),
         r.target.port,
+        list(r.target.hosts),
         [g.guard for g in r.guards if not g.passed],
         r.reason,
+        d.by if d else None,
+        d.at if d else None,
+        d.reason if d else None,
+        r.executor,
+        r.result,
         r.created_at,
+        r.updated_at,
+        r.expires_at,
         record,
     ]
+
+
+def _certification_row(c: Certification, record: str) -> list[Any]:
+    return [
+        c.certification_id,
+        c.schema_version,
+        c.host,
+        c.cluster,
+        c.suite,
+        c.passed,
+        [f"{t.name}:{t.result}" for t in c.tests],
+        [t.name for t in c.tests if t.result == "fail"],
+        c.finished_at,
+        c.source,
+        record,
+    ]
+
+
+_REMEDIATION_COLUMNS = (
+    "action_id", "sequence", "schema_version", "attribution_id", "incident_id", "cluster",
+    "action", "mode", "state", "policy_id", "policy_version", "cause_code", "severity",
+    "target_host", "target_gpu", "target_port", "target_hosts", "guards_failed", "reason",
+    "decision_by", "decision_at", "decision_reason", "executor", "result", "created_at",
+    "updated_at", "expires_at", "record",
+)
 
 
 def _dead_letter_row(d: DeadLetter, record: str) -> list[Any]:
@@ -367,13 +401,28 @@ TABLES: dict[str, _Table] = {
             "remediations",
             RemediationAction,
             "action_id",
-            lambda r: STATE_RANK[r.state],
-            (
-                "action_id", "state_rank", "schema_version", "attribution_id", "action",
-                "mode", "state", "policy_id", "target_host", "target_gpu", "target_port",
-                "guards_failed", "reason", "created_at", "record",
-            ),
+            lambda r: r.sequence,
+            _REMEDIATION_COLUMNS,
             _remediation_row,
+        ),
+        _Table(
+            "remediation_transitions",
+            RemediationAction,
+            "action_id",
+            lambda r: r.sequence,
+            _REMEDIATION_COLUMNS,
+            _remediation_row,
+        ),
+        _Table(
+            "certifications",
+            Certification,
+            "certification_id",
+            _zero,
+            (
+                "certification_id", "schema_version", "host", "cluster", "suite", "passed",
+                "tests", "tests_failed", "finished_at", "source", "record",
+            ),
+            _certification_row,
         ),
         _Table(
             "dead_letters",
@@ -585,6 +634,26 @@ class ClickHouseSink:
             kind = "after %d attempts" % attempts if _is_transient(exc) else "(not retried)"
             raise SinkError(f"cannot {what} {kind}: {type(exc).__name__}: {exc}") from exc
 
+    def _retire_old_remediations(self) -> None:
+        """Rename a ``remediations`` table of the first schema (``state_rank``, no
+        ``sequence``) to ``remediations_state_rank_<n>`` so the DDL creates the current one."""
+        exists = self._retry(lambda: self._client.command(
+            f"EXISTS TABLE {self.database}.remediations"), "inspect the remediations table")
+        if str(exists).strip() != "1":
+            return
+        columns = self._retry(lambda: self._client.query(
+            "SELECT name FROM system.columns WHERE database = {db:String} AND table = 'remediations'",
+            parameters={"db": self.database}).result_rows, "inspect the remediations table")
+        if ("sequence",) in columns:
+            return
+        n = 1
+        while str(self._retry(lambda n=n: self._client.command(
+                f"EXISTS TABLE {self.database}.remediations_state_rank_{n}"), "inspect tables")).strip() == "1":
+            n += 1
+        self._retry(lambda: self._client.command(
+            f"RENAME TABLE {self.database}.remediations TO {self.database}.remediations_state_rank_{n}"),
+            "rename the old remediations table")
+
     def _apply_ddl(self) -> None:
         text = resources.files("sinks").joinpath("ddl.sql").read_text(encoding="utf-8")
         statements = [s.strip() for s in re.split(r"(?m)^\s*;\s*$", text)]
@@ -595,6 +664,8 @@ class ClickHouseSink:
             if body:
                 sql = body.replace("{database}", self.database)
                 self._retry(lambda sql=sql: self._client.command(sql), "apply the DDL")
+                if body.startswith("CREATE DATABASE"):
+                    self._retire_old_remediations()
 
     @property
     def client(self) -> Any:
@@ -624,9 +695,17 @@ class ClickHouseSink:
         return self._write("attributions", attrs)
 
     def write_remediations(self, actions: Sequence[RemediationAction]) -> int:
-        """Write remediation actions; under FINAL the latest lifecycle state per
-        ``action_id`` wins (:data:`STATE_RANK`). Returns the number submitted."""
+        """Write remediation transition records to ``remediations`` (under FINAL the record
+        with the highest ``sequence`` per ``action_id``: the latest state, whatever the order
+        of the writes) and to ``remediation_transitions`` (one row per ``action_id`` and
+        ``sequence``: the lifecycle). Returns the number of distinct records submitted."""
+        self._write("remediation_transitions", actions)
         return self._write("remediations", actions)
+
+    def write_certifications(self, certs: Sequence[Certification]) -> int:
+        """Write certification results (ids filled from content when empty). Returns the
+        number submitted."""
+        return self._write("certifications", certs)
 
     def write_dead_letters(self, rows: Sequence[DeadLetter]) -> int:
         """Write dead letters (ids filled from content when empty); ``original`` is stored as
@@ -693,7 +772,8 @@ class ClickHouseSink:
         if table not in TABLES:
             raise SinkError(f"unknown table {table!r}; one of {', '.join(TABLES)}")
         spec = TABLES[table]
-        version_col = {"attributions": ", revision", "remediations": ", state_rank"}.get(table, "")
+        version_col = {"attributions": ", revision", "remediations": ", sequence",
+                       "remediation_transitions": ", sequence"}.get(table, "")
         sql = f"SELECT record FROM {self.database}.{table}{' FINAL' if final else ''}"
         params: dict[str, Any] = {}
         if ids is not None:

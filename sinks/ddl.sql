@@ -5,8 +5,12 @@
 -- Conventions:
 -- * every table is a ReplacingMergeTree keyed by the record's deterministic id, so duplicates
 --   from at-least-once delivery / replays collapse under FINAL (or at merge time);
--- * attributions use `revision` and remediations `state_rank` as the version column: the
---   highest version wins under FINAL;
+-- * attributions use `revision` and remediations `sequence` (one higher with every lifecycle
+--   transition, schemas.records.RemediationAction) as the version column: the highest version
+--   wins under FINAL; remediation_transitions keeps every transition (ORDER BY action_id,
+--   sequence) -- the lifecycle as events;
+-- * a `remediations` table of an older schema (version column `state_rank`, no `sequence`) is
+--   renamed to `remediations_state_rank_<n>` by the sink before these statements run;
 -- * times are DateTime64(9, 'UTC') -- nanoseconds since the epoch, UTC;
 -- * `record` holds the full canonical JSON of the record (schemas.records.canonical_json),
 --   so nothing is lost; the typed columns are for dashboards and filters;
@@ -125,24 +129,99 @@ SETTINGS non_replicated_deduplication_window = 10000
 CREATE TABLE IF NOT EXISTS {database}.remediations
 (
     action_id        String,
-    state_rank       UInt8,
+    sequence         UInt32,
     schema_version   UInt16,
     attribution_id   String,
+    incident_id      Nullable(String),
+    cluster          LowCardinality(String),
     action           LowCardinality(String),
     mode             LowCardinality(String),
     state            LowCardinality(String),
     policy_id        LowCardinality(String),
+    policy_version   LowCardinality(String),
+    cause_code       LowCardinality(String),
+    severity         UInt16,
     target_host      Nullable(String),
     target_gpu       Nullable(String),
     target_port      Nullable(String),
+    target_hosts     Array(String),
     guards_failed    Array(String),
     reason           String,
+    decision_by      Nullable(String),
+    decision_at      Nullable(DateTime64(9, 'UTC')),
+    decision_reason  Nullable(String),
+    executor         Nullable(String),
+    result           String,
     created_at       DateTime64(9, 'UTC'),
+    updated_at       DateTime64(9, 'UTC'),
+    expires_at       Nullable(DateTime64(9, 'UTC')),
     record           String CODEC(ZSTD(3)),
-    inserted_at      DateTime64(3, 'UTC') DEFAULT now64(3)
+    inserted_at      DateTime64(3, 'UTC') DEFAULT now64(3),
+    INDEX idx_target_host target_host TYPE bloom_filter GRANULARITY 4,
+    INDEX idx_incident incident_id TYPE bloom_filter GRANULARITY 4,
+    INDEX idx_updated_at updated_at TYPE minmax GRANULARITY 1
 )
-ENGINE = ReplacingMergeTree(state_rank)
+ENGINE = ReplacingMergeTree(sequence)
 ORDER BY (action_id)
+SETTINGS non_replicated_deduplication_window = 10000
+;
+CREATE TABLE IF NOT EXISTS {database}.remediation_transitions
+(
+    action_id        String,
+    sequence         UInt32,
+    schema_version   UInt16,
+    attribution_id   String,
+    incident_id      Nullable(String),
+    cluster          LowCardinality(String),
+    action           LowCardinality(String),
+    mode             LowCardinality(String),
+    state            LowCardinality(String),
+    policy_id        LowCardinality(String),
+    policy_version   LowCardinality(String),
+    cause_code       LowCardinality(String),
+    severity         UInt16,
+    target_host      Nullable(String),
+    target_gpu       Nullable(String),
+    target_port      Nullable(String),
+    target_hosts     Array(String),
+    guards_failed    Array(String),
+    reason           String,
+    decision_by      Nullable(String),
+    decision_at      Nullable(DateTime64(9, 'UTC')),
+    decision_reason  Nullable(String),
+    executor         Nullable(String),
+    result           String,
+    created_at       DateTime64(9, 'UTC'),
+    updated_at       DateTime64(9, 'UTC'),
+    expires_at       Nullable(DateTime64(9, 'UTC')),
+    record           String CODEC(ZSTD(3)),
+    inserted_at      DateTime64(3, 'UTC') DEFAULT now64(3),
+    INDEX idx_target_host target_host TYPE bloom_filter GRANULARITY 4,
+    INDEX idx_updated_at updated_at TYPE minmax GRANULARITY 1
+)
+ENGINE = ReplacingMergeTree
+ORDER BY (action_id, sequence)
+SETTINGS non_replicated_deduplication_window = 10000
+;
+CREATE TABLE IF NOT EXISTS {database}.certifications
+(
+    certification_id String,
+    schema_version   UInt16,
+    host             LowCardinality(String),
+    cluster          LowCardinality(String),
+    suite            LowCardinality(String),
+    passed           Bool,
+    tests            Array(String),
+    tests_failed     Array(String),
+    finished_at      DateTime64(9, 'UTC'),
+    source           String,
+    record           String CODEC(ZSTD(3)),
+    inserted_at      DateTime64(3, 'UTC') DEFAULT now64(3),
+    INDEX idx_host host TYPE bloom_filter GRANULARITY 4,
+    INDEX idx_finished_at finished_at TYPE minmax GRANULARITY 1
+)
+ENGINE = ReplacingMergeTree
+ORDER BY (certification_id)
 SETTINGS non_replicated_deduplication_window = 10000
 ;
 CREATE TABLE IF NOT EXISTS {database}.dead_letters

@@ -109,7 +109,7 @@ def _credentials(kafka: KafkaSettings) -> Any:
 
 
 #: The worker's tables (their changelog topics are declared up front, see declare_topics).
-TABLES = ("window_meta", "window_events", "allocation", "fabric_meta", "fabric_events", "topology")
+TABLES = ("window_meta", "window_events", "allocation", "fabric_meta", "fabric_events", "topology", "remediation_state")
 
 
 def internal_topic_specs(settings: WorkerSettings) -> list[Any]:
@@ -128,7 +128,10 @@ def internal_topic_specs(settings: WorkerSettings) -> list[Any]:
         description="cable events, node-down events, topology, workload spans and workload "
                     "verdicts re-keyed by cluster for the fabric correlator",
     )
-    return [by_workload, by_fabric, *faust_internal_topics(settings.app_id, TABLES, partitions=settings.partitions)]
+    from streams.remediate import remediation_topic_spec
+
+    return [by_workload, by_fabric, remediation_topic_spec(settings),
+            *faust_internal_topics(settings.app_id, TABLES, partitions=settings.partitions)]
 
 
 def declare_topics(settings: WorkerSettings, kafka: KafkaSettings) -> list[str]:
@@ -632,6 +635,9 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
 
     if settings.clickhouse:
         attach_clickhouse(app, settings, metrics, events_out, attributions, dead_letters)
+    from streams.remediate import attach_remediation
+
+    attach_remediation(app, settings, attributions_topic=attributions, dead_letter=dead_letter, metrics=metrics)
     return app
 
 
@@ -651,7 +657,8 @@ def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Metrics
             state["sink"] = ClickHouseSink(settings.clickhouse)
         sink = state["sink"]
         {"events": sink.write_events, "attributions": sink.write_attributions,
-         "dead_letters": sink.write_dead_letters}[table](records)
+         "dead_letters": sink.write_dead_letters, "remediations": sink.write_remediations,
+         "certifications": sink.write_certifications}[table](records)
 
     async def store(table: str, records: list[Any]) -> None:
         loop = asyncio.get_running_loop()
@@ -679,3 +686,30 @@ def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Metrics
     async def store_dead_letters(stream: Any) -> None:
         async for batch in stream.take(100, within=1.0):
             await store("dead_letters", [DeadLetter.model_validate_json(v) for v in batch])
+
+    # every remediation transition (ReplacingMergeTree(sequence): the latest per action under
+    # FINAL, each transition in remediation_transitions) and every certification; a record that
+    # does not validate is logged and skipped here (the remediation agent dead-letters bad input)
+    from schemas.records import Certification, RemediationAction
+
+    def valid(model: Any, batch: list[Any]) -> list[Any]:
+        out = []
+        for value in batch:
+            try:
+                out.append(model.model_validate_json(value))
+            except ValidationError as exc:
+                log.warning("%s not stored in ClickHouse: %s", model.__name__, str(exc).splitlines()[0])
+        return out
+
+    remediations_in = app.topic(settings.topic("remediations"), value_serializer="raw", key_serializer="raw")
+    certifications_in = app.topic(settings.topic("certifications"), value_serializer="raw", key_serializer="raw")
+
+    @app.agent(remediations_in)
+    async def store_remediations(stream: Any) -> None:
+        async for batch in stream.take(100, within=1.0):
+            await store("remediations", valid(RemediationAction, batch))
+
+    @app.agent(certifications_in)
+    async def store_certifications(stream: Any) -> None:
+        async for batch in stream.take(100, within=1.0):
+            await store("certifications", valid(Certification, batch))

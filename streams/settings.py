@@ -18,6 +18,10 @@ FAULTSTREAM_IDLE_TIMEOUT_S         live mode: close a window idle this long     
 FAULTSTREAM_PARTITIONS             partitions of the internal topics             12
 FAULTSTREAM_WEB_PORT               port of /metrics (127.0.0.1)                  6066
 FAULTSTREAM_MAX_MESSAGE_BYTES      larger observations are dead-lettered         1048576
+FAULTSTREAM_REMEDIATION            remediation agents (streams/remediate.py:     true
+                                   proposals, commands, certifications,
+                                   executors; FAULTSTREAM_REMEDIATION_* and
+                                   FAULTSTREAM_EXECUTOR_* configure them)
 =================================  ===========================================  ==============
 
 Kafka connection and security settings are ``KAFKA_*`` (``sinks/kafka_settings.py``).
@@ -50,6 +54,7 @@ class WorkerSettings(BaseSettings):
     partitions: int = 12
     web_port: int = 6066
     max_message_bytes: int = 1_048_576
+    remediation: bool = True
 
     def topic(self, name: str) -> str:
         """Public topic ``name`` (``observations``, ``events``, ...) under the prefix."""

@@ -173,7 +173,7 @@ def attribution(revision: int = 1, confidence: float = 0.86) -> Attribution:
     )
 
 
-def remediation(state: str = "proposed") -> RemediationAction:
+def remediation(state: str = "proposed", sequence: int = 1) -> RemediationAction:
     att = attribution()
     return RemediationAction(
         action_id=content_id("act", att.attribution_id, "node-a01", "cordon"),
@@ -185,6 +185,7 @@ def remediation(state: str = "proposed") -> RemediationAction:
         guards=[GuardResult(guard="circuit_breaker", passed=True, detail="1/64 cordoned"),
                 GuardResult(guard="cooldown", passed=False, detail="node-a01 cordoned 2h ago")],
         state=state,
+        sequence=sequence,
         reason="XID 79 on 0000:9c:00",
         created_at=T0 + 616 * SEC,
     )
@@ -247,8 +248,8 @@ def test_latest_revision_wins(sink: ClickHouseSink) -> None:
 
 
 def test_remediation_later_state_wins(sink: ClickHouseSink) -> None:
-    sink.write_remediations([remediation("done")])
-    sink.write_remediations([remediation("proposed")])  # replayed proposal after completion
+    sink.write_remediations([remediation("done", sequence=4)])
+    sink.write_remediations([remediation("proposed", sequence=1)])  # replayed proposal after completion
     (back,) = sink.fetch("remediations")
     assert back.state == "done"
     rows = sink.client.query(
@@ -448,7 +449,8 @@ def test_ddl_is_idempotent(chdb_dir: Path) -> None:
         tables = [r[0] for r in s2.client.query(
             "SELECT name FROM system.tables WHERE database = 'ddl_twice' ORDER BY name"
         ).result_rows]
-        assert tables == ["attributions", "dead_letters", "events", "observations", "remediations"]
+        assert tables == ["attributions", "certifications", "dead_letters", "events", "observations",
+                          "remediation_transitions", "remediations"]
         engines = {r[0] for r in s2.client.query(
             "SELECT engine FROM system.tables WHERE database = 'ddl_twice'"
         ).result_rows}
