@@ -115,9 +115,13 @@ def ib_topology(nodes: list[str]) -> dict:
     }
 
 
-def workload_data(job: str, state: str, start: dt.datetime, end: dt.datetime, nodes: list[str],
+def workload_data(cluster: str, job: str, state: str, start: dt.datetime, end: dt.datetime, nodes: list[str],
                   exit_code: str = "1:0", boot: dict[str, dt.datetime] | None = None) -> dict:
-    """workload.yaml content, as ``Bundle.workload`` writes it (slurm, 8 ranks per node)."""
+    """workload.yaml content, as ``Bundle.workload`` writes it (slurm, 8 ranks per node).
+
+    Each fabric bundle is a cluster of its own (``cluster`` = the bundle's name): published
+    together to one stream, their fabrics stay apart as two real clusters' would -- one
+    cluster has one topology and one set of cables."""
     hosts = {}
     for host in nodes:
         facts: dict = {}
@@ -126,7 +130,7 @@ def workload_data(job: str, state: str, start: dt.datetime, end: dt.datetime, no
         facts["timezone"] = "UTC"
         facts["ip"] = IPS[host]
         hosts[host] = facts
-    return {"workload_id": job, "scheduler": "slurm", "cluster": "c1", "state": state, "exit_code": exit_code,
+    return {"workload_id": job, "scheduler": "slurm", "cluster": cluster, "state": state, "exit_code": exit_code,
             "start": iso(start), "end": iso(end), "nodes": nodes, "ranks_per_node": 8, "hosts": hosts}
 
 
@@ -330,7 +334,7 @@ def flapping_port(name: str, job: int, day: int, switch_logs: bool) -> None:
     for h, n in ns.items():
         b.write(f"logs/{h}/train.log", n.render())
     end = max(n.ended for n in ns.values()).replace(microsecond=0) + 4 * SEC
-    b.yaml("workload.yaml", workload_data(f"job-{job}", "FAILED", start, end, nodes, boot={"node-a03": boot}))
+    b.yaml("workload.yaml", workload_data(b.name, f"job-{job}", "FAILED", start, end, nodes, boot={"node-a03": boot}))
     b.write("logs/_scheduler/slurmctld.log", slurm_job(job, "node-a[01-04]", 448, start, end))
     b.yaml("topology.yaml", roce_topology())
     port = f"leaf-01/{LEAF1['node-a03']}"
@@ -403,7 +407,7 @@ def degrading_cable(name: str = "fabric-degrading-cable-symbol-errors", ramp_at:
     for h, n in ns.items():
         b.write(f"logs/{h}/train.log", n.render())
     end = max(n.ended for n in ns.values()).replace(microsecond=0) + 4 * SEC
-    b.yaml("workload.yaml", workload_data(f"job-{job}", "FAILED", start, end, nodes))
+    b.yaml("workload.yaml", workload_data(b.name, f"job-{job}", "FAILED", start, end, nodes))
     b.write("logs/_scheduler/slurmctld.log", slurm_job(job, "node-a[01-04]", 448, start, end))
     b.yaml("topology.yaml", ib_topology(nodes))
     # host-side sysfs counters of every node's mlx5_0/1, sampled every 10 s from job start
@@ -513,8 +517,8 @@ def two_jobs_one_port() -> None:
         b.write(rel, lines)
     b.write("logs/node-a05/dmesg.log", dm)
     b.write("fabric/leaf-02/syslog", switch)
-    b.yaml("workload.yaml", workload_data(f"job-{ja}", "FAILED", sa, ea, nodes, boot={"node-a05": boot}))
-    b.yaml(f"workloads/job-{jb}.yaml", workload_data(f"job-{jb}", "FAILED", sb, eb, nodes, boot={"node-a05": boot}))
+    b.yaml("workload.yaml", workload_data(b.name, f"job-{ja}", "FAILED", sa, ea, nodes, boot={"node-a05": boot}))
+    b.yaml(f"workloads/job-{jb}.yaml", workload_data(b.name, f"job-{jb}", "FAILED", sb, eb, nodes, boot={"node-a05": boot}))
     b.write("logs/_scheduler/slurmctld.log",
             slurm_job(ja, "node-a[05-08]", 448, sa, ea) + slurm_job(jb, "node-a[05-08]", 448, sb, eb))
     b.yaml("topology.yaml", roce_topology())
@@ -590,9 +594,9 @@ def leaf_switch_down() -> None:
             b.write(f"logs/{h}/train-{job}.log", n.render())
     end_a = max(n.ended for n in na.values()).replace(microsecond=0) + 4 * SEC
     end_b = max(n.ended for n in nb.values()).replace(microsecond=0) + 4 * SEC
-    b.yaml("workload.yaml", workload_data(f"job-{job_a}", "FAILED", start_a, end_a, nodes_a,
+    b.yaml("workload.yaml", workload_data(b.name, f"job-{job_a}", "FAILED", start_a, end_a, nodes_a,
                                           boot={h: boots[h] for h in nodes_a if h in boots}))
-    b.yaml(f"workloads/job-{job_b}.yaml", workload_data(f"job-{job_b}", "FAILED", start_b, end_b, nodes_b,
+    b.yaml(f"workloads/job-{job_b}.yaml", workload_data(b.name, f"job-{job_b}", "FAILED", start_b, end_b, nodes_b,
                                                         boot={h: boots[h] for h in nodes_b if h in boots}))
     b.write("logs/_scheduler/slurmctld.log", sorted(
         slurm_job(job_a, "node-a[01-02,05-06]", 448, start_a, end_a)
@@ -656,7 +660,7 @@ def gid_index_config() -> None:
         b.write(f"logs/{h}/train.log", head + ns[h].render())
         b.write(f"logs/{h}/ibv_devinfo.txt", devinfo)
     end = max(n.ended for n in ns.values()).replace(microsecond=0) + 4 * SEC
-    b.yaml("workload.yaml", workload_data(f"job-{job}", "FAILED", start, end, nodes))
+    b.yaml("workload.yaml", workload_data(b.name, f"job-{job}", "FAILED", start, end, nodes))
     b.write("logs/_scheduler/slurmctld.log", slurm_job(job, "node-a[01-04]", 448, start, end))
     topo = roce_topology()
     for link in topo["links"]:
