@@ -4,8 +4,11 @@
 * ``expected.yaml`` validates as :class:`schemas.bundle.ExpectedSpec` and explains itself in ``notes``;
 * ``topology.yaml``, when present, validates as :class:`schemas.bundle.TopologySpec`;
 * every file under ``logs/`` and ``metrics/`` is non-empty;
-* every host directory under ``logs/`` and ``metrics/`` is one of the workload's ``nodes``
-  (``logs/_scheduler`` is the scheduler's), and every expected culprit host is a node.
+* ``workloads/*.yaml`` (the other jobs of a cross-workload incident) validate too;
+* every host directory under ``logs/`` and ``metrics/`` is a node of one of the bundle's
+  workloads (``logs/_scheduler`` is the scheduler's), every directory under ``fabric/`` is a
+  switch or host of the topology, and every expected culprit host is a node (or, for a
+  switch-level incident, a switch of the topology).
 """
 
 from __future__ import annotations
@@ -37,35 +40,42 @@ def test_bundle_wellformed(bundle: Path) -> None:
     workload_file = bundle / "workload.yaml"
     assert workload_file.is_file(), f"{bundle.name}: no workload.yaml"
     workload = WorkloadSpec.model_validate(_load(workload_file))
+    extra = [WorkloadSpec.model_validate(_load(p)) for p in sorted((bundle / "workloads").glob("*.yaml"))]
+    nodes = {n for w in [workload, *extra] for n in w.nodes}
+    topology = TopologySpec.model_validate(_load(bundle / "topology.yaml")) if (bundle / "topology.yaml").is_file() else None
+    fabric_nodes = {x for link in topology.links for x in (link.host, link.switch)} if topology else set()
+    fabric_nodes |= {end.split("/")[0] for pair in (topology.uplinks if topology else []) for end in pair}
 
     expected_file = bundle / "expected.yaml"
     assert expected_file.is_file(), f"{bundle.name}: no expected.yaml"
     expected = ExpectedSpec.model_validate(_load(expected_file))
     assert expected.notes.strip(), f"{bundle.name}: expected.yaml has no notes"
     for host in expected.culprit_hosts or []:
-        assert host in workload.nodes, f"{bundle.name}: culprit host {host} is not in nodes"
+        assert host in nodes or (expected.incident and expected.incident.level == "switch" and host in fabric_nodes), \
+            f"{bundle.name}: culprit host {host} is not in nodes"
     ranks = workload.rank_map()
     for rank in expected.culprit_ranks or []:
         assert not ranks or rank in ranks, f"{bundle.name}: culprit rank {rank} is not in the rank map"
 
-    if (bundle / "topology.yaml").is_file():
-        TopologySpec.model_validate(_load(bundle / "topology.yaml"))
-
-    for host in workload.hosts:
-        assert host in workload.nodes, f"{bundle.name}: hosts.{host} is not in nodes"
+    for w in [workload, *extra]:
+        for host in w.hosts:
+            assert host in w.nodes, f"{bundle.name}: {w.workload_id} hosts.{host} is not in nodes"
 
     logs = bundle / "logs"
     assert logs.is_dir(), f"{bundle.name}: no logs/"
     files = [p for p in logs.rglob("*") if p.is_file()]
     assert files, f"{bundle.name}: logs/ is empty"
+    if (bundle / "fabric").is_dir():
+        for node_dir in (bundle / "fabric").iterdir():
+            assert node_dir.name in fabric_nodes, f"{bundle.name}: fabric/{node_dir.name} is not in the topology"
     for top in ("logs", "metrics"):
         root = bundle / top
         if not root.is_dir():
             continue
         for host_dir in root.iterdir():
             assert host_dir.is_dir(), f"{bundle.name}: {top}/{host_dir.name} is not a host directory"
-            allowed = host_dir.name in workload.nodes or (top == "logs" and host_dir.name == "_scheduler")
-            assert allowed, f"{bundle.name}: {top}/{host_dir.name} is not one of the workload's nodes"
+            allowed = host_dir.name in nodes or (top == "logs" and host_dir.name == "_scheduler")
+            assert allowed, f"{bundle.name}: {top}/{host_dir.name} is not one of the workloads' nodes"
         for path in root.rglob("*"):
             if path.is_file():
                 assert path.stat().st_size > 0, f"{bundle.name}: {path.relative_to(bundle)} is empty"
