@@ -491,20 +491,27 @@ def group_faults(
         for run in _time_clusters(by_switch[switch], lambda pf: pf.first_at, gap):
             if len(run) < policy.switch_min_ports or len(run) < policy.switch_min_fraction * total:
                 continue
+            # the switch's uplinks went down with it: their faults (seen by the spine, or by
+            # the switch itself) are part of the same event, not incidents of their own
+            lo = min(pf.first_at for pf in run) - gap
+            hi = max(pf.last_at for pf in run) + gap
+            run += [pf for pf in remaining
+                    if pf.link is None and lo <= pf.first_at <= hi and index.uplink_switches(pf.port) & {switch}]
             remaining = [pf for pf in remaining if pf not in run]
             evidence = sorted({e.event_id: e for pf in run for e in pf.events}.values(),
                               key=lambda e: (e.at, e.event_id))
-            victims = tuple(sorted({pf.link.host for pf in run}))
+            hosted = [pf for pf in run if pf.link is not None]
+            victims = tuple(sorted({pf.link.host for pf in hosted}))
             out.append(Fault(
                 level="switch", key=switch, code="fabric.switch.down", domain="fabric",
                 kind="switch_down", cluster=cluster, hosts=(switch,),
-                ports=tuple(sorted(pf.link.port_id for pf in run)), victims=victims,
+                ports=tuple(sorted(pf.link.port_id for pf in hosted)), victims=victims,
                 first_at=min(pf.first_at for pf in run), last_at=max(pf.last_at for pf in run),
                 weight=policy.weight("switch_down"),
                 sides=tuple(sorted({s for pf in run for s in pf.sides})), members=tuple(run),
                 evidence=tuple(evidence),
-                text=f"switch {switch}: {len(run)} of its {total} host ports went down together "
-                     f"({', '.join(victims)})",
+                text=f"switch {switch}: {len(hosted)} of its {total} host ports went down together "
+                     f"({', '.join(victims)})" + (f" with {len(run) - len(hosted)} uplink(s)" if len(run) > len(hosted) else ""),
             ))
 
     out += [_port_fault_to_fault(pf, cluster, policy) for pf in remaining]

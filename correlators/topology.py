@@ -86,6 +86,10 @@ class FabricIndex:
         for a, b in self.spec.uplinks:
             for end in (a, b):
                 self.switches.add(end.split("/", 1)[0])
+        self._uplink_peer: dict[str, str] = {}
+        for a, b in self.spec.uplinks:
+            self._uplink_peer[a] = b
+            self._uplink_peer[b] = a
         self._ip_host: dict[str, str] = {}
         ips = {h: list(facts.ips) for h, facts in self.spec.hosts.items()}
         for host, addrs in (extra_ips or {}).items():
@@ -110,6 +114,12 @@ class FabricIndex:
         """The host owning the address in ``text`` (see :func:`parse_address`), or None."""
         addr = parse_address(text)
         return self._ip_host.get(addr) if addr else None
+
+    def uplink_switches(self, port: str) -> set[str]:
+        """The switches at the two ends of the switch-to-switch cable whose end is ``port``
+        (``spine-01/Ethernet8`` -> {spine-01, leaf-02}); empty when ``port`` is no uplink end."""
+        peer = self._uplink_peer.get(port)
+        return {port.split("/", 1)[0], peer.split("/", 1)[0]} if peer else set()
 
     def is_switch(self, node: str) -> bool:
         """True if ``node`` is a switch of the topology."""

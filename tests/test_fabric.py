@@ -329,6 +329,25 @@ def test_three_of_four_ports_of_a_leaf_down_together_are_one_switch_fault():
     assert faults[1].hosts == ("node-a05",) and faults[1].code == "fabric.port.link_down"
 
 
+def test_a_dead_leafs_uplinks_seen_by_the_spine_are_part_of_the_switch_fault():
+    spec = topology_dict()
+    spec["uplinks"] = [("leaf-01/33", "spine-01/Ethernet8"), ("leaf-02/33", "spine-01/Ethernet9")]
+    index = FabricIndex(TopologySpec.model_validate(spec))
+    # leaf-01 reboots: three of its hosts log Link down, and the spine logs its uplink to
+    # leaf-01 going down; an unrelated spine port (to leaf-02) flaps an hour later
+    events = [down("node-a01", 0), down("node-a02", 1), down("node-a03", 2),
+              sw_down("spine-01", "Ethernet8", 3),
+              sw_down("spine-01", "Ethernet9", 3600), sw_down("spine-01", "Ethernet9", 3660)]
+    faults = correlate(events, index, cluster="c1")
+    assert [(f.level, f.key) for f in faults] == [("switch", "leaf-01"), ("port", "spine-01/Ethernet9")]
+    switch = faults[0]
+    assert [m.port for m in switch.members] == ["leaf-01/1", "leaf-01/2", "leaf-01/3", "spine-01/Ethernet8"]
+    assert switch.ports == ("leaf-01/1", "leaf-01/2", "leaf-01/3")  # host ports; the spine is no culprit
+    assert switch.victims == ("node-a01", "node-a02", "node-a03")
+    assert switch.text.endswith("with 1 uplink(s)")
+    assert faults[1].kind == "flapping" and faults[1].hosts == ("spine-01",)  # act on the spine port
+
+
 def test_two_of_four_ports_stay_port_faults():
     faults = correlate([down("node-a01", 0), down("node-a02", 30)], INDEX, cluster="c1")
     assert [(f.level, f.key, f.code) for f in faults] == [
