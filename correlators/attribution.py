@@ -334,6 +334,13 @@ class Hypothesis:
         return min(times)
 
     @property
+    def until(self) -> int:
+        """When the cause was last seen: a derived fault event says how long its evidence
+        lasted (``attributes.last_at``: a cable degrading for hours); else :attr:`at`."""
+        ends = [e.attributes["last_at"] for _, _, e in self.support if isinstance(e.attributes.get("last_at"), int)]
+        return max([self.at, *ends])
+
+    @property
     def hosts(self) -> set[str]:
         """Culprit hosts: each supporting event's host, or the ``culprit_hosts`` a derived
         event names (a fabric fault names the host at the end of the cable, a switch, or a
@@ -361,10 +368,9 @@ class Hypothesis:
             return False
         if rule.same_host and not self.job_wide and symptom.host not in self.hosts:
             return False
-        at = self.at
         when = symptom.effective_at
-        lo = at - int(rule.lead_s * NS) - skew_ns
-        hi = at + int(rule.horizon_s * NS) + skew_ns
+        lo = self.at - int(rule.lead_s * NS) - skew_ns
+        hi = self.until + int(rule.horizon_s * NS) + skew_ns
         return lo <= when <= hi
 
 

@@ -31,7 +31,7 @@ from correlators.fabric import (
     relevant,
 )
 from correlators.topology import FabricIndex
-from schemas.bundle import TopologySpec
+from schemas.bundle import TopologySpec, to_ns
 from schemas.records import Event, GpuRef, canonical_json
 from streams.replay import replay_bundle, score
 
@@ -587,6 +587,24 @@ def test_error_12_after_hours_with_a_flapping_peer_port_is_that_port(tmp_path):
     assert incident.members == sorted([verdict.attribution_id, fabric.attribution_id])
     row = score(result.attribution, result.expected, "fab", result.attributions)
     assert row.hit, row.misses
+
+
+def test_a_fault_that_lasts_for_hours_explains_errors_near_its_end(tmp_path):
+    """A port that began flapping 2.5 h before the job failed (one episode: flaps closer than
+    episode_gap_s) still explains the error-12 lines of the failure: the cause lasts until its
+    last evidence, not just one horizon past its first."""
+    start = D(2026, 11, 30, 0, 0, 0)
+    logs = {"logs/node-a03/dmesg.log": flap_lines(D(2026, 11, 30, 0, 30, 0)) + flap_lines(D(2026, 11, 30, 3, 1, 10))}
+    err = D(2026, 11, 30, 3, 2, 50)
+    for h in ("node-a01", "node-a02"):
+        logs[f"logs/{h}/nccl.log"] = [nccl_error12(err, h, "node-a03")]
+    result = replay_bundle(write_bundle(tmp_path / "long", workload("job-2001", RACK1, start, D(2026, 11, 30, 3, 10)), logs))
+    (fault,) = result.faults
+    assert (fault.first_at, fault.kind) == (to_ns(D(2026, 11, 30, 0, 30, 0)), "flapping")
+    verdict = result.attribution
+    assert verdict.root_cause.code == "fabric.port.flapping"
+    errors = {e.event_id for e in result.events if e.type == "nccl.ib_completion_error"}
+    assert len(errors) == 2 and errors <= set(verdict.symptoms)
 
 
 def test_without_topology_the_flapping_port_is_still_found_by_its_host_side_name(tmp_path):
