@@ -267,6 +267,11 @@ connect_app = typer.Typer(help="Publish inputs (bundles, log files, ...) to Kafk
 app.add_typer(add_connect_commands(connect_app), name="connect")
 
 
+from streams.remediation_cli import app as remediation_app  # noqa: E402
+
+app.add_typer(remediation_app, name="remediation")
+
+
 # -- topics: the topic catalogue (schemas/topics.py) on a broker -------------------------------
 topics_app = typer.Typer(help="Kafka topics of the catalogue (schemas/topics.py).", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")

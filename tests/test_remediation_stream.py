@@ -1,0 +1,529 @@
+"""Remediation driven end to end (``streams/remediate.py``, ``streams/remediation_cli.py``).
+
+* The Kafka-free :class:`RemediationRunner` with the **real Slurm** (``slurm_cluster``, Slurm
+  22.05 on this machine): a final GPU verdict naming the Slurm node -> a drain (policy mode
+  ``auto``) -> the node is DRAINED with the reason; a failed certification keeps it drained; a
+  passing one RESUMEs it (idle). An unknown node and an executor that raises end ``failed``
+  with the detail; a resume that fails is said on the ``done`` record. The node is put back in
+  a ``finally`` whatever happens.
+* The runner's command handling: the same approve twice (same id, and a second person's), an
+  approve that overtakes its proposal, commands that no longer fit; state round-trip with
+  executions in flight (a worker that died mid-execution: ``failed``, never re-run).
+* The streaming path: a real ``faultstream worker`` subprocess on the real local Kafka broker;
+  the example bundle ``public-rc15-pcie-aer-xid79-multinode`` (XID 79 on node-a02) published
+  with ``faultstream connect bundle`` -> drain and reboot ``proposed`` on ``remediations`` ->
+  ``faultstream remediation approve`` (subprocess) -> ``approved`` -> ``executing`` -> ``done``
+  in dry run (the reboot; the drain waits for certification until ``faultstream connect
+  certifications`` publishes a passing DCGM run), each transition one record with increasing
+  ``sequence``; duplicated and repeated approvals add no transition; ``remediation list --json``
+  shows the final states; the records are in ClickHouse; bad commands are dead letters.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from connectors.slurm import parse_scontrol_nodes
+from correlators.remediation import RemediationEngine, load_policy, parse_policy
+from schemas.records import (
+    Attribution,
+    Certification,
+    CertificationTest,
+    Culprits,
+    GpuRef,
+    RemediationAction,
+    RemediationCommand,
+    RootCause,
+    Scope,
+    Window,
+    canonical_json,
+)
+from sinks.executors import ExecutionResult, ExecutorSettings
+from streams.remediate import CommandRejected, RemediationRunner
+from tests.slurm_fixtures import slurm_cluster  # noqa: F401
+from tests.test_stream import consume, publish, stream_env  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = ROOT / "examples" / "incidents" / "public-rc15-pcie-aer-xid79-multinode"
+CERTS = ROOT / "tests" / "data" / "certifications"
+NS = 1_000_000_000
+T0 = 1_800_000_000 * NS
+
+AUTO_DRAIN = parse_policy("""
+version: stream-test-1
+policy_id: stream-test
+rules:
+  - id: off-the-bus
+    source: "test policy: drain without a person"
+    match: {code: gpu.xid.79}
+    actions:
+      - {action: drain, target: host, mode: auto, requires_certification: true}
+""")
+
+NEEDS_APPROVAL = parse_policy("""
+version: stream-test-2
+policy_id: stream-test
+default_mode: needs_approval
+rules:
+  - id: off-the-bus
+    match: {code: gpu.xid.79}
+    actions:
+      - {action: drain, target: host, requires_certification: true}
+""")
+
+
+def gpu_verdict(host: str, cluster: str, *, at: int = T0, final: bool = True, att_id: str = "wl-1") -> Attribution:
+    """A final (or provisional) definitive verdict: XID 79 on GPU 3 of ``host``."""
+    return Attribution(
+        attribution_id=att_id, scope=Scope(kind="workload", id="job-77", cluster=cluster),
+        window=Window(start=at - 600 * NS, end=at), outcome="failed", domain="gpu_hardware",
+        root_cause=RootCause(code="gpu.xid.79", text=f"GPU 3 of {host} fell off the bus (XID 79)"),
+        culprits=Culprits(hosts=[host], gpus=[GpuRef(index=3)]), confidence=0.95, quality="definitive",
+        final=final, ruleset_version="t", engine_version="t", decided_at=at,
+    )
+
+
+def certification(host: str, cluster: str, passed: bool, at: int) -> Certification:
+    return Certification(
+        host=host, cluster=cluster, suite="dcgm-diag-r2", passed=passed, finished_at=at,
+        tests=[CertificationTest(name="memory", result="pass" if passed else "fail",
+                                 detail="" if passed else "GPU3: double-bit ECC error"),
+               CertificationTest(name="pcie", result="pass")]).with_id()
+
+
+def approve(action_id: str, cluster: str, *, by: str = "alice", at: int = T0 + 60 * NS,
+            command: str = "approve", reason: str = "checked") -> RemediationCommand:
+    return RemediationCommand(command=command, action_id=action_id, cluster=cluster, by=by, reason=reason, at=at).with_id()
+
+
+class Clock:
+    """A wall clock the test moves: UTC ns, one second per call."""
+
+    def __init__(self, start: int) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        self.now += NS
+        return self.now
+
+
+# == the runner on the real Slurm ===================================================================
+
+
+def node_fields(node: str) -> dict[str, str]:
+    out = subprocess.run(["scontrol", "-o", "show", "node", node], capture_output=True, text=True, check=True)
+    return parse_scontrol_nodes(out.stdout)[node]
+
+
+def node_state(node: str) -> tuple[str, set[str]]:
+    parts = [p.rstrip("*~#!%$@^-") for p in node_fields(node)["State"].split("+")]
+    return parts[0], set(parts[1:])
+
+
+def in_service(node: str) -> bool:
+    """Idle and neither drained, down nor failed (slurmctld may flag NOT_RESPONDING between pings)."""
+    base, flags = node_state(node)
+    return base == "IDLE" and not flags & {"DRAIN", "DOWN", "FAIL"}
+
+
+def put_back(node: str) -> None:
+    base, flags = node_state(node)
+    if "DRAIN" in flags or base in ("DOWN", "DRAINED"):
+        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], capture_output=True)
+    assert "DRAIN" not in node_state(node)[1], "the test node was left drained"
+
+
+def slurm_runner(cluster: str, policy: Any = AUTO_DRAIN, clock: Clock | None = None) -> RemediationRunner:
+    executors = ExecutorSettings(clusters={cluster: {"kind": "slurm", "attempts": 1}})
+    return RemediationRunner(RemediationEngine(policy, fleet_size=8), executors, clock=clock or Clock(T0))
+
+
+def test_slurm_drained_by_a_verdict_kept_out_by_a_failed_certification_resumed_by_a_passing_one(slurm_cluster):  # noqa: F811
+    node, cluster = slurm_cluster.node, slurm_cluster.name
+    clock = Clock(T0)
+    runner = slurm_runner(cluster, clock=clock)
+    try:
+        assert in_service(node)
+        proposed, approved = runner.handle_attribution(gpu_verdict(node, cluster))
+        aid = proposed.action_id
+        assert (proposed.state, approved.state, approved.decision.by) == ("proposed", "approved", "policy:stream-test@stream-test-1")
+        assert all(g.passed for g in approved.guards)
+
+        started, executed = runner.run_due()
+        assert (started.state, started.executor, started.sequence) == ("executing", "slurm", 3)
+        assert (executed.state, executed.sequence) == ("executing", 4)
+        base, flags = node_state(node)
+        assert "DRAIN" in flags, (base, flags)
+        reason = node_fields(node)["Reason"]
+        # Reason=faultstream <action id>: <action reason>, and slurmctld's " [user@time]"
+        assert reason.startswith(f"faultstream {aid}: rule off-the-bus: GPU 3 of {node} fell off the bus (XID 79)")
+        assert executed.result.startswith(f"slurm: {node} State={node_fields(node)['State']} Reason=faultstream {aid}: ")
+        assert executed.result.endswith("awaiting certification")
+        assert f"[ran: scontrol update NodeName={node} State=DRAIN " in executed.result
+        assert runner.run_due() == []  # nothing more to do: the drain waits for certification
+
+        failed = certification(node, cluster, False, clock.now + 60 * NS)
+        (kept,) = runner.handle_certification(failed)
+        assert (kept.state, kept.sequence) == ("executing", 5)
+        assert "failed" in kept.result and "node stays out of service" in kept.result
+        assert runner.run_due() == []
+        assert "DRAIN" in node_state(node)[1]  # still drained
+
+        passed = certification(node, cluster, True, clock.now + 120 * NS)
+        assert runner.handle_certification(passed) == []  # the done record waits for the resume
+        assert "DRAIN" in node_state(node)[1]
+        (done,) = runner.run_due()
+        assert (done.action_id, done.state, done.sequence) == (aid, "done", 6)
+        assert done.result.startswith(f"returned to service: certification dcgm-diag-r2 ({passed.certification_id}) "
+                                      f"of {node} passed at {passed.finished_at}; slurm resume: {node} State=IDLE")
+        assert in_service(node)
+        assert "Reason" not in node_fields(node)
+        assert runner.run_due() == [] and runner.inflight() == {}
+    finally:
+        put_back(node)
+
+
+def test_slurm_approved_by_a_person_and_an_unknown_node_fails_without_losing_the_action(slurm_cluster):  # noqa: F811
+    node, cluster = slurm_cluster.node, slurm_cluster.name
+    runner = slurm_runner(cluster, NEEDS_APPROVAL)
+    try:
+        (real,) = runner.handle_attribution(gpu_verdict(node, cluster))
+        (ghost,) = runner.handle_attribution(gpu_verdict("no-such-node-9", cluster, att_id="wl-2"))
+        assert (real.state, real.mode) == ("proposed", "needs_approval")
+        assert runner.run_due() == []  # nothing runs without a decision
+        assert in_service(node)
+        (ok,) = runner.handle_command(approve(real.action_id, cluster, by="bob", reason="XID 79 confirmed"))
+        (bad,) = runner.handle_command(approve(ghost.action_id, cluster))
+        assert (ok.decision.by, ok.decision.reason) == ("bob", "XID 79 confirmed")
+        records = runner.run_due()
+        by_id = {}
+        for r in records:
+            by_id.setdefault(r.action_id, []).append(r)
+        assert [r.state for r in by_id[real.action_id]] == ["executing", "executing"]
+        assert "DRAIN" in node_state(node)[1]
+        assert [r.state for r in by_id[ghost.action_id]] == ["executing", "failed"]
+        assert by_id[ghost.action_id][-1].result.startswith("slurm: ")
+        assert "Invalid node name specified" in by_id[ghost.action_id][-1].result
+        assert runner.engine.get(ghost.action_id).state == "failed"  # recorded, not lost
+    finally:
+        put_back(node)
+
+
+class _Raising:
+    """An executor with a bug: every call raises (what the runner must survive)."""
+
+    name = "webhook"
+
+    def execute(self, action):
+        raise RuntimeError("boom: executor bug")
+
+    def resume(self, host, reason):
+        raise RuntimeError("boom: resume bug")
+
+    def plan(self, action):
+        return []
+
+    def plan_resume(self, host, reason):
+        return []
+
+
+class _RaisingSettings(ExecutorSettings):
+    def executor_for(self, cluster):  # noqa: D401 -- every cluster gets the buggy executor
+        return _Raising()
+
+
+def test_an_executor_that_raises_fails_the_action_and_a_failed_resume_is_on_the_done_record():
+    runner = RemediationRunner(RemediationEngine(AUTO_DRAIN, fleet_size=8), _RaisingSettings(), clock=Clock(T0))
+    (_, approved) = runner.handle_attribution(gpu_verdict("node-1", "c1"))
+    started, failed = runner.run_due()
+    assert (failed.state, failed.executor) == ("failed", "webhook")
+    assert failed.result == "webhook: executor raised RuntimeError: boom: executor bug"
+
+    # a second incident on another node: the executor works for execute but not for resume
+    class _ResumeFails(_Raising):
+        def execute(self, action):
+            return ExecutionResult(ok=True, detail="cordoned", executor="webhook")
+
+    class _Settings(ExecutorSettings):
+        def executor_for(self, cluster):
+            return _ResumeFails()
+
+    runner.executors = _Settings()
+    runner.handle_attribution(gpu_verdict("node-2", "c1", att_id="wl-2", at=T0 + 3600 * NS))
+    runner.run_due()
+    assert runner.handle_certification(certification("node-2", "c1", True, T0 + 7200 * NS)) == []
+    (done,) = runner.run_due()
+    assert done.state == "done"
+    assert done.result.endswith("; webhook resume FAILED: executor raised RuntimeError: boom: resume bug; "
+                                "the node is still out of service: return node-2 to service by hand")
+
+
+# == commands: duplicates, order, moot decisions ===================================================
+
+
+def dry_runner(policy: Any = NEEDS_APPROVAL, clock: Clock | None = None, **kw: Any) -> RemediationRunner:
+    return RemediationRunner(RemediationEngine(policy, fleet_size=8), ExecutorSettings(clusters={}),
+                             clock=clock or Clock(T0), **kw)
+
+
+def test_the_same_approval_twice_and_a_second_persons_approval_add_no_transition():
+    runner = dry_runner()
+    (proposed,) = runner.handle_attribution(gpu_verdict("node-1", "c1"))
+    first = approve(proposed.action_id, "c1")
+    (approved,) = runner.handle_command(first)
+    assert (approved.sequence, approved.decision.by) == (2, "alice")
+    assert runner.handle_command(first) == []  # the same record delivered again
+    again = runner.apply_command(approve(proposed.action_id, "c1", by="carol", at=T0 + 90 * NS))
+    assert (again.outcome, again.records) == ("duplicate", [])
+    assert again.detail == f"approve of {proposed.action_id}: already approved by alice"
+    records = runner.run_due()
+    assert [(r.sequence, r.state) for r in records] == [(3, "executing"), (4, "executing")]
+    assert runner.apply_command(first).outcome == "duplicate"  # and after it ran
+    assert runner.engine.get(proposed.action_id).sequence == 4
+
+
+def test_an_approval_that_overtakes_its_proposal_waits_for_it():
+    clock = Clock(T0)
+    runner = dry_runner(clock=clock, command_wait_s=600)
+    # the proposal's id is deterministic: learn it from another engine fed the same verdict
+    (proposed,) = dry_runner().handle_attribution(gpu_verdict("node-1", "c1"))
+    early = runner.apply_command(approve(proposed.action_id, "c1"), origin={"topic": "t", "offset": 7})
+    assert (early.outcome, early.records) == ("parked", [])
+    assert [c.action_id for c in runner.parked()] == [proposed.action_id]
+    # the state survives a restart with the command still waiting
+    runner = RemediationRunner.from_state(json.loads(json.dumps(runner.to_state())), NEEDS_APPROVAL,
+                                          ExecutorSettings(clusters={}), fleet_size=8, clock=clock)
+    records = runner.handle_attribution(gpu_verdict("node-1", "c1"))
+    assert [(r.sequence, r.state) for r in records] == [(1, "proposed"), (2, "approved")]
+    assert records[1].decision.by == "alice" and runner.parked() == []
+
+    # a command for an action that never comes is given up after command_wait_s
+    runner.apply_command(approve("act-000000000000000000000000", "c1"), origin={"topic": "t", "offset": 9})
+    assert runner.expire_parked(clock.now + 599 * NS) == []
+    ((cmd, origin, reason),) = runner.expire_parked(clock.now + 601 * NS)
+    assert origin == {"topic": "t", "offset": 9}
+    assert reason == ("unknown remediation action 'act-000000000000000000000000': no proposal for it within "
+                      "600 s (approve by alice)")
+
+
+def test_decisions_that_no_longer_fit_are_rejected_not_applied():
+    runner = dry_runner()
+    (proposed,) = runner.handle_attribution(gpu_verdict("node-1", "c1"))
+    aid = proposed.action_id
+    (rejected,) = runner.handle_command(approve(aid, "c1", command="reject", by="dave", reason="known issue"))
+    assert (rejected.state, rejected.decision.by, rejected.reason) == ("rejected", "dave", "known issue")
+    with pytest.raises(CommandRejected, match=f"approve of {aid} by alice rejected: the action is rejected"):
+        runner.handle_command(approve(aid, "c1", at=T0 + 120 * NS))
+    assert runner.apply_command(approve(aid, "c1", command="reject", by="erin", at=T0 + 130 * NS)).outcome == "duplicate"
+    assert runner.engine.get(aid).sequence == 2
+
+
+def test_a_worker_that_died_mid_execution_fails_the_action_and_never_reruns_it():
+    clock = Clock(T0)
+    runner = dry_runner(AUTO_DRAIN, clock=clock)
+    runner.handle_attribution(gpu_verdict("node-1", "c1"))
+    started, jobs = runner.start_due()  # executing recorded; the executor never reports
+    assert [r.state for r in started] == ["executing"] and len(jobs) == 1
+    state = json.loads(json.dumps(runner.to_state()))
+    assert list(state["inflight"]) == [jobs[0].action_id]
+    again = RemediationRunner.from_state(state, AUTO_DRAIN, ExecutorSettings(clusters={}), fleet_size=8, clock=clock)
+    assert again.start_due() == ([], [])  # not started twice
+    assert again.fail_lost(set(), lost_after_s=900, now=jobs[0].started_at + 899 * NS) == []
+    assert again.fail_lost({jobs[0].action_id}, lost_after_s=900, now=jobs[0].started_at + 901 * NS) == []  # still running here
+    (failed,) = again.fail_lost(set(), lost_after_s=900, now=jobs[0].started_at + 901 * NS)
+    assert failed.state == "failed"
+    assert failed.result == (f"dry_run: outcome unknown: the worker stopped while the dry_run executor ran (started at "
+                             f"{jobs[0].started_at}); check the node, then cancel or redo by hand")
+    # the lost executor's late report changes nothing
+    assert again.finish_job(jobs[0].action_id, ExecutionResult(ok=True, detail="late", executor="dry_run")) == []
+
+
+def test_dry_run_mode_never_reaches_a_real_executor():
+    runner = RemediationRunner(RemediationEngine(load_policy(), fleet_size=8),
+                               ExecutorSettings(clusters={"c1": {"kind": "slurm", "scontrol": "/nonexistent/scontrol"}}),
+                               clock=Clock(T0))
+    drain = next(r for r in runner.handle_attribution(gpu_verdict("node-1", "c1")) if r.action == "drain")
+    assert drain.mode == "dry_run"  # the packaged policy
+    runner.handle_command(approve(drain.action_id, "c1"))
+    started, executed = runner.run_due()
+    assert started.executor == "dry_run"
+    # the plan of the Slurm executor, logged, not run (the binary does not even exist)
+    assert executed.result.startswith("dry_run: dry-run: would run: /nonexistent/scontrol update NodeName=node-1 "
+                                      f"State=DRAIN 'Reason=faultstream {drain.action_id}: rule gpu-fell-off-bus:")
+
+
+# == the streaming path ===========================================================================
+
+
+def cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streams.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def records_of(messages: list[Any]) -> list[RemediationAction]:
+    return [RemediationAction.model_validate_json(m.value()) for m in messages]
+
+
+def by_action(records: list[RemediationAction]) -> dict[str, list[RemediationAction]]:
+    out: dict[str, list[RemediationAction]] = {}
+    for r in records:
+        out.setdefault(r.action, []).append(r)
+    return out
+
+
+def latest_of(records: list[RemediationAction], kind: str) -> RemediationAction | None:
+    mine = [r for r in records if r.action == kind]
+    return max(mine, key=lambda r: r.sequence) if mine else None
+
+
+def test_bundle_to_proposal_to_cli_approval_to_dry_run_execution_on_a_real_broker(stream_env, kafka_bootstrap,  # noqa: F811
+                                                                                  kafka_topic_factory):
+    env, prefix = stream_env["env"], stream_env["prefix"]
+    for name in (f"{prefix}.remediation-commands", f"{env['FAULTSTREAM_APP_ID']}-by-cluster-remediation",
+                 f"{env['FAULTSTREAM_APP_ID']}-remediation_state-changelog", f"{env['FAULTSTREAM_APP_ID']}-by-fabric",
+                 f"{env['FAULTSTREAM_APP_ID']}-fabric_meta-changelog", f"{env['FAULTSTREAM_APP_ID']}-fabric_events-changelog",
+                 f"{env['FAULTSTREAM_APP_ID']}-topology-changelog"):
+        kafka_topic_factory.track(name)
+    ch_dir = stream_env["tmp"] / "clickhouse"
+    # the bundle's events are hours old; proposals must outlive the wall-clock expiry timer
+    worker = stream_env["start"](FAULTSTREAM_CLICKHOUSE=f"chdb://{ch_dir}", FAULTSTREAM_REMEDIATION_PROPOSAL_TTL_S="31536000",
+                                 FAULTSTREAM_REMEDIATION_TICK_INTERVAL_S="1")
+    publish(env, BUNDLE)
+    topic = f"{prefix}.remediations"
+
+    def final_proposals(messages: list[Any]) -> bool:
+        recs = records_of(messages)
+        return all((r := latest_of(recs, k)) is not None and r.state == "proposed" and all(g.passed for g in r.guards)
+                   for k in ("drain", "reboot"))
+
+    recs = records_of(consume(kafka_bootstrap, topic, until=final_proposals, timeout=120))
+    drain, reboot = latest_of(recs, "drain"), latest_of(recs, "reboot")
+    assert (drain.target.host, drain.cluster, drain.mode) == ("node-a02", "c1", "dry_run")
+    # the action keeps the cause of the verdict revision that proposed it: the provisional one
+    # names the first decisive event to arrive (the fatal AER a second before the XID 79, or the
+    # XID); the final revision (gpu.xid.79) calls for the same drain and reboot of node-a02
+    assert drain.cause_code in ("gpu.pcie.aer_fatal", "gpu.xid.79")
+    assert reboot.reason.endswith(f"runs after drain {drain.action_id}")
+    guards = {g.guard: g.detail for g in drain.guards}
+    # the bundle's topology reached the engine: 2 nodes, rack-1 and leaf-01
+    assert guards["circuit_breaker"] == "1 of 2 nodes taken out within 300 s (limit 50%)"
+    assert "rack-1 1/2" in guards["domain_budget"]
+    # the provisional verdict came first: proposed with verdict_final failed, then re-evaluated
+    first = by_action(recs)["drain"][0]
+    assert (first.sequence, first.state) == (1, "proposed")
+    assert [r.sequence for r in by_action(recs)["drain"]] == list(range(1, drain.sequence + 1))
+
+    # a person approves both through the CLI
+    for action in (drain, reboot):
+        out = cli(env, "remediation", "approve", action.action_id, "--by", "alice", "--reason", "checked")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(f"approve {action.action_id} ({action.action} node-a02, cluster c1) by alice: cmd-")
+
+    def executed(messages: list[Any]) -> bool:
+        recs = records_of(messages)
+        d, r = latest_of(recs, "drain"), latest_of(recs, "reboot")
+        return (r is not None and r.state == "done" and d is not None and d.state == "executing"
+                and d.result.endswith("awaiting certification"))
+
+    recs = records_of(consume(kafka_bootstrap, topic, until=executed, timeout=60))
+    flows = by_action(recs)
+    for kind, base in (("drain", drain.sequence), ("reboot", reboot.sequence)):
+        after = [r for r in flows[kind] if r.sequence > base]
+        assert [r.sequence for r in after] == list(range(base + 1, base + 1 + len(after)))  # one record per transition
+        assert after[0].state == "approved"
+        assert (after[0].decision.by, after[0].decision.reason) == ("alice", "checked")
+        assert after[1].state == "executing" and after[1].executor == "dry_run" and after[1].result == "started by dry_run"
+    assert [r.state for r in flows["reboot"] if r.sequence > reboot.sequence] == ["approved", "executing", "done"]
+    assert flows["reboot"][-1].result.startswith("dry_run: dry-run: would do: reboot host=node-a02")
+    assert [r.state for r in flows["drain"] if r.sequence > drain.sequence] == ["approved", "executing", "executing"]
+    held = latest_of(recs, "drain")
+
+    # the approval again: the CLI refuses (not proposed), and the same command delivered twice
+    # plus a second person's approval straight on the topic add no transition
+    again = cli(env, "remediation", "approve", drain.action_id, "--by", "alice", "--reason", "again")
+    assert again.returncode == 2
+    assert again.stderr.strip() == f"error: {drain.action_id} is executing, not proposed: nothing to approve"
+    dup = approve(drain.action_id, "c1", at=time.time_ns())
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for cmd in (dup, dup, approve(drain.action_id, "c1", by="carol", at=time.time_ns())):
+        producer.produce(f"{prefix}.remediation-commands", key=drain.action_id.encode(), value=canonical_json(cmd).encode())
+    producer.produce(f"{prefix}.remediation-commands", key=b"x", value=b"{not json")
+    producer.produce(f"{prefix}.remediation-commands", key=b"y",
+                     value=canonical_json(approve(drain.action_id, "")).encode())  # no cluster
+    producer.flush(30)
+    unknown = cli(env, "remediation", "approve", "act-ffffffffffffffffffffffff", "--by", "alice", "--reason", "x")
+    assert unknown.returncode == 2
+    assert unknown.stderr.strip() == f"error: unknown remediation action 'act-ffffffffffffffffffffffff' (not on {topic})"
+
+    letters = consume(kafka_bootstrap, f"{prefix}.deadletter",
+                      until=lambda ms: sum(json.loads(m.value())["source"] == "agent.remediation" for m in ms) >= 2,
+                      timeout=60)
+    reasons = sorted(json.loads(m.value())["reason"] for m in letters if json.loads(m.value())["source"] == "agent.remediation")
+    assert len(reasons) == 2
+    assert reasons[0].startswith("invalid command: the command names no cluster")
+    assert reasons[1].startswith("invalid json: ")
+
+    # a failed, then a passing DCGM run of node-a02, published with the certifications connector
+    def certify(path: Path) -> None:
+        finished = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        out = cli(env, "connect", "certifications", str(path), "--host", "node-a02", "--cluster", "c1",
+                  "--finished-at", finished, "--topic", f"{prefix}.certifications")
+        assert out.returncode == 0, out.stderr
+
+    certify(CERTS / "dcgm-diag-r3-4x-fail.txt")
+    recs = records_of(consume(kafka_bootstrap, topic, until=lambda ms: latest_of(records_of(ms), "drain") is not None
+                              and latest_of(records_of(ms), "drain").sequence > held.sequence, timeout=60))
+    kept = latest_of(recs, "drain")
+    assert (kept.sequence, kept.state) == (held.sequence + 1, "executing")  # the duplicates added nothing
+    assert "failed" in kept.result and kept.result.endswith("node stays out of service")
+    certify(CERTS / "dcgm-diag-r2-3x-pass.json")
+    recs = records_of(consume(kafka_bootstrap, topic, until=lambda ms: getattr(latest_of(records_of(ms), "drain"), "state", None)
+                              == "done", timeout=60))
+    done = latest_of(recs, "drain")
+    assert done.sequence == kept.sequence + 1
+    assert re.fullmatch(r"returned to service: certification dcgm-diag \(cert-\w+\) of node-a02 passed at \d+; "
+                        r"dry_run resume: dry-run: would do: resume host=node-a02", done.result), done.result
+    assert (done.decision.by, done.decision.reason) == ("alice", "checked")
+
+    # the operator's view
+    listed = cli(env, "remediation", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    shown = {r["action"]: r for r in map(json.loads, listed.stdout.splitlines())}
+    assert {k: (v["state"], v["sequence"], v["decision"]["by"]) for k, v in shown.items()} == {
+        "drain": ("done", done.sequence, "alice"), "reboot": ("done", reboot.sequence + 3, "alice")}
+    assert shown["drain"] == json.loads(canonical_json(done))
+    one = cli(env, "remediation", "show", done.action_id, "--json")
+    assert one.returncode == 0 and json.loads(one.stdout) == shown["drain"]
+    table = cli(env, "remediation", "show", done.action_id)
+    assert table.returncode == 0 and "decision: alice at" in table.stdout and "checked" in table.stdout
+
+    # and in ClickHouse: the latest state per action and every transition
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if worker.metrics().get('faultstream_clickhouse_rows_total{table="remediations"}', 0) >= done.sequence + reboot.sequence + 3:
+            break
+        time.sleep(0.5)
+    metrics = worker.metrics()
+    assert metrics['faultstream_remediation_commands_total{outcome="applied"}'] == 2
+    assert metrics['faultstream_remediation_commands_total{outcome="duplicate"}'] == 3
+    worker.stop()
+    from sinks.clickhouse import ClickHouseSink
+
+    with ClickHouseSink(f"chdb://{ch_dir}") as sink:
+        stored = {a.action: a for a in sink.fetch("remediations")}
+        assert {k: (v.state, v.sequence) for k, v in stored.items()} == {
+            "drain": ("done", done.sequence), "reboot": ("done", reboot.sequence + 3)}
+        assert sink.count("remediation_transitions") == done.sequence + reboot.sequence + 3
+        assert sink.count("certifications") == 2
