@@ -11,7 +11,8 @@
   executions in flight (a worker that died mid-execution: ``failed``, never re-run).
 * The streaming path: a real ``faultstream worker`` subprocess on the real local Kafka broker;
   the example bundle ``public-rc15-pcie-aer-xid79-multinode`` (XID 79 on node-a02) published
-  with ``faultstream connect bundle`` -> drain and reboot ``proposed`` on ``remediations`` ->
+  with ``faultstream connect bundle`` -> drain and reboot ``proposed`` on ``remediations`` -> the
+  worker is killed and a new one (no local state) recovers the engine from the changelog ->
   ``faultstream remediation approve`` (subprocess) -> ``approved`` -> ``executing`` -> ``done``
   in dry run (the reboot; the drain waits for certification until ``faultstream connect
   certifications`` publishes a passing DCGM run), each transition one record with increasing
@@ -21,10 +22,9 @@
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -424,6 +424,14 @@ def test_bundle_to_proposal_to_cli_approval_to_dry_run_execution_on_a_real_broke
     first = by_action(recs)["drain"][0]
     assert (first.sequence, first.state) == (1, "proposed")
     assert [r.sequence for r in by_action(recs)["drain"]] == list(range(1, drain.sequence + 1))
+
+    # the worker dies; a new one on another machine (no local state) recovers the engine from
+    # the changelog of remediation_state -- else the approvals below would name unknown actions
+    worker.stop(signal.SIGKILL)
+    worker = stream_env["start"]("second", FAULTSTREAM_CLICKHOUSE=f"chdb://{ch_dir}",
+                                 FAULTSTREAM_DATA_DIR=str(stream_env["tmp"] / "faust-second"),
+                                 FAULTSTREAM_REMEDIATION_PROPOSAL_TTL_S="31536000",
+                                 FAULTSTREAM_REMEDIATION_TICK_INTERVAL_S="1")
 
     # a person approves both through the CLI
     for action in (drain, reboot):
