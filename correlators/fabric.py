@@ -79,6 +79,7 @@ __all__ = [
     "port_events",
     "port_faults",
     "relevant",
+    "superseded",
     "workload_faults",
 ]
 
@@ -384,11 +385,17 @@ class Fault:
     members: tuple[PortFault, ...]
     evidence: tuple[Event, ...]
     text: str
+    episode: int = 0
 
     @property
     def incident_id(self) -> str:
-        """``inc-<hash>`` of (cluster, level, key, first time): stable for one episode."""
-        return content_id("inc", self.cluster, self.level, self.key, self.first_at)
+        """``inc-<hash>`` of (cluster, level, key, episode): stable for one episode.
+
+        ``episode`` is the fault's first time in whole ``episode_gap_s`` periods: two episodes
+        of one port are more than that apart, so they differ; a stream worker that sees an
+        earlier line of the same episode late keeps the same id (unless the line moves the
+        start across a period boundary)."""
+        return content_id("inc", self.cluster, self.level, self.key, self.episode)
 
 
 def _time_clusters(items: list[Any], at, gap_ns: int) -> list[list[Any]]:
@@ -427,7 +434,7 @@ def _port_fault_to_fault(pf: PortFault, cluster: str, policy: FabricPolicy) -> F
         level="port", key=pf.port, code=f"fabric.port.{pf.kind}", domain="fabric", kind=pf.kind,
         cluster=cluster, hosts=hosts, ports=ports, victims=hosts, first_at=pf.first_at,
         last_at=pf.last_at, weight=policy.weight(pf.kind), sides=pf.sides, members=(pf,),
-        evidence=pf.events, text=text,
+        evidence=pf.events, text=text, episode=pf.first_at // (policy.episode_gap_s * NS),
     )
 
 
@@ -479,6 +486,7 @@ def group_faults(
                 members=tuple(absorbed), evidence=tuple(evidence),
                 text=f"{len(hosts)} hosts of {domain} ({', '.join(hosts)}) were lost together: "
                      f"power or rack-level failure",
+                episode=min(e.at for e in evidence) // (policy.episode_gap_s * NS),
             ))
 
     # switches: several ports of one switch at once
@@ -512,6 +520,7 @@ def group_faults(
                 evidence=tuple(evidence),
                 text=f"switch {switch}: {len(hosted)} of its {total} host ports went down together "
                      f"({', '.join(victims)})" + (f" with {len(run) - len(hosted)} uplink(s)" if len(run) > len(hosted) else ""),
+                episode=min(pf.first_at for pf in run) // (policy.episode_gap_s * NS),
             ))
 
     out += [_port_fault_to_fault(pf, cluster, policy) for pf in remaining]
@@ -681,6 +690,29 @@ def assemble(faults: Sequence[Fault], verdicts: Sequence[Attribution], *, rulese
             **base,
         ))
     return out
+
+
+def superseded(previous: Attribution, current: Sequence[Attribution]) -> Attribution:
+    """The revision that withdraws a fabric or incident verdict a stream worker emitted and the
+    evidence no longer supports -- two ports first seen as port faults that turn out to be one
+    switch, or an episode whose start moved: root cause ``superseded`` naming the incidents
+    that replace it, no culprits (nothing to act on), quality ``insufficient``, final. The
+    caller sets the revision. Replay never emits one: it sees all evidence at once."""
+    same_cluster = sorted({a.incident_id for a in current
+                           if a.scope.cluster == previous.scope.cluster and a.incident_id})
+    text = ("superseded: the evidence now points to " + ", ".join(same_cluster)) if same_cluster \
+        else "superseded: the evidence no longer shows this fault"
+    return previous.model_copy(update={
+        "outcome": "unknown",
+        "domain": "unknown",
+        "root_cause": RootCause(code="superseded", text=text),
+        "culprits": Culprits(),
+        "members": [],
+        "confidence": 0.0,
+        "quality": "insufficient",
+        "alternatives": [],
+        "final": True,
+    })
 
 
 def _summary(event: Event) -> str:

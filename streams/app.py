@@ -53,7 +53,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from correlators.attribution import default_causal_rules
 from correlators.enrich import normalise_pci
-from correlators.fabric import PORT_EVENT_TYPES, assemble, correlate as correlate_fabric, workload_faults
+from correlators.fabric import PORT_EVENT_TYPES, assemble, correlate as correlate_fabric, superseded, workload_faults
 from correlators.rules import load_rule_pack
 from correlators.topology import FabricIndex
 from correlators.windows import WindowPolicy, WorkloadWindow, is_decisive, verdict_digest
@@ -572,19 +572,32 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                 meta["sent"][wid] = ids
                 await route(wid, {"kind": "faults", "events": [ev.model_dump(mode="json") for ev in linked]})
         verdicts = [Attribution.model_validate(v) for _, v in sorted(meta["verdicts"].items())]
-        for att in assemble(faults, verdicts, ruleset_version=verdict_version):
+        current = assemble(faults, verdicts, ruleset_version=verdict_version)
+        live = meta.setdefault("live", {})  # attribution id -> last emitted, still standing
+        for att in current:
             linked = [v for v in verdicts if v.incident_id == att.incident_id]
             att = att.model_copy(update={"final": all(v.final for v in linked)})
-            digest = verdict_digest(att)
-            revision, last = meta["emitted"].get(att.attribution_id, [0, None])
-            if digest == last:
-                continue
-            att = att.model_copy(update={"revision": revision + 1})
-            meta["emitted"][att.attribution_id] = [revision + 1, digest]
-            metrics.verdicts.labels(att.domain, att.scope.kind).inc()
-            await attributions.send(key=att.attribution_id.encode(), value=canonical_json(att).encode())
-            log.info("verdict %s %s rev %d %s", att.scope.kind, att.scope.id, att.revision, att.root_cause.code)
+            if await emit_fabric(meta, att):
+                live[att.attribution_id] = att.model_dump(mode="json")
+        # verdicts the evidence no longer supports (ports that turned out to be one switch,
+        # an episode whose start moved): withdraw them by a revision, never leave them standing
+        standing = {a.attribution_id for a in current}
+        for att_id in sorted(set(live) - standing):
+            await emit_fabric(meta, superseded(Attribution.model_validate(live.pop(att_id)), current))
         fabric_meta[cluster] = meta
+
+    async def emit_fabric(meta: dict[str, Any], att: Attribution) -> bool:
+        """Publish a fabric or incident verdict if its content changed; True if published."""
+        digest = verdict_digest(att)
+        revision, last = meta["emitted"].get(att.attribution_id, [0, None])
+        if digest == last:
+            return False
+        att = att.model_copy(update={"revision": revision + 1})
+        meta["emitted"][att.attribution_id] = [revision + 1, digest]
+        metrics.verdicts.labels(att.domain, att.scope.kind).inc()
+        await attributions.send(key=att.attribution_id.encode(), value=canonical_json(att).encode())
+        log.info("verdict %s %s rev %d %s", att.scope.kind, att.scope.id, att.revision, att.root_cause.code)
+        return True
 
     if policy.idle_timeout_s:
 

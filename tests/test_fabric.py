@@ -29,6 +29,7 @@ from correlators.fabric import (
     port_events,
     port_faults,
     relevant,
+    superseded,
 )
 from correlators.topology import FabricIndex
 from schemas.bundle import TopologySpec, to_ns
@@ -798,3 +799,17 @@ def test_a_second_workload_file_repeating_the_main_workload_id_is_refused(tmp_pa
         yaml.safe_dump(workload("job-1", RACK2, start, start + dt.timedelta(hours=2))))
     with pytest.raises(BundleError, match=r"workloads/x\.yaml.*duplicate workload_id 'job-1'"):
         replay_bundle(root)
+
+
+def test_a_withdrawn_verdict_names_its_successor_and_leaves_nothing_to_act_on(tmp_path):
+    result = replay_bundle(fabric_bundle(tmp_path / "fab"))
+    (incident,) = verdicts_by_kind(result)["incident"]
+    early = incident.model_copy(update={"incident_id": "inc-000000000000000000000000",
+                                        "attribution_id": "att-000000000000000000000000"})
+    withdrawn = superseded(early, result.attributions)
+    assert withdrawn.attribution_id == early.attribution_id and withdrawn.scope == early.scope
+    assert withdrawn.root_cause.code == "superseded"
+    assert withdrawn.root_cause.text == f"superseded: the evidence now points to {incident.incident_id}"
+    assert withdrawn.culprits.hosts == [] and withdrawn.culprits.ports == [] and withdrawn.members == []
+    assert (withdrawn.quality, withdrawn.confidence, withdrawn.final) == ("insufficient", 0.0, True)
+    assert superseded(early, []).root_cause.text == "superseded: the evidence no longer shows this fault"
