@@ -307,6 +307,9 @@ class RemediationRunner:
         except LifecycleError as exc:
             current = self.engine.get(cmd.action_id or "")
             return self._moot(cmd, current, exc)
+        if cmd.command == "reset_breaker":  # closing a closed breaker is fine: the engine says nothing
+            return CommandOutcome(records, "applied", f"circuit breaker of {cmd.cluster!r} closed by {cmd.by}: "
+                                                      f"{len(records)} transitions of blocked actions")
         if not records:
             return CommandOutcome([], "duplicate", f"command {cmd.command_id} already applied")
         return CommandOutcome(records, "applied")

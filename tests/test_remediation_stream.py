@@ -330,6 +330,26 @@ def test_decisions_that_no_longer_fit_are_rejected_not_applied():
     assert runner.engine.get(aid).sequence == 2
 
 
+def test_a_tripped_breaker_holds_execution_until_a_person_resets_it():
+    runner = RemediationRunner(RemediationEngine(AUTO_DRAIN, fleet_size=2), ExecutorSettings(clusters={}), clock=Clock(T0))
+    first = runner.handle_attribution(gpu_verdict("node-1", "c1"))
+    (second,) = runner.handle_attribution(gpu_verdict("node-2", "c1", att_id="wl-2", at=T0 + 10 * NS))
+    assert [r.state for r in first] == ["proposed", "approved"]
+    breaker = next(g for g in second.guards if g.guard == "circuit_breaker")
+    assert (second.state, second.mode, breaker.passed) == ("proposed", "needs_approval", False)
+    assert breaker.detail == "tripped now: 2 of 2 nodes taken out within 300 s (limit 50%)"
+    assert runner.run_due() == []  # the approved drain of node-1 is held too
+    reset = RemediationCommand(command="reset_breaker", cluster="c1", by="ops", reason="two bad GPUs, checked",
+                               at=T0 + 60 * NS).with_id()
+    result = runner.apply_command(reset)
+    assert result.outcome == "applied"
+    assert [(r.target.host, r.state) for r in result.records] == [("node-2", "proposed"), ("node-2", "approved")]
+    assert result.detail == "circuit breaker of 'c1' closed by ops: 2 transitions of blocked actions"
+    ran = runner.run_due()
+    assert sorted((r.target.host, r.state) for r in ran) == [("node-1", "executing")] * 2 + [("node-2", "executing")] * 2
+    assert runner.apply_command(reset).records == []  # the same reset again
+
+
 def test_a_worker_that_died_mid_execution_fails_the_action_and_never_reruns_it():
     clock = Clock(T0)
     runner = dry_runner(AUTO_DRAIN, clock=clock)
