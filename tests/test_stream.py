@@ -105,7 +105,9 @@ def stream_env(kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path: Path):
         worker.stop(signal.SIGKILL)
     for suffix in ("observations", "events", "attributions", "remediations", "deadletter", "topology", "certifications"):
         kafka_topic_factory.track(f"{prefix}.{suffix}")
-    for internal in ("by-workload", "window_meta-changelog", "window_events-changelog", "allocation-changelog", "__assignor-__leader"):
+    for internal in ("by-workload", "by-fabric", "window_meta-changelog", "window_events-changelog",
+                     "allocation-changelog", "fabric_meta-changelog", "fabric_events-changelog",
+                     "topology-changelog", "__assignor-__leader"):
         kafka_topic_factory.track(f"{app_id}-{internal}")
 
 
@@ -408,3 +410,34 @@ def test_events_read_before_their_workload_is_known_are_claimed_later(stream_env
     assert latest["root_cause"]["code"] == "gpu.xid.79"
     assert latest["culprits"]["hosts"] == expected["culprits"]["hosts"] == ["node-a02"]
     assert latest["culprits"]["ranks"] == expected["culprits"]["ranks"]
+
+
+def test_a_topology_from_the_topology_connector_names_the_port_in_the_stream(stream_env, kafka_bootstrap, replayed):
+    """Live operation: the cabling comes from `faultstream connect topology` on the compacted
+    topology topic (here after the log lines), not from a bundle. The fabric correlator
+    re-decides when it arrives, and the verdicts equal replay's."""
+    from connectors.publish import bundle_records
+    from schemas.records import canonical_json
+
+    env, prefix = stream_env["env"], stream_env["prefix"]
+    bundle = EXAMPLES / "fabric-port-flap-host-and-switch"
+    records, conn = bundle_records(bundle)
+    stream_env["start"]()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for obs in records:
+        if obs.kind != "topology":
+            producer.produce(f"{prefix}.observations", key=obs.host.encode(), value=canonical_json(obs).encode())
+    assert producer.flush(30) == 0
+    out = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "connect", "topology", "--cluster", conn.workload.cluster,
+         "--topology-yaml", str(bundle / "topology.yaml"), "--topic", f"{prefix}.topology"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    expected = {scope_key(a): a for a in replayed[bundle]}
+    assert [a["scope"]["kind"] for a in expected.values()] == ["workload", "fabric_port", "incident"]
+    messages = consume(kafka_bootstrap, f"{prefix}.attributions", until=final_for(expected), timeout=120)
+    latest = latest_verdicts(messages)
+    fabric = next(a for a in latest.values() if a["scope"]["kind"] == "fabric_port" and a["root_cause"]["code"] != "superseded")
+    assert fabric["scope"]["id"] == "leaf-01/Ethernet16"
+    assert fabric["culprits"]["ports"] == ["leaf-01/Ethernet16", "node-a03/mlx5_0/1"]
