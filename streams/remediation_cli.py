@@ -304,8 +304,12 @@ def _decide(command: str, action_id: str, by: str | None, reason: str, bootstrap
     a = log.latest
     if a.state not in ALLOWED[command]:
         _fail(f"{action_id} is {a.state}, not {' or '.join(ALLOWED[command])}: nothing to {command}")
+    now = time.time_ns()
+    if command == "approve" and a.expires_at is not None and now >= a.expires_at:
+        _fail(f"{action_id} expired at {_ts(a.expires_at)} (the policy's proposal_ttl_s after its verdict): "
+              "too late to approve")
     cmd = RemediationCommand(command=command, action_id=action_id, cluster=a.cluster, by=who, reason=reason,
-                             at=time.time_ns()).with_id()
+                             at=now).with_id()
     sent_to = send_command(_kafka(bootstrap), cmd, timeout)
     typer.echo(f"{command} {action_id} ({a.action} {_target(a)}, cluster {a.cluster}) by {who}: "
                f"{cmd.command_id} sent to {sent_to}")

@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -555,3 +556,68 @@ def test_bundle_to_proposal_to_cli_approval_to_dry_run_execution_on_a_real_broke
             "drain": ("done", done.sequence), "reboot": ("done", reboot.sequence + 3)}
         assert sink.count("remediation_transitions") == done.sequence + reboot.sequence + 3
         assert sink.count("certifications") == 2
+
+
+# == the CLI against a broker, without a worker ====================================================
+
+
+def test_cli_shows_the_latest_record_and_publishes_only_decisions_that_fit(kafka_bootstrap, kafka_topic_factory):
+    prefix = kafka_topic_factory.prefix
+    actions_topic = kafka_topic_factory.track(f"{prefix}.remediations")
+    commands_topic = kafka_topic_factory.track(f"{prefix}.remediation-commands")
+    from schemas.topics import catalogue, create_topics
+
+    specs = catalogue(prefix)
+    create_topics({"bootstrap.servers": kafka_bootstrap}, [specs["remediations"], specs["remediation-commands"]],
+                  partitions_override=2)
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "FAULTSTREAM_TOPIC_PREFIX": prefix, "USER": "zoe"}
+    now = time.time_ns()
+    runner = dry_runner()
+    (fresh,) = runner.handle_attribution(gpu_verdict("node-1", "c7", at=now))
+    (old,) = runner.handle_attribution(gpu_verdict("node-2", "c7", at=now - 2 * 3600 * NS, att_id="wl-old"))
+    (approved,) = runner.handle_command(approve(fresh.action_id, "c7", at=now + NS))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for record in (approved, fresh, approved, old):  # out of order and duplicated
+        producer.produce(actions_topic, key=record.action_id.encode(), value=canonical_json(record).encode())
+    producer.produce(actions_topic, key=b"junk", value=b"not a record")
+    producer.flush(30)
+
+    listed = cli(env, "remediation", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [json.loads(line) for line in listed.stdout.splitlines()] == [json.loads(canonical_json(r)) for r in (old, approved)]
+    assert listed.stderr.strip() == f"warning: 1 records on {actions_topic} are not RemediationAction records (skipped)"
+    active = cli(env, "remediation", "list", "--json", "--state", "approved", "--cluster", "c7")
+    assert [json.loads(line)["action_id"] for line in active.stdout.splitlines()] == [fresh.action_id]
+    table = cli(env, "remediation", "list")
+    assert table.returncode == 0 and fresh.action_id in table.stdout and "approved" in table.stdout
+
+    # approving what is no longer proposed, or expired, or unknown: refused, nothing published
+    for action_id, message in (
+        (fresh.action_id, f"{fresh.action_id} is approved, not proposed: nothing to approve"),
+        (old.action_id, f"{old.action_id} expired at "),
+        ("act-0123", f"unknown remediation action 'act-0123' (not on {actions_topic})"),
+    ):
+        out = cli(env, "remediation", "approve", action_id, "--reason", "x")
+        # (after the warning about the junk record on the topic)
+        assert out.returncode == 2 and out.stderr.splitlines()[-1].startswith(f"error: {message}"), out.stderr
+    # what fits is published, with the cluster from the record and --by from $USER
+    out = cli(env, "remediation", "reject", old.action_id, "--reason", "stale incident")
+    assert out.returncode == 0, out.stderr
+    out = cli(env, "remediation", "cancel", fresh.action_id, "--by", "yann", "--reason", "job moved")
+    assert out.returncode == 0, out.stderr
+    out = cli(env, "remediation", "reset-breaker", "--cluster", "c7", "--reason", "checked")
+    assert out.returncode == 0 and out.stdout.startswith("reset-breaker of cluster c7 by zoe: cmd-"), out.stderr
+    sent = consume(kafka_bootstrap, commands_topic, until=lambda ms: len(ms) >= 3, timeout=30)
+    commands = sorted((RemediationCommand.model_validate_json(m.value()) for m in sent), key=lambda c: c.at)
+    assert [(c.command, c.action_id, c.cluster, c.by, c.reason) for c in commands] == [
+        ("reject", old.action_id, "c7", "zoe", "stale incident"),
+        ("cancel", fresh.action_id, "c7", "yann", "job moved"),
+        ("reset_breaker", None, "c7", "zoe", "checked")]
+    assert all(c.command_id == c.model_copy().with_id().command_id and now < c.at < time.time_ns() for c in commands)
+    assert sorted(m.key() for m in sent) == sorted([old.action_id.encode(), fresh.action_id.encode(), b""])
+
+    down = {**env, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9"}
+    for args in (("list",), ("approve", fresh.action_id, "--reason", "x"), ("reset-breaker", "--cluster", "c7", "--reason", "x")):
+        out = cli(down, "remediation", *args, "--timeout", "2")
+        assert out.returncode == 2
+        assert out.stderr.startswith("error: Kafka at 127.0.0.1:9 did not answer within 2 s"), out.stderr
