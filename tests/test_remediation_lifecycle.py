@@ -5,6 +5,7 @@ state round-trip and determinism."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 import json
 import random
 
@@ -428,3 +429,23 @@ def test_definitive_revision_supersedes_the_recertify_of_an_ambiguous_one():
     out = eng.on_attribution(verdict("gpu.xid.79", revision=2, at=T0 + MIN))
     assert [(a.action, a.state) for a in out] == [("recertify", "cancelled"), ("drain", "proposed"), ("reboot", "proposed")]
     assert out[0].reason == f"superseded by {out[2].action_id} (reboot, severity 50 > 10)"
+
+
+def test_two_verdicts_of_one_incident_revised_in_turn_give_one_proposal_and_act_on_the_switch_end():
+    """A stream re-emits a workload verdict and the fabric verdict of the same incident many
+    times (provisional, final, late evidence). The action they both call for is proposed once:
+    its verdict guards combine both verdicts whatever their order, so the revisions do not flip
+    it back and forth; and of the two ends of the bad cable only the switch port is disabled."""
+    from streams.replay import replay_bundle
+    from correlators.remediation import RemediationEngine, load_policy
+
+    result = replay_bundle(Path(__file__).resolve().parents[1] / "examples/incidents/fabric-degrading-cable-symbol-errors")
+    verdicts = [a for a in result.attributions if a.scope.kind in ("workload", "fabric_port")]
+    assert {a.quality for a in verdicts} == {"definitive", "probable"}  # they disagree on quality
+    engine = RemediationEngine(load_policy(), fleet_size=100)
+    records = []
+    for revision in range(1, 6):
+        for att in (verdicts if revision % 2 else verdicts[::-1]):
+            records += engine.on_attribution(att.model_copy(update={"revision": revision}))
+    assert [(r.action, r.target.port, r.state, r.sequence) for r in records] == [
+        ("disable_port", "leaf-01/2", "proposed", 1)]

@@ -94,8 +94,9 @@ class TrackedAction(BaseModel):
     ``incident``: the incident key (``incident_id`` or ``attribution_id``); ``after``: the
     chain predecessor's id; ``sources``: verdicts currently calling for it; ``subjects``:
     hosts/ports it acts on (for upgrades); ``hosts``: hosts it takes out of service (disruptive
-    actions only); ``admitted``: all guards passed at the last evaluation; ``verdict_guards``:
-    the verdict-level guard results to reuse on re-evaluation; ``started_at`` /
+    actions only); ``admitted``: all guards passed at the last evaluation; ``source_guards``:
+    the verdict-level guard results of each verdict calling for it (combined by
+    :meth:`verdict_guards`); ``started_at`` /
     ``executed_at``: when it began executing / its executor reported success (UTC ns);
     ``commands`` / ``certifications``: ids already applied (duplicates are no-ops)."""
 
@@ -112,7 +113,7 @@ class TrackedAction(BaseModel):
     admitted: bool = False
     requires_certification: bool = False
     policy_mode: ActionMode = "dry_run"
-    verdict_guards: list[GuardResult] = Field(default_factory=list)
+    source_guards: dict[str, list[GuardResult]] = Field(default_factory=dict)
     started_at: int | None = None
     executed_at: int | None = None
     commands: list[str] = Field(default_factory=list)
@@ -125,6 +126,20 @@ class TrackedAction(BaseModel):
     @property
     def state(self) -> str:
         return self.action.state
+
+    def verdict_guards(self) -> list[GuardResult]:
+        """The verdict-level guards over every verdict calling for the action (a workload
+        verdict and the fabric verdict of one incident, say): per guard the passing result of
+        the verdict with the smallest attribution id, else the failing one of that verdict --
+        independent of the order the verdicts arrived in, so alternating revisions of two
+        verdicts do not flip the action back and forth."""
+        best: dict[str, tuple[bool, str, GuardResult]] = {}
+        for source in sorted(self.source_guards):
+            for result in self.source_guards[source]:
+                key = (not result.passed, source)
+                if result.guard not in best or key < best[result.guard][:2]:
+                    best[result.guard] = (not result.passed, source, result)
+        return [best[name][2] for name in best]
 
 
 class SeenAttribution(BaseModel):
@@ -261,7 +276,7 @@ class RemediationEngine:
                 if att.attribution_id not in t.sources:
                     t.sources.append(att.attribution_id)
                 if t.state == "proposed":
-                    t.verdict_guards = s.verdict_guards
+                    t.source_guards[att.attribution_id] = s.verdict_guards
                     out += self._reevaluate(t, at)
         return out
 
@@ -554,7 +569,11 @@ class RemediationEngine:
                 return [(RemediationTarget(host=hosts[0], gpu=gpu), hosts, hosts) for gpu in att.culprits.gpus]
             return [(RemediationTarget(host=h), [h], [h]) for h in hosts]
         if pa.target == "port":
-            return [(RemediationTarget(port=p), self.domains.hosts_of_port(p), [p]) for p in sorted(set(att.culprits.ports))]
+            # a fabric verdict names both ends of a cable (switch/port and host/hca/port): act
+            # on the switch end, the one a fabric manager can disable
+            ports = sorted(set(att.culprits.ports))
+            ports = [p for p in ports if p.count("/") < 2] or ports
+            return [(RemediationTarget(port=p), self.domains.hosts_of_port(p), [p]) for p in ports]
         return [(RemediationTarget(hosts=hosts), hosts, hosts)] if hosts else []
 
     @staticmethod
@@ -587,7 +606,7 @@ class RemediationEngine:
             action=record, incident=incident, after=s.after, sources=[att.attribution_id],
             subjects=s.subjects, hosts=s.hosts, workloads=workloads, disruptive=s.kind in DISRUPTIVE,
             requires_certification=s.requires_certification, policy_mode=s.mode,
-            verdict_guards=s.verdict_guards,
+            source_guards={att.attribution_id: s.verdict_guards},
         )
         self._actions[s.action_id] = t
         guards, mode = self._evaluate(t, at)
@@ -614,7 +633,7 @@ class RemediationEngine:
         """Run the guards for ``t`` at ``at``; sets ``t.admitted`` and, when admitted and
         disruptive, counts it in the breaker. Returns (results, mode)."""
         s = self.settings
-        results = list(t.verdict_guards)
+        results = t.verdict_guards()
         cluster = t.action.cluster
         if t.disruptive:
             held = self._held(cluster, exclude=t.action_id)
