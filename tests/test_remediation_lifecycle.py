@@ -5,9 +5,9 @@ state round-trip and determinism."""
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 import json
 import random
+from pathlib import Path
 
 import pytest
 
