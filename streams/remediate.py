@@ -669,11 +669,18 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
         running.add((cluster, action_id))
 
         async def go() -> None:
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(pool, call)
-            m_executions.labels(result.executor, kind, str(result.ok).lower()).inc()
-            await route(cluster, {"kind": kind, "action_id": action_id, "at": time.time_ns(),
-                                  "result": result.model_dump(mode="json")})
+            try:
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(pool, call)
+                m_executions.labels(result.executor, kind, str(result.ok).lower()).inc()
+                await route(cluster, {"kind": kind, "action_id": action_id, "at": time.time_ns(),
+                                      "result": result.model_dump(mode="json")})
+            except BaseException:
+                # the report is lost (worker stopping, broker gone): no longer "running here", so
+                # the tick records a lost execution after lost_after_s; a resume is re-run
+                running.discard((cluster, action_id))
+                log.exception("executor report of %s (%s) not sent", action_id, kind)
+                raise
 
         task = asyncio.ensure_future(go())
         tasks.add(task)
