@@ -41,10 +41,14 @@ the reason; a repeat of an applied decision is a no-op; a command naming an acti
 does not know yet (the command topic and the verdicts are separate topics, so it may overtake
 the proposal) waits up to ``command_wait_s`` for it, then is dead-lettered.
 
-Executions survive crashes without being repeated: an action is marked ``executing``
-(``on_started``, changelogged) before its executor runs; if the worker dies while the executor
-runs, the action is recorded ``failed`` ("outcome unknown") once ``lost_after_s`` passed since
-it started -- never executed twice (a second reboot is not harmless). A node to be returned to
+Executions and crashes: an action is marked ``executing`` (``on_started``, written to the
+changelogged table in the same stream step) as its executor starts in a thread; if the worker
+dies while the executor runs, the action is recorded ``failed`` ("outcome unknown") once
+``lost_after_s`` passed since it started -- it is not run again (a second reboot is not
+harmless). Only a crash in the moment between the start and the changelog write reaching Kafka
+can start it again after the restart; the executors tolerate that (a drain of a drained node,
+a cordon of a cordoned one, a reboot request already pending, a webhook with the same
+``Idempotency-Key``). A node to be returned to
 service (a passing certification) is resumed before its ``done`` record is published; resumes
 interrupted by a crash are re-run (resume is idempotent: Slurm RESUME of an idle node, uncordon
 of a schedulable node).
