@@ -103,11 +103,13 @@ def stream_env(kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path: Path):
     yield {"env": env, "prefix": prefix, "start": start, "tmp": tmp_path}
     for worker in workers:
         worker.stop(signal.SIGKILL)
-    for suffix in ("observations", "events", "attributions", "remediations", "deadletter", "topology", "certifications"):
+    for suffix in ("observations", "events", "attributions", "remediations", "remediation-commands",
+                   "deadletter", "topology", "certifications"):
         kafka_topic_factory.track(f"{prefix}.{suffix}")
     for internal in ("by-workload", "by-fabric", "window_meta-changelog", "window_events-changelog",
                      "allocation-changelog", "fabric_meta-changelog", "fabric_events-changelog",
-                     "topology-changelog", "__assignor-__leader"):
+                     "topology-changelog", "by-cluster-remediation", "remediation_state-changelog",
+                     "__assignor-__leader"):
         kafka_topic_factory.track(f"{app_id}-{internal}")
 
 
