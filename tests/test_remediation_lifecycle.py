@@ -449,3 +449,23 @@ def test_two_verdicts_of_one_incident_revised_in_turn_give_one_proposal_and_act_
             records += engine.on_attribution(att.model_copy(update={"revision": revision}))
     assert [(r.action, r.target.port, r.state, r.sequence) for r in records] == [
         ("disable_port", "leaf-01/2", "proposed", 1)]
+
+
+def test_a_pending_proposal_takes_the_cause_of_the_final_verdict():
+    """A provisional verdict proposes an action; the final revision of the same verdict calls
+    for the same action with a better-named cause: the proposal is updated in place (one new
+    record with the final cause), not left with the provisional one's."""
+    from streams.replay import replay_bundle
+    from correlators.remediation import RemediationEngine, load_policy
+
+    result = replay_bundle(Path(__file__).resolve().parents[1] / "examples/incidents/fabric-port-flap-host-side-only")
+    final = result.attribution
+    provisional = final.model_copy(update={
+        "revision": 1, "final": False,
+        "root_cause": final.root_cause.model_copy(update={"code": "fabric.port.link_down"})})
+    engine = RemediationEngine(load_policy(), fleet_size=100)
+    first = engine.on_attribution(provisional)
+    assert [(r.action, r.cause_code, r.sequence) for r in first] == [("disable_port", "fabric.port.link_down", 1)]
+    second = engine.on_attribution(final.model_copy(update={"revision": 2}))
+    assert second[0].action_id == first[0].action_id
+    assert (second[0].cause_code, second[0].sequence, second[0].state) == ("fabric.port.flapping", 2, "proposed")
