@@ -14,6 +14,9 @@
   ``kind="fabric_counter"`` Observation per sample with a nonzero error delta or a reset
   (:func:`connectors.counters.table_observations`; ``attributes.side`` is ``switch`` under
   ``fabric/``, ``host`` under ``metrics/``); coverage records = rows, unparsed = malformed rows.
+  Consecutive counter files of one header are read in batches (one polars pass and one
+  deltas computation per :data:`~connectors.counters.COUNTER_BATCH_BYTES`,
+  :func:`connectors.counters.read_counter_batch`) with the same result as file by file.
 
 Record time: the first line's own timestamp (``time_source="line"``), else the nearest earlier
 timestamped line of the same file, else the nearest later one (``"inferred"``,
@@ -49,7 +52,14 @@ import polars as pl
 import pydantic
 import yaml
 
-from connectors.counters import COUNTER_SUFFIX, read_counter_csv, table_observations
+from connectors import counters as _counters_mod
+from connectors.counters import (
+    COUNTER_SUFFIX,
+    counter_batch_key,
+    read_counter_batch,
+    read_counter_csv,
+    table_observations,
+)
 from connectors.telemetry import TelemetrySample, parse_telemetry
 from correlators.attribution import default_causal_rules
 from correlators.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, record_span
@@ -93,32 +103,48 @@ class BundleError(Exception):
 # ---------------------------------------------------------------------------------------------
 # YAML: timestamps stay strings (pydantic parses them, so errors name the field) and
 # ``1:0`` is not a base-60 integer (YAML 1.1 would make ``exit_code: 1:0`` the number 60).
+# Parsed by libyaml (``yaml.CSafeLoader``: scanner and parser in C, ~5x faster on a
+# 4,096-host topology.yaml) when PyYAML was built with it, else by the pure-Python
+# ``yaml.SafeLoader``. Either way tags are resolved by PyYAML's Python resolver with the
+# implicit resolvers below and constructed by ``SafeConstructor``, so both give the same data.
+
+_BaseLoader: type = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
 
 
-class _Loader(yaml.SafeLoader):
-    pass
+def _resolvers() -> dict[str, list[tuple[str, re.Pattern[str]]]]:
+    """``yaml.SafeLoader``'s implicit resolvers without timestamp, base-60 int and float."""
+    return {
+        first: [
+            (tag, regexp)
+            for tag, regexp in resolvers
+            if tag not in ("tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:int",
+                           "tag:yaml.org,2002:float")
+        ]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
 
 
-_Loader.yaml_implicit_resolvers = {
-    first: [
-        (tag, regexp)
-        for tag, regexp in resolvers
-        if tag not in ("tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:int",
-                       "tag:yaml.org,2002:float")
-    ]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:int",
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-    list("-+0123456789"),
-)
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*"
-               r"(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."),
-)
+def _make_loader(base: type) -> type:
+    class Loader(base):  # type: ignore[misc,valid-type]
+        pass
+
+    Loader.yaml_implicit_resolvers = _resolvers()
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:int",
+        re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+        list("-+0123456789"),
+    )
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*"
+                   r"(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        list("-+0123456789."),
+    )
+    return Loader
+
+
+#: the loader of bundle specs (libyaml when available)
+_Loader = _make_loader(_BaseLoader)
 
 
 def _load_spec(path: Path, model: type[pydantic.BaseModel], required: bool) -> Any:
@@ -128,7 +154,7 @@ def _load_spec(path: Path, model: type[pydantic.BaseModel], required: bool) -> A
             raise BundleError(f"{name}: missing (every bundle needs one; see BUNDLE.md)")
         return None
     try:
-        data = yaml.load(path.read_bytes(), Loader=_Loader)  # noqa: S506 -- safe loader subclass
+        data = yaml.load(path.read_bytes(), Loader=_Loader)  # noqa: S506 -- (C)SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -324,6 +350,8 @@ class BundleConnector:
             )
         self._coverage: list[CoverageEntry] = []
         self.lines_read = 0
+        #: counter files are read in batches of up to this many bytes (0: one by one)
+        self.counter_batch_bytes: int = _counters_mod.COUNTER_BATCH_BYTES
 
     # -- public ---------------------------------------------------------------------------
 
@@ -338,6 +366,10 @@ class BundleConnector:
         seen_hosts: set[str] = set()
         batch: list[tuple[_Source, _FileStats, _Decoded]] = []
         batch_lines = 0
+        # counter files waiting to be read together: consecutive, one header, bounded bytes
+        cbatch: list[tuple[_Source, _FileStats, bytes]] = []
+        cbatch_bytes = 0
+        cbatch_key: bytes | None = None
 
         def flush() -> Iterator[Observation]:
             nonlocal batch, batch_lines
@@ -347,6 +379,12 @@ class BundleConnector:
                     yield from self._process(decoded, stats, scan)
                     self._cover(src, stats)
             batch, batch_lines = [], 0
+
+        def flush_counters() -> Iterator[Observation]:
+            nonlocal cbatch, cbatch_bytes, cbatch_key
+            pending, cbatch, cbatch_bytes, cbatch_key = cbatch, [], 0, None
+            if pending:
+                yield from self._counter_batch(pending)
 
         for file in self._files():
             src = self._source(file)
@@ -362,8 +400,20 @@ class BundleConnector:
                     )
                 elif file.name.endswith(COUNTER_SUFFIX) and src.rel.split("/", 1)[0] in ("fabric", "metrics"):
                     yield from flush()  # keep file order
-                    yield from self._counters(file, src, stats)
+                    data = _read_bytes(file, stats)
+                    limit = self.counter_batch_bytes
+                    key = counter_batch_key(data) if data is not None and limit > 0 else None
+                    if key is not None:
+                        if cbatch and (key != cbatch_key or cbatch_bytes + len(data) > limit):
+                            yield from flush_counters()
+                        cbatch.append((src, stats, data))
+                        cbatch_bytes += len(data)
+                        cbatch_key = key
+                        continue  # covered when its batch is read
+                    yield from flush_counters()  # keep file order
+                    yield from self._counters(data, src, stats)
                 else:
+                    yield from flush_counters()  # keep file order
                     if src.kind == "telemetry":
                         yield from flush()  # keep file order
                     decoded = yield from self._load(file, src, stats)
@@ -372,12 +422,14 @@ class BundleConnector:
                 stats.notes.append(f"cannot read: {exc}")
                 decoded = None
             if decoded is None:
+                yield from flush_counters()  # keep file order
                 self._cover(src, stats)
                 continue
             batch.append((src, stats, decoded))
             batch_lines += len(decoded.lines)
             if batch_lines >= SCAN_BATCH_LINES:
                 yield from flush()
+        yield from flush_counters()
         yield from flush()
         for node in sorted({n for w in self.workloads for n in w.nodes}, key=self._node_order):
             if node not in seen_hosts:
@@ -649,11 +701,11 @@ class BundleConnector:
             position=Position(file=src.rel, line=s + 1),
         ).with_id()
 
-    def _counters(self, file: Path, src: _Source, stats: _FileStats) -> Iterator[Observation]:
-        """A port counter series (``*.counters.csv``): the fabric_counter Observations of its
-        samples with a nonzero error delta or a reset (host = the row's node, default the
-        directory name); records = data rows, unparsed = malformed rows."""
-        data = _read_bytes(file, stats)
+    def _counters(self, data: bytes | None, src: _Source, stats: _FileStats) -> Iterator[Observation]:
+        """A port counter series (``*.counters.csv``) read on its own: the fabric_counter
+        Observations of its samples with a nonzero error delta or a reset (host = the row's
+        node, default the directory name); records = data rows, unparsed = malformed rows.
+        ``data``: the file's bytes (None: a corrupt gzip, already noted)."""
         if data is None:
             return
         table = read_counter_csv(data, default_node=src.host)
@@ -676,6 +728,35 @@ class BundleConnector:
             yield obs
         stats.notes.append(f"counter series: {table.frame.height} samples of {len(table.counters)} counters, "
                            f"{n} with error increases or resets")
+
+    def _counter_batch(self, pending: list[tuple[_Source, _FileStats, bytes]]) -> Iterator[Observation]:
+        """Counter files of one header (:func:`~connectors.counters.counter_batch_key`) read
+        in one polars pass (:func:`~connectors.counters.read_counter_batch`), with the same
+        Observations, coverage and order as :meth:`_counters` file by file -- which reads
+        them when the batch cannot be read at once (e.g. a bad value in one of them)."""
+        results = None
+        if len(pending) > 1:
+            results = read_counter_batch(
+                [(data, src.host, src.rel, "switch" if src.rel.startswith("fabric/") else "host")
+                 for src, _, data in pending],
+                source=Source(connector="bundle", instance=self._instance), cluster=self.workload.cluster,
+                workload_id=self.workload.workload_id)
+        if results is None:
+            for src, stats, data in pending:
+                yield from self._counters(data, src, stats)
+                self._cover(src, stats)
+            return
+        for (src, stats, data), res in zip(pending, results):
+            self.lines_read += res.rows + 1  # + the header (a batched file has one)
+            stats.records, stats.unparsed = res.rows, res.unparsed
+            stats.notes.extend(res.notes)
+            if res.samples == 0:
+                stats.status = "failed"
+            else:
+                yield from res.observations
+                stats.notes.append(f"counter series: {res.samples} samples of {res.counters} counters, "
+                                   f"{len(res.observations)} with error increases or resets")
+            self._cover(src, stats)
 
     def _telemetry(self, text: str, src: _Source, stats: _FileStats) -> Iterator[Observation]:
         """Emit telemetry samples; return True if the file was consumed as telemetry."""

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Iterable, Iterator, Mapping, Sequence
 
+import numpy as np
 import polars as pl
 import typer
 
@@ -81,16 +82,20 @@ __all__ = [
     "CounterDelta",
     "CounterSample",
     "CounterSpec",
+    "COUNTER_BATCH_BYTES",
+    "CounterFileResult",
     "CounterTable",
     "CountersConnector",
     "DeltaTracker",
     "connect_counters_cli",
+    "counter_batch_key",
     "counter_spec",
     "deltas",
     "delta_observation",
     "is_error_counter",
     "parse_ibqueryerrors",
     "parse_perfquery",
+    "read_counter_batch",
     "read_counter_csv",
     "read_sysfs",
     "samples_frame",
@@ -321,41 +326,49 @@ def _counter_exprs(name: str) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
     return (delta.cast(_U64).alias(name), reset.fill_null(False), saturated.fill_null(False))
 
 
-def _is_sorted(frame: pl.DataFrame) -> bool:
-    """True when ``frame`` is already ordered by (node, port, at_ns) (one cheap pass)."""
+def _is_sorted(frame: pl.DataFrame, by: Sequence[str] = ()) -> bool:
+    """True when ``frame`` is already ordered by (``*by``, node, port, at_ns) (one cheap pass)."""
     if frame.height < 2:
         return True
-    node, port, at = pl.col("node"), pl.col("port"), pl.col("at_ns")
-    ok = ((node > node.shift(1))
-          | ((node == node.shift(1)) & ((port > port.shift(1)) | ((port == port.shift(1)) & (at >= at.shift(1))))))
+    keys = [*by, "node", "port"]
+    at = pl.col("at_ns")
+    ok = at >= at.shift(1)
+    for key in reversed(keys):
+        k = pl.col(key)
+        ok = (k > k.shift(1)) | ((k == k.shift(1)) & ok)
     return bool(frame.select(ok.fill_null(True).all()).item())
 
 
 def deltas(frame: pl.DataFrame, *, counters: Sequence[str] | None = None,
-           keep: Sequence[str] = (), assume_sorted: bool = False) -> pl.DataFrame:
+           keep: Sequence[str] = (), assume_sorted: bool = False, by: Sequence[str] = ()) -> pl.DataFrame:
     """Per-sample deltas of a counter frame, vectorised (no per-row Python).
 
     ``frame``: columns ``at_ns`` (Int64 UTC ns), ``node``, ``port`` (String) and counters
     (integers; cast to UInt64, negative values become null). ``counters``: which columns are
-    counters (default: every column but the keys and ``keep``). ``keep``: extra columns
-    copied from the new sample (e.g. a source line number). Rows are sorted by (node, port,
-    at_ns) unless ``assume_sorted``.
+    counters (default: every column but the keys, ``keep`` and ``by``). ``keep``: extra
+    columns copied from the new sample (e.g. a source line number). ``by``: further key
+    columns before (node, port): rows with different ``by`` values are separate series even
+    for the same port (a bundle reading several files at once passes the file index). Rows
+    are sorted by (``*by``, node, port, at_ns) unless ``assume_sorted``.
 
     Returns one row per sample that has a previous sample of the same port: ``at_ns``,
     ``node``, ``port``, ``interval_s`` (Float64 seconds since the previous sample),
     ``reset``, ``saturated`` (Boolean), the ``keep`` columns, then one UInt64 delta column per
     counter (null: no delta). The rules are in the module docstring."""
+    by = list(by)
     if counters is None:
-        skip = set(KEY_COLUMNS) | set(keep)
+        skip = set(KEY_COLUMNS) | set(keep) | set(by)
         counters = [c for c in frame.columns if c not in skip]
     counters = list(counters)
-    if not assume_sorted and not _is_sorted(frame):
-        frame = frame.sort("node", "port", "at_ns", maintain_order=True)
+    if not assume_sorted and not _is_sorted(frame, by):
+        frame = frame.sort(*by, "node", "port", "at_ns", maintain_order=True)
     casts = [pl.col(c).cast(_U64, strict=False) for c in counters
              if frame.schema[c] != _U64]
     if casts:
         frame = frame.with_columns(casts)
     same = (pl.col("node") == pl.col("node").shift(1)) & (pl.col("port") == pl.col("port").shift(1))
+    for key in by:
+        same = same & (pl.col(key) == pl.col(key).shift(1))
     same = same.fill_null(False)
     frame = frame.with_columns(same.alias("_same"), (~same).cum_sum().alias("_group"))
     same_c, group_c = pl.col("_same"), pl.col("_group")
@@ -676,52 +689,34 @@ def _time_ns(times: pl.Series) -> pl.Series:
     return df.select(pl.when(is_epoch).then(epoch).otherwise(iso) if n_epoch else iso).to_series()
 
 
-def read_counter_csv(source: str | Path | bytes, *, default_node: str | None = None) -> CounterTable:
-    """Read a counter series (``*.counters.csv``) with ``polars.read_csv`` (vectorised).
+_CSV_OPTS: dict[str, Any] = dict(infer_schema=False, truncate_ragged_lines=True, raise_if_empty=False)
 
-    Header ``time,node,port,<counter columns>`` (counter names canonical; a perfquery name
-    such as ``SymbolErrorCounter`` is mapped); ``node`` may be left out when
-    ``default_node`` is given (a bundle uses the directory name). Counters are parsed as
-    UInt64 by polars directly; only a file with a bad value is re-read as text to find and
-    count the malformed rows. Never raises: a file that is not such a CSV gives an empty
-    table with a note."""
-    empty = pl.DataFrame(schema={"at_ns": pl.Int64, "node": pl.String, "port": pl.String, "line": pl.Int64})
-    if isinstance(source, Path):
-        source = str(source)
-    opts = dict(infer_schema=False, truncate_ragged_lines=True, raise_if_empty=False)
-    try:
-        header = pl.read_csv(source, n_rows=0, **opts).columns
-    except (pl.exceptions.PolarsError, ValueError, OSError) as exc:
-        return CounterTable(empty, 0, 0, [f"not a counter CSV ({type(exc).__name__}: {exc})"])
+
+def _header_columns(header: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(stripped name -> CSV column, canonical counter name -> CSV column) of a header."""
     cols = {c.strip(): c for c in header}
     counter_cols: dict[str, str] = {}
     for name, orig in cols.items():
         if name not in ("time", "node", "port"):
             counter_cols[PERFQUERY_NAMES.get(name, name)] = orig
-    raw: pl.DataFrame | None = None
-    typed = True
-    try:
-        raw = pl.read_csv(source, schema_overrides={o: _U64 for o in counter_cols.values()}, **opts)
-    except (pl.exceptions.PolarsError, ValueError):
-        typed = False  # some cell is not a UInt64: read as text, count the bad rows
-    try:
-        if raw is None:
-            raw = pl.read_csv(source, **opts)
-    except (pl.exceptions.PolarsError, ValueError, OSError) as exc:
-        return CounterTable(empty, 0, 0, [f"not a counter CSV ({type(exc).__name__}: {exc})"])
-    if "time" not in cols or "port" not in cols or ("node" not in cols and default_node is None):
-        need = "time,node,port" if default_node is None else "time,port"
-        return CounterTable(empty, raw.height, raw.height,
-                            [f"header must start with {need}; got {list(cols)[:6]}"])
+    return cols, counter_cols
+
+
+def _rows_frame(raw: pl.DataFrame, cols: Mapping[str, str], counter_cols: Mapping[str, str], typed: bool,
+                default_node: pl.Expr | None, line: pl.Expr,
+                extra: Sequence[pl.Expr] = ()) -> tuple[pl.DataFrame, pl.Series, pl.Series, pl.Series]:
+    """The counter frame of CSV rows (``at_ns``, ``node``, ``port``, ``line``, ``extra``,
+    counters) and the row masks (bad time, no node/port, any bad)."""
     n = raw.height
     node_expr = (pl.col(cols["node"]).str.strip_chars() if "node" in cols else pl.lit(None, pl.String))
     if default_node is not None:
-        node_expr = pl.when(node_expr.is_null() | (node_expr == "")).then(pl.lit(default_node)).otherwise(node_expr)
+        node_expr = pl.when(node_expr.is_null() | (node_expr == "")).then(default_node).otherwise(node_expr)
     exprs = [
         pl.lit(_time_ns(raw[cols["time"]])).alias("at_ns") if n else pl.lit(None, pl.Int64).alias("at_ns"),
         node_expr.alias("node"),
         pl.col(cols["port"]).str.strip_chars().alias("port"),
-        (pl.int_range(0, pl.len(), dtype=pl.Int64) + 2).alias("line"),
+        line.alias("line"),
+        *extra,
     ]
     bad_parts = []
     for canon, orig in counter_cols.items():
@@ -738,19 +733,192 @@ def read_counter_csv(source: str | Path | bytes, *, default_node: str | None = N
     bad = bad_time | bad_key
     if bad_parts:
         bad = bad | raw.select(pl.any_horizontal(bad_parts)).to_series()
+    return frame, bad_time, bad_key, bad
+
+
+def _malformed_notes(unparsed: int, n_bad_time: int, n_bad_key: int, n_time_or_key: int) -> list[str]:
+    """The note on a file's malformed rows (none when there are none)."""
+    if not unparsed:
+        return []
+    reasons = []
+    if n_bad_time:
+        reasons.append(f"{n_bad_time} bad times")
+    if n_bad_key:
+        reasons.append(f"{n_bad_key} without node/port")
+    rest = unparsed - n_time_or_key
+    if rest:
+        reasons.append(f"{rest} with a counter that is not a non-negative integer")
+    return [f"{unparsed} malformed rows skipped ({', '.join(reasons)})"]
+
+
+def read_counter_csv(source: str | Path | bytes, *, default_node: str | None = None) -> CounterTable:
+    """Read a counter series (``*.counters.csv``) with ``polars.read_csv`` (vectorised).
+
+    Header ``time,node,port,<counter columns>`` (counter names canonical; a perfquery name
+    such as ``SymbolErrorCounter`` is mapped); ``node`` may be left out when
+    ``default_node`` is given (a bundle uses the directory name). Counters are parsed as
+    UInt64 by polars directly; only a file with a bad value is re-read as text to find and
+    count the malformed rows. Never raises: a file that is not such a CSV gives an empty
+    table with a note. (:func:`read_counter_batch` reads many such files at once, with the
+    same result per file.)"""
+    empty = pl.DataFrame(schema={"at_ns": pl.Int64, "node": pl.String, "port": pl.String, "line": pl.Int64})
+    if isinstance(source, Path):
+        source = str(source)
+    opts = _CSV_OPTS
+    try:
+        header = pl.read_csv(source, n_rows=0, **opts).columns
+    except (pl.exceptions.PolarsError, ValueError, OSError) as exc:
+        return CounterTable(empty, 0, 0, [f"not a counter CSV ({type(exc).__name__}: {exc})"])
+    cols, counter_cols = _header_columns(header)
+    raw: pl.DataFrame | None = None
+    typed = True
+    try:
+        raw = pl.read_csv(source, schema_overrides={o: _U64 for o in counter_cols.values()}, **opts)
+    except (pl.exceptions.PolarsError, ValueError):
+        typed = False  # some cell is not a UInt64: read as text, count the bad rows
+    try:
+        if raw is None:
+            raw = pl.read_csv(source, **opts)
+    except (pl.exceptions.PolarsError, ValueError, OSError) as exc:
+        return CounterTable(empty, 0, 0, [f"not a counter CSV ({type(exc).__name__}: {exc})"])
+    if "time" not in cols or "port" not in cols or ("node" not in cols and default_node is None):
+        need = "time,node,port" if default_node is None else "time,port"
+        return CounterTable(empty, raw.height, raw.height,
+                            [f"header must start with {need}; got {list(cols)[:6]}"])
+    n = raw.height
+    frame, bad_time, bad_key, bad = _rows_frame(
+        raw, cols, counter_cols, typed, None if default_node is None else pl.lit(default_node),
+        pl.int_range(0, pl.len(), dtype=pl.Int64) + 2)
     unparsed = int(bad.sum())
-    notes = []
-    if unparsed:
-        reasons = []
-        if int(bad_time.sum()):
-            reasons.append(f"{int(bad_time.sum())} bad times")
-        if int(bad_key.sum()):
-            reasons.append(f"{int(bad_key.sum())} without node/port")
-        rest = unparsed - int((bad_time | bad_key).sum())
-        if rest:
-            reasons.append(f"{rest} with a counter that is not a non-negative integer")
-        notes.append(f"{unparsed} malformed rows skipped ({', '.join(reasons)})")
+    notes = _malformed_notes(unparsed, int(bad_time.sum()), int(bad_key.sum()),
+                             int((bad_time | bad_key).sum())) if unparsed else []
     return CounterTable(frame.filter(~bad) if unparsed else frame, n, unparsed, notes)
+
+
+# ----------------------------------------------------------------------------- batches
+
+#: A bundle reads consecutive counter files with the same header in batches of up to this
+#: many (decompressed) bytes, one polars pass each (:func:`read_counter_batch`); 0 reads them
+#: one by one (:func:`read_counter_csv`). Peak memory grows with it (bench/fabric.py, 682 MiB
+#: of counters: peak RSS ~230 MiB at 8 MiB, ~450 MiB at 32 MiB) and throughput does not.
+COUNTER_BATCH_BYTES = 8 << 20
+#: Column names the batch reader adds; a file with such a column is read on its own.
+_BATCH_COLUMNS = ("_file", "_line", "_default")
+
+
+def counter_batch_key(data: bytes) -> bytes | None:
+    """The header line of a counter file that :func:`read_counter_batch` may read together
+    with others of the same header; None when the file must be read on its own.
+
+    A batch concatenates the files' bytes (each header but the first dropped), so it needs
+    every physical line after the header to be exactly one CSV row: no quotes (a quoted
+    field may span lines) and no carriage returns (a blank line is a row of nulls, in a
+    file as in a batch); and at least one data row (an empty series gets its own coverage
+    note)."""
+    end = data.find(b"\n")
+    if end <= 0 or b'"' in data or b"\r" in data:
+        return None
+    header = data[:end]
+    if not header.strip() or len(data) == end + 1:
+        return None
+    return header
+
+
+@dataclass
+class CounterFileResult:
+    """What :func:`read_counter_batch` found in one file: ``rows`` (data rows), ``unparsed``
+    (malformed rows), ``notes`` (as :class:`CounterTable`), ``samples`` (good rows),
+    ``counters`` (counter columns) and the file's fabric_counter ``observations``."""
+
+    rows: int
+    unparsed: int
+    notes: list[str]
+    samples: int
+    counters: int
+    observations: list[Observation]
+
+
+def read_counter_batch(files: Sequence[tuple[bytes, str | None, str, str]], *, source: Source, cluster: str,
+                       workload_id: str | None) -> list[CounterFileResult] | None:
+    """Read several counter files of one header (:func:`counter_batch_key`) in one polars
+    pass and compute their deltas at once; per file the same rows, notes and Observations
+    (ids, positions, order) as :func:`read_counter_csv` + :func:`table_observations`.
+
+    ``files``: (data, default node, relative path, side) per file, in bundle order. The
+    files' rows are concatenated with a file index; deltas are keyed by (file, node, port),
+    so a port appearing in two files still makes two series, as when the files are read one
+    by one. Returns None when the batch cannot be read that way (a value that is not a
+    UInt64 anywhere in the batch, a header without ``time``/``port``/node, a parse
+    error): the caller then reads the files one by one, which counts the bad rows."""
+    if not files:
+        return []
+    first = files[0][0]
+    try:
+        header = pl.read_csv(first, n_rows=0, **_CSV_OPTS).columns
+    except (pl.exceptions.PolarsError, ValueError, OSError):
+        return None
+    cols, counter_cols = _header_columns(header)
+    counters = list(counter_cols)
+    if ("time" not in cols or "port" not in cols or not counters
+            or any(c in cols or c in header for c in _BATCH_COLUMNS)
+            or ("node" not in cols and any(d is None for _, d, _, _ in files))):
+        return None
+    counts = np.fromiter((d.count(b"\n") - (1 if d.endswith(b"\n") else 0) for d, _, _, _ in files),
+                         dtype=np.int64, count=len(files))
+    parts = [first if first.endswith(b"\n") else first + b"\n"]
+    for data, _, _, _ in files[1:]:
+        body = data[data.index(b"\n") + 1:]
+        parts.append(body if body.endswith(b"\n") else body + b"\n")
+    blob = b"".join(parts)
+    del parts
+    try:
+        raw = pl.read_csv(blob, schema_overrides={o: _U64 for o in counter_cols.values()}, **_CSV_OPTS)
+    except (pl.exceptions.PolarsError, ValueError):
+        return None  # a cell that is not a UInt64 (or worse): the files one by one count it
+    del blob
+    if raw.height != int(counts.sum()):
+        return None  # a line that is not one row: never guess which file it belongs to
+    n_files = len(files)
+    file_idx = np.repeat(np.arange(n_files, dtype=np.uint32), counts)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    line = np.arange(raw.height, dtype=np.int64) - np.repeat(starts, counts) + 2
+    file_s = pl.Series("_file", file_idx, dtype=pl.UInt32)
+    add = [file_s, pl.Series("_line", line, dtype=pl.Int64)]
+    defaults = [d for _, d, _, _ in files]
+    if any(d is not None for d in defaults):
+        add.append(pl.Series("_default", defaults, dtype=pl.String).gather(file_s).alias("_default"))
+    raw = raw.with_columns(add)
+    try:
+        frame, bad_time, bad_key, bad = _rows_frame(
+            raw, cols, counter_cols, True, pl.col("_default") if "_default" in raw.columns else None,
+            pl.col("_line"), [pl.col("_file")])
+    except (pl.exceptions.PolarsError, ValueError):
+        return None
+    del raw
+    def per_file(mask: pl.Series) -> np.ndarray:
+        return np.bincount(file_idx, weights=mask.to_numpy().astype(np.float64), minlength=n_files).astype(np.int64)
+
+    n_bad = per_file(bad)
+    n_time = n_key = n_tk = n_bad
+    if n_bad.any():
+        n_time, n_key, n_tk = per_file(bad_time), per_file(bad_key), per_file(bad_time | bad_key)
+        frame = frame.filter(~bad)
+    results = []
+    for i in range(n_files):
+        unparsed = int(n_bad[i])
+        notes = _malformed_notes(unparsed, int(n_time[i]), int(n_key[i]), int(n_tk[i])) if unparsed else []
+        results.append(CounterFileResult(int(counts[i]), unparsed, notes, int(counts[i]) - unparsed,
+                                          len(counters), []))
+    del file_idx, bad, bad_time, bad_key
+    if frame.height:
+        out = deltas(frame, counters=counters, keep=["line", "_file"], by=["_file"])
+        del frame
+        for f, row in _error_rows(out, counters):
+            res = results[f]
+            _, _, rel, side = files[f]
+            res.observations.append(_row_observation(row, counters, source=source, cluster=cluster,
+                                                     workload_id=workload_id, rel=rel, side=side))
+    return results
 
 
 # ----------------------------------------------------------------------------- observations
@@ -794,16 +962,32 @@ def table_observations(table: CounterTable, *, source: Source, rel: str, cluster
     if frame.height == 0 or not counters:
         return
     out = deltas(frame, counters=counters, keep=["line"])
+    for _, row in _error_rows(out, counters):
+        yield _row_observation(row, counters, source=source, cluster=cluster, workload_id=workload_id,
+                               rel=rel, side=side)
+
+
+def _error_rows(out: pl.DataFrame, counters: Sequence[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(file index, row) of the rows of a :func:`deltas` frame with a nonzero error delta or
+    a reset, in frame order; the index is the row's ``_file`` (0 without that column)."""
     errs = [c for c in counters if is_error_counter(c)]
     cond = pl.col("reset")
     if errs:
         cond = cond | pl.any_horizontal([pl.col(c).fill_null(0) > 0 for c in errs])
+    has_file = "_file" in out.columns
     for row in out.filter(cond).iter_rows(named=True):
-        d = CounterDelta(row["at_ns"], row["node"], row["port"], row["interval_s"], row["reset"],
-                         row["saturated"], {c: row[c] for c in counters if row[c]})
-        yield delta_observation(d, source=source, cluster=cluster, workload_id=workload_id,
-                                fmt="counters_csv", side=side, zeros=False,
-                                position=Position(file=rel, line=row["line"]))
+        yield (row["_file"] if has_file else 0), row
+
+
+def _row_observation(row: Mapping[str, Any], counters: Sequence[str], *, source: Source, cluster: str,
+                     workload_id: str | None, rel: str, side: str) -> Observation:
+    """The fabric_counter Observation of one deltas row of a CSV series (position: the
+    row's line in ``rel``)."""
+    d = CounterDelta(row["at_ns"], row["node"], row["port"], row["interval_s"], row["reset"],
+                     row["saturated"], {c: row[c] for c in counters if row[c]})
+    return delta_observation(d, source=source, cluster=cluster, workload_id=workload_id,
+                             fmt="counters_csv", side=side, zeros=False,
+                             position=Position(file=rel, line=row["line"]))
 
 
 # ----------------------------------------------------------------------------- live connector

@@ -360,6 +360,146 @@ def test_counter_series_in_bundle_to_observations_and_port_errors(tmp_path: Path
     assert [x.observation_id for x in BundleConnector(tmp_path).observations()] == [x.observation_id for x in obs]
 
 
+def _series_csv(node: str | None, ports: list[str], polls: int, *, bumps: dict | None = None,
+                start: int = 1_796_001_600, node_col: bool = True) -> str:
+    """A time-major counter series (all ports at t, then at t+10 s, ...); ``bumps``:
+    (port, poll) -> (counter, increase) from that poll on."""
+    names = ["symbol_error", "link_downed", "port_xmit_data"]
+    head = ["time", "node", "port", *names] if node_col else ["time", "port", *names]
+    rows = [",".join(head)]
+    vals = {p: {n: 0 for n in names} for p in ports}
+    for t in range(polls):
+        for p in ports:
+            v = vals[p]
+            v["port_xmit_data"] += 1000
+            for (bp, bt), (c, inc) in (bumps or {}).items():
+                if bp == p and bt == t:
+                    v[c] = v[c] + inc if inc >= 0 else 0  # a negative bump: a reset to 0
+            cells = [str(start + 10 * t)] + ([node or ""] if node_col else []) + [p] + [str(v[n]) for n in names]
+            rows.append(",".join(cells))
+    return "\n".join(rows) + "\n"
+
+
+def by_file_of(obs: list[dict], rel: str) -> list[dict]:
+    return [o for o in obs if o["position"]["file"] == rel]
+
+
+def test_counter_files_batched_equal_file_by_file(tmp_path: Path, monkeypatch) -> None:
+    """Counter files read in batches (one polars pass per batch) give exactly the
+    observations (ids, positions, order), coverage and line count of reading them one by one:
+    a gzip file, malformed rows (in a batch and, with a bad value, by the per-file fallback),
+    headers that differ, a file without a node column, a log file between counter files,
+    blank lines, files that cannot be batched (quotes, CRLF, empty, header only, corrupt gzip)
+    and a port that appears in two files (two series, not one)."""
+    import gzip as gz
+
+    (tmp_path / "workload.yaml").write_text(yaml.safe_dump(WORKLOAD))
+
+    def put(rel: str, data: str | bytes) -> None:
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data.encode() if isinstance(data, str) else data)
+
+    flap = {("17", 3): ("symbol_error", 25), ("17", 4): ("link_downed", 1), ("18", 2): ("symbol_error", 5),
+            ("18", 5): ("symbol_error", -1)}  # port 18: errors, then a reset
+    put("fabric/leaf-01/ports.counters.csv", _series_csv("leaf-01", ["17", "18", "3"], 8, bumps=flap))
+    put("fabric/leaf-02/ports.counters.csv",  # gzip, same header: in the same batch
+        gz.compress(_series_csv("leaf-02", ["1", "2"], 6, bumps={("2", 2): ("link_downed", 1)}).encode()))
+    bad_rows = _series_csv("leaf-03", ["5"], 6, bumps={("5", 4): ("symbol_error", 3)}).splitlines()
+    bad_rows.insert(3, "yesterday,leaf-03,5,1,1,1")  # bad time
+    bad_rows.insert(5, "1796001635,leaf-03,,1,1,1")  # no port
+    bad_rows.append("1796001700,leaf-03,5,9")  # short row: missing counters are null
+    put("fabric/leaf-03/ports.counters.csv", "\n".join(bad_rows))  # no final newline
+    # the same port as leaf-01's file, and node left empty on a row (directory name)
+    put("fabric/leaf-04/ports.counters.csv",
+        _series_csv("leaf-01", ["17"], 4, bumps={("17", 1): ("symbol_error", 2)}).replace(",leaf-01,17,0,0,2000", ",,17,0,0,2000"))
+    put("fabric/leaf-05/ports.counters.csv",  # quotes: read on its own
+        _series_csv("leaf-05", ["1"], 4, bumps={("1", 2): ("symbol_error", 1)}).replace(",1,0,0,", ',"1",0,0,'))
+    put("fabric/leaf-06/ports.counters.csv", "")  # empty
+    put("fabric/leaf-07/ports.counters.csv", "time,node,port,symbol_error\n")  # header only
+    put("fabric/leaf-08/ports.counters.csv", _series_csv("leaf-08", ["1"], 4, bumps={("1", 1): ("symbol_error", 1)}))
+    put("fabric/leaf-09/ports.counters.csv", b"\x1f\x8b\x08garbage")  # corrupt gzip
+    put("fabric/leaf-10/ports.counters.csv",  # CRLF
+        _series_csv("leaf-10", ["1"], 4, bumps={("1", 1): ("symbol_error", 4)}).replace("\n", "\r\n"))
+    # a different header (other counters, other order): its own batch
+    put("fabric/spine-01/ports.counters.csv",
+        "time,node,port,port_rcv_errors,symbol_error\n"
+        + "".join(f"{1_796_001_600 + 10 * t},spine-01,{p},{t // 3},{t if p == 2 else 0}\n"
+                  for t in range(5) for p in (1, 2)))
+    put("fabric/spine-02/ports.counters.csv",  # blank lines: rows of nulls, malformed
+        "time,node,port,port_rcv_errors,symbol_error\n\n1796001600,spine-02,1,0,0\n\n1796001610,spine-02,1,2,0\n\n")
+    put("logs/node-a01/dmesg.log", "[Mon Nov 30 01:21:00 2026] mlx5_core 0000:0c:00.0 ibp12s0: Link down\n")
+    # no node column: the directory names the node
+    for i, bumps in ((1, {2: ("symbol_error", 2)}), (2, {2: ("link_downed", 1)}),
+                     (4, {1: ("symbol_error", 3), 3: ("symbol_error", -1)})):
+        put(f"metrics/node-a0{i}/hca.counters.csv",
+            _series_csv(None, ["mlx5_0/1"], 5, bumps={("mlx5_0/1", t): b for t, b in bumps.items()}, node_col=False))
+    put("metrics/node-a03/hca.counters.csv",  # a bad value: its whole batch is read file by file
+        _series_csv(None, ["mlx5_0/1"], 5, bumps={("mlx5_0/1", 1): ("symbol_error", 7)}, node_col=False)
+        .replace("1796001620,mlx5_0/1,7", "1796001620,mlx5_0/1,N/A"))
+    put("metrics/node-a05/hca.counters.csv",  # a blank line
+        _series_csv(None, ["mlx5_0/1"], 4, bumps={("mlx5_0/1", 3): ("symbol_error", 1)}, node_col=False)
+        .replace("\n1796001620", "\n\n1796001620"))
+    put("metrics/node-a06/hca.counters.csv",
+        _series_csv(None, ["mlx5_0/1"], 4, bumps={("mlx5_0/1", 3): ("link_downed", 2)}, node_col=False))
+
+    import connectors.bundle as bundle_mod
+
+    calls: list[tuple[int, bool]] = []
+    real = bundle_mod.read_counter_batch
+
+    def spy(files, **kw):
+        out = real(files, **kw)
+        calls.append((len(files), out is not None))
+        return out
+
+    monkeypatch.setattr(bundle_mod, "read_counter_batch", spy)
+
+    def read(batch_bytes: int):
+        conn = BundleConnector(tmp_path)
+        conn.counter_batch_bytes = batch_bytes
+        obs = list(conn.observations())
+        return ([o.model_dump() for o in obs], [c.model_dump() for c in conn.coverage()], conn.lines_read)
+
+    one_by_one = read(0)
+    assert calls == []
+    batched = read(32 << 20)
+    # leaf-01..04 (leaf-02 gzip); spine-01, -02; node-a01..a06 (a bad value in a03: file by file)
+    assert sorted(calls) == sorted([(4, True), (2, True), (6, False)])
+    assert batched[0] == one_by_one[0]
+    assert batched[1] == one_by_one[1]
+    assert batched[2] == one_by_one[2]
+    cov = {c["source"].removeprefix("file:"): c for c in batched[1]}
+    assert cov["fabric/leaf-02/ports.counters.csv"]["detail"].startswith("gzip; counter series: 12 samples")
+    assert (cov["fabric/leaf-03/ports.counters.csv"]["records"], cov["fabric/leaf-03/ports.counters.csv"]["unparsed"]) == (9, 2)
+    assert "2 malformed rows skipped (1 bad times, 1 without node/port)" in cov["fabric/leaf-03/ports.counters.csv"]["detail"]
+    assert cov["metrics/node-a03/hca.counters.csv"]["unparsed"] == 1
+    assert (cov["fabric/spine-02/ports.counters.csv"]["records"], cov["fabric/spine-02/ports.counters.csv"]["unparsed"]) == (5, 3)
+    assert [o["position"]["line"] for o in by_file_of(batched[0], "fabric/spine-02/ports.counters.csv")] == [5]
+    assert [cov[f"fabric/leaf-0{i}/ports.counters.csv"]["status"] for i in (6, 7, 9)] == ["empty", "empty", "failed"]
+    # a port in two files makes two series: leaf-04's first row has no delta
+    by_file: dict[str, list] = {}
+    for o in batched[0]:
+        by_file.setdefault(o["position"]["file"], []).append(o)
+    assert [(o["fabric_port"], o["position"]["line"], o["metric"]) for o in by_file["fabric/leaf-04/ports.counters.csv"]] == [
+        ("leaf-01/17", 3, {"symbol_error": 2.0, "port_xmit_data": 1000.0})]
+    assert [o["fabric_port"] for o in by_file["fabric/leaf-01/ports.counters.csv"]] == [
+        "leaf-01/17", "leaf-01/17", "leaf-01/18", "leaf-01/18"]
+    assert by_file["fabric/leaf-01/ports.counters.csv"][3]["attributes"]["reset"] is True
+    assert [o["host"] for o in by_file["metrics/node-a02/hca.counters.csv"]] == ["node-a02"]
+    assert [o["attributes"]["reset"] for o in by_file["metrics/node-a04/hca.counters.csv"]] == [False, True]
+    files = list(by_file)
+    assert files == sorted(files)  # files in bundle order
+    assert {"fabric/leaf-05/ports.counters.csv", "fabric/leaf-10/ports.counters.csv",
+            "metrics/node-a05/hca.counters.csv", "metrics/node-a03/hca.counters.csv"} <= set(files)
+    assert [o["host"] for o in by_file_of(batched[0], "metrics/node-a03/hca.counters.csv")] == ["node-a03"]
+    # a batch bounded to a few hundred bytes: smaller batches, the same result
+    calls.clear()
+    small = read(600)
+    assert small == one_by_one
+    assert calls and all(n < 4 for n, _ in calls)
+
+
 def test_rule_names_exactly_the_error_counters() -> None:
     rule = load_rule_pack().rule("fabric.port_errors")
     assert sorted(c.metric for c in rule.when_any) == sorted(ERROR_COUNTERS)
