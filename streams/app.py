@@ -505,6 +505,9 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     # -- the fabric correlator -----------------------------------------------------------------
 
     fabric_cache: dict[str, dict[str, Event]] = {}  # cluster -> event id -> event
+    fabric_flushed: dict[str, float] = {}  # cluster -> monotonic time of its last full decision
+    fabric_deferred: set[str] = set()  # clusters with evidence not yet published
+    deferred_loaded = {"done": False}
 
     def cluster_events(cluster: str) -> dict[str, Event]:
         events = fabric_cache.get(cluster)
@@ -525,7 +528,11 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         async for item in stream.events():
             try:
                 cluster = (item.key or b"").decode()
-                if fabric_one(cluster, json.loads(item.value)):
+                payload = json.loads(item.value)
+                if payload["kind"] == "flush":
+                    if cluster in fabric_deferred:
+                        await fabric_decide(cluster, force=True)
+                elif fabric_one(cluster, payload):
                     await fabric_decide(cluster)
             except Exception as exc:  # noqa: BLE001 -- one bad record never stops the agent
                 log.exception("fabric record %r failed", item.key)
@@ -558,13 +565,32 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         fabric_meta[cluster] = meta
         return True
 
-    async def fabric_decide(cluster: str) -> None:
+    async def fabric_decide(cluster: str, *, force: bool = False) -> None:
         """Re-decide the cluster's faults from its full event set (as replay does), send each
         workload the fault events relevant to it when that set changed, and emit the fabric
-        and incident verdicts whose content changed."""
+        and incident verdicts whose content changed.
+
+        Throttled: when the faults are the same ones as last time (same incidents, kinds and
+        ports; only more evidence, e.g. every counter sample of a degrading cable) and the
+        last full decision is younger than ``fabric_flush_s``, publishing is deferred to a
+        flush tick -- a burst gives a few revisions, not one per sample, and the last
+        revision still holds all the evidence."""
         meta = fabric_meta.get(cluster) or {"topology": None, "workloads": {}, "verdicts": {}, "sent": {}, "emitted": {}}
         topo = TopologySpec.model_validate(meta["topology"]) if meta.get("topology") else None
         faults = correlate_fabric(cluster_events(cluster).values(), FabricIndex(topo), cluster=cluster)
+        shape = sorted([f.incident_id, f.kind, list(f.ports)] for f in faults)
+        now = time.monotonic()
+        if (not force and shape == meta.get("shape")
+                and now - fabric_flushed.get(cluster, 0.0) < settings.fabric_flush_s):
+            fabric_deferred.add(cluster)
+            if not meta.get("deferred"):
+                meta["deferred"] = True  # survives a crash: a new worker flushes it
+                fabric_meta[cluster] = meta
+            return
+        fabric_deferred.discard(cluster)
+        fabric_flushed[cluster] = now
+        meta["shape"] = shape
+        meta["deferred"] = False
         for wid, (nodes, start, end) in sorted(meta["workloads"].items()):
             linked = workload_faults(faults, nodes, start, end, causal.before_start_ns, causal.after_end_ns)
             ids = sorted(ev.event_id for ev in linked)
@@ -599,6 +625,19 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         log.info("verdict %s %s rev %d %s", att.scope.kind, att.scope.id, att.revision, att.root_cause.code)
         return True
 
+    @app.timer(interval=max(0.2, settings.fabric_flush_s / 2))
+    async def fabric_flush() -> None:
+        # tables are written only while an agent iterates its stream: ask the agent to flush
+        try:
+            if not deferred_loaded["done"] and app.tables.recovery.completed.is_set():
+                deferred_loaded["done"] = True  # after a restart: what the last worker deferred
+                fabric_deferred.update(c for c, m in fabric_meta.items() if m and m.get("deferred"))
+            for cluster in sorted(fabric_deferred):
+                if time.monotonic() - fabric_flushed.get(cluster, 0.0) >= settings.fabric_flush_s:
+                    await route_fabric(cluster, {"kind": "flush"})
+        except Exception:  # noqa: BLE001 -- a timer must never take the worker down
+            log.exception("fabric flush failed")
+
     if policy.idle_timeout_s:
 
         @app.timer(interval=max(0.5, policy.idle_timeout_s / 4))
@@ -629,6 +668,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             window_partition.pop(wid, None)
         loaded["done"] = False
         fabric_cache.clear()
+        deferred_loaded["done"] = False
         host_index.clear()
         host_index_built["done"] = False
 

@@ -277,7 +277,7 @@ class RemediationEngine:
                     t.sources.append(att.attribution_id)
                 if t.state == "proposed":
                     t.source_guards[att.attribution_id] = s.verdict_guards
-                    if (t.action.cause_code, t.action.reason) != (att.root_cause.code, s.reason):
+                    if t.action.cause_code != att.root_cause.code:
                         # a later revision names the cause better (the final verdict says
                         # gpu.xid.79 where the provisional one said gpu.pcie.aer_fatal)
                         out.append(self._move(t, "proposed", at, cause_code=att.root_cause.code, reason=s.reason))
