@@ -73,6 +73,8 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import peak_rss_mib  # noqa: E402 -- after the path set-up
+
 TARGET = 200_000  # counter samples/s, issue 4
 INTERVAL_S = 10
 JOB_START = dt.datetime(2026, 11, 30, 0, 30, tzinfo=dt.timezone.utc)
@@ -292,27 +294,11 @@ def generate(out: Path, hosts: int, radix: int, minutes: int, seed: int = 4) -> 
 # ----------------------------------------------------------------------------- children
 
 
-def _rss_mib() -> float:
-    """Peak RSS of this process (``VmHWM``). Not ``ru_maxrss``: Linux carries the parent's
-    high-water mark into a child across fork + exec, so a child of the generating parent
-    would report the generator's peak (checked: a parent holding 1 GiB -> a fresh child's
-    ru_maxrss says 1,037 MiB, its VmHWM 13 MiB)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def run_once(bundle: Path) -> dict:
     """One end-to-end replay in this process; returns its figures."""
     from streams.replay import replay_bundle
 
-    base_rss = _rss_mib()
+    base_rss = peak_rss_mib()
     t0 = time.perf_counter()
     result = replay_bundle(bundle)
     elapsed = time.perf_counter() - t0
@@ -325,7 +311,7 @@ def run_once(bundle: Path) -> dict:
         "events": len(result.events),
         "event_types": _count(e.type for e in result.events),
         "observations": len(result.observations),
-        "rss_mib": _rss_mib(),
+        "rss_mib": peak_rss_mib(),
         "rss_after_imports_mib": base_rss,
         "root_cause": att.root_cause.code,
         "domain": att.domain,
@@ -411,7 +397,7 @@ def floor_once(bundle: Path) -> dict:
         obs += o
         batches += 1
     return {"seconds": time.perf_counter() - t0, "samples": rows, "observations": obs, "files": len(files),
-            "batches": batches, "rss_mib": _rss_mib()}
+            "batches": batches, "rss_mib": peak_rss_mib()}
 
 
 def phases_once(bundle: Path) -> str:

@@ -29,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import peak_rss_mib  # noqa: E402 -- after the path set-up
+
 START = "2026-11-30T01:00:00Z"
 XID_AT = (1, 10, 0)  # 01:10:00 -- the GPU falls off the bus
 TIMEOUT_AT = (1, 20, 0)  # ~01:20:00 -- watchdog timeouts fire (600 s later)
@@ -104,22 +106,6 @@ def generate(out: Path, nodes: int, lines_per_node: int, seed: int = 7) -> dict:
     return {"lines": total, "bad_host": hosts[bad_node], "bad_rank": bad_rank}
 
 
-def _rss_mib() -> float:
-    """Peak RSS of this process: ``VmHWM`` from ``/proc/self/status``. Not ``ru_maxrss``:
-    on Linux a child keeps its parent's high-water mark across fork + exec, so a child of
-    the parent that generated the bundle would report the generator's peak (as
-    bench/fabric.py notes). ``ru_maxrss`` only where there is no /proc."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def run_once(bundle: Path, store: bool) -> dict:
     """One end-to-end replay in this process; returns its figures."""
     from streams.replay import replay_bundle
@@ -140,7 +126,7 @@ def run_once(bundle: Path, store: bool) -> dict:
         "seconds": elapsed,
         "lines": result.lines_read,
         "events": len(result.events),
-        "rss_mib": _rss_mib(),
+        "rss_mib": peak_rss_mib(),
         "root_cause": att.root_cause.code,
         "hosts": att.culprits.hosts,
         "ranks": att.culprits.ranks,

@@ -165,40 +165,7 @@ ENGINE = ReplacingMergeTree(sequence)
 ORDER BY (action_id)
 SETTINGS non_replicated_deduplication_window = 10000
 ;
-CREATE TABLE IF NOT EXISTS {database}.remediation_transitions
-(
-    action_id        String,
-    sequence         UInt32,
-    schema_version   UInt16,
-    attribution_id   String,
-    incident_id      Nullable(String),
-    cluster          LowCardinality(String),
-    action           LowCardinality(String),
-    mode             LowCardinality(String),
-    state            LowCardinality(String),
-    policy_id        LowCardinality(String),
-    policy_version   LowCardinality(String),
-    cause_code       LowCardinality(String),
-    severity         UInt16,
-    target_host      Nullable(String),
-    target_gpu       Nullable(String),
-    target_port      Nullable(String),
-    target_hosts     Array(String),
-    guards_failed    Array(String),
-    reason           String,
-    decision_by      Nullable(String),
-    decision_at      Nullable(DateTime64(9, 'UTC')),
-    decision_reason  Nullable(String),
-    executor         Nullable(String),
-    result           String,
-    created_at       DateTime64(9, 'UTC'),
-    updated_at       DateTime64(9, 'UTC'),
-    expires_at       Nullable(DateTime64(9, 'UTC')),
-    record           String CODEC(ZSTD(3)),
-    inserted_at      DateTime64(3, 'UTC') DEFAULT now64(3),
-    INDEX idx_target_host target_host TYPE bloom_filter GRANULARITY 4,
-    INDEX idx_updated_at updated_at TYPE minmax GRANULARITY 1
-)
+CREATE TABLE IF NOT EXISTS {database}.remediation_transitions AS {database}.remediations
 ENGINE = ReplacingMergeTree
 ORDER BY (action_id, sequence)
 SETTINGS non_replicated_deduplication_window = 10000
