@@ -39,10 +39,12 @@ def test_every_example_bundle_round_trips(bundle: Path, settings: KafkaSettings,
     assert result.exit_code == 0, result.output
     reader = BundleConnector(bundle)
     reader_ids = {o.observation_id for o in reader.observations()}
-    coverage = reader.coverage()
+    # one coverage record per source and workload (a bundle may hold several jobs:
+    # workloads/*.yaml; each gets the coverage of its own nodes' files)
+    coverage = [c for w in reader.workloads for c in reader.coverage_for(w.workload_id)]
     spec = reader.workload
     has_topology = (bundle / "topology.yaml").is_file()
-    n = len(reader_ids) + 1 + int(has_topology) + len(coverage)
+    n = len(reader_ids) + len(reader.workloads) + int(has_topology) + len(coverage)
     assert f"published {n} records" in result.output
 
     msgs = consume(kafka_config, topic, n)
@@ -56,7 +58,9 @@ def test_every_example_bundle_round_trips(bundle: Path, settings: KafkaSettings,
     assert sorted(o["attributes"]["coverage"]["source"] for o in tails) == sorted(c.source for c in coverage)
     assert all(o["kind"] == "health_event" for o in tails)
 
-    (wl,) = [o for o in heads if o["format"] == "workload_yaml"]
+    workload_records = [o for o in heads if o["format"] == "workload_yaml"]
+    assert [o["workload_id"] for o in workload_records] == [w.workload_id for w in reader.workloads]
+    wl = workload_records[0]
     assert wl["kind"] == "scheduler_event" and wl["host"] == "_scheduler"
     assert wl["body"] == (bundle / "workload.yaml").read_text()
     assert WorkloadSpec.model_validate(wl["attributes"]["workload"]) == spec
@@ -76,7 +80,7 @@ def test_every_example_bundle_round_trips(bundle: Path, settings: KafkaSettings,
         items.sort(key=lambda x: x[0])
         seq = [o for _, o in items]
         if any(o is wl for o in seq):
-            assert seq[0] is wl
+            assert seq[0]["format"] == "workload_yaml"
         kinds = ["head" if o in heads else "cov" if o in tails else "body" for o in seq]
         assert kinds == sorted(kinds, key=["head", "body", "cov"].index)
         times = [o["observed_at"] for o, k in zip(seq, kinds) if k == "body"]
