@@ -50,6 +50,7 @@ from typing import Any, Iterable, Sequence
 import yaml
 
 from correlators import ENGINE_VERSION
+from correlators.hostlist import expand_hostlist
 from correlators.topology import FabricIndex, host_port_id
 from schemas.bundle import Link
 from schemas.records import (
@@ -462,9 +463,9 @@ def group_faults(
     downs = [e for e in node_downs if str(e.attributes.get("state", "")).upper() == "DOWN"]
     for domain in sorted(index.spec.domains, key=lambda d: (len(set(index.spec.domains[d])), d)):
         members = set(index.spec.domains[domain])
-        lost = [e for e in downs if (e.attributes.get("node") or e.host) in members]
+        lost = [e for e in downs if set(_lost_nodes(e)) & members]
         for run in _time_clusters(lost, lambda e: e.at, gap):
-            hosts = sorted({e.attributes.get("node") or e.host for e in run})
+            hosts = sorted({n for e in run for n in _lost_nodes(e) if n in members})
             if len(hosts) < policy.rack_min_hosts:
                 continue
             claimed = {e.event_id for e in run}
@@ -525,6 +526,21 @@ def group_faults(
 
     out += [_port_fault_to_fault(pf, cluster, policy) for pf in remaining]
     return sorted(out, key=lambda f: (f.first_at, f.level, f.key))
+
+
+def _lost_nodes(event: Event) -> list[str]:
+    """The nodes a scheduler node-state event is about: its ``node``, the hosts of its Slurm
+    ``nodelist`` (``node-a[05-08]``: slurmctld logs a rack lost at once on one line), else its
+    host. A malformed nodelist names no node."""
+    if event.attributes.get("node"):
+        return [str(event.attributes["node"])]
+    nodelist = event.attributes.get("nodelist")
+    if isinstance(nodelist, str):
+        try:
+            return expand_hostlist(nodelist)
+        except ValueError:
+            return []
+    return [event.host]
 
 
 def _ports(pf: PortFault) -> list[str]:

@@ -383,7 +383,6 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         """A topology record (bundle ``topology.yaml`` or ``faultstream connect topology``):
         validated, then handed to the cluster's fabric correlator."""
         spec = TopologySpec.model_validate(obs.attributes.get("topology")).model_dump(mode="json")
-        topology[obs.cluster] = spec
         await route_fabric(obs.cluster, {"kind": "topology", "topology": spec})
 
     @app.agent(topology_in)
@@ -554,6 +553,9 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             return True
         if kind == "topology":
             meta["topology"] = payload["topology"]
+            # written here, from the by-fabric stream: a table's changelog must have as many
+            # partitions as the topic whose stream writes it (the topology topic has fewer)
+            topology[cluster] = payload["topology"]
         elif kind == "workload":
             meta["workloads"][payload["workload_id"]] = [payload["nodes"], payload["start"], payload["end"]]
         elif kind == "verdict":

@@ -37,7 +37,8 @@ from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
+from rich.table import Column, Table
 
 from schemas.records import RemediationAction, RemediationCommand, canonical_json
 
@@ -209,12 +210,14 @@ def list_actions(
     if json_lines:
         sys.stdout.write("".join(canonical_json(a) + "\n" for a in rows))
         return
-    table = Table("action id", "cluster", "action", "target", "mode", "state", "seq", "guards failed",
-                  "decision", "updated (UTC)", title=f"{topic}: {len(rows)} actions")
+    # the id in full (show / approve need it); every text from a record is escaped: a reason
+    # or a name may hold [brackets] that rich would read as markup
+    table = Table(Column("action id", no_wrap=True, min_width=28), "cluster", "action", "target", "mode", "state",
+                  "seq", "guards failed", "decision", "updated (UTC)", title=f"{topic}: {len(rows)} actions")
     for a in rows:
         failed = ", ".join(g.guard for g in a.guards if not g.passed) or "-"
-        decision = f"{a.decision.by}" if a.decision else "-"
-        table.add_row(a.action_id, a.cluster, a.action, _target(a), a.mode,
+        decision = escape(a.decision.by) if a.decision else "-"
+        table.add_row(a.action_id, escape(a.cluster), a.action, escape(_target(a)), a.mode,
                       f"[{STATE_STYLE.get(a.state, '')}]{a.state}[/]", str(a.sequence), failed, decision, _ts(a.updated_at))
     _console().print(table)
 
@@ -236,29 +239,30 @@ def show(
         sys.stdout.write(canonical_json(a) + "\n")
         return
     out = _console()
-    out.print(f"[bold]{a.action_id}[/]  {a.action} {_target(a)}  cluster {a.cluster}  "
+    out.print(f"[bold]{a.action_id}[/]  {a.action} {escape(_target(a))}  cluster {escape(a.cluster)}  "
               f"[{STATE_STYLE.get(a.state, '')}]{a.state}[/] (seq {a.sequence})", highlight=False)
     out.print(f"mode {a.mode}; policy {a.policy_id}@{a.policy_version}; cause {a.cause_code}; severity {a.severity}; "
               f"verdict {a.attribution_id}" + (f"; incident {a.incident_id}" if a.incident_id else ""), highlight=False)
     out.print(f"created {_ts(a.created_at)}, updated {_ts(a.updated_at)}, expires {_ts(a.expires_at)}", highlight=False)
     if a.reason:
-        out.print(f"reason: {a.reason}", highlight=False)
+        out.print(f"reason: {escape(a.reason)}", highlight=False)
     if a.decision:
-        out.print(f"decision: {a.decision.by} at {_ts(a.decision.at)}: {a.decision.reason or '-'}", highlight=False)
+        out.print(f"decision: {escape(a.decision.by)} at {_ts(a.decision.at)}: {escape(a.decision.reason or '-')}",
+                  highlight=False)
     if a.result:
-        out.print(f"result ({a.executor or '-'}): {a.result}", highlight=False)
+        out.print(f"result ({escape(a.executor or '-')}): {escape(a.result)}", highlight=False)
     if a.guards:
         guards = Table("guard", "passed", "detail", title="guards")
         for g in a.guards:
-            guards.add_row(g.guard, "[green]yes[/]" if g.passed else "[red]no[/]", g.detail)
+            guards.add_row(g.guard, "[green]yes[/]" if g.passed else "[red]no[/]", escape(g.detail))
         out.print(guards)
     if a.plan:
         out.print(f"certification plan: {len(a.plan)} groups (stages: "
                   f"{', '.join(sorted({g.stage for g in a.plan}))})", highlight=False)
     history = Table("seq", "state", "at (UTC)", "by", "result / reason", title="transitions on the topic")
     for r in log.records:
-        history.add_row(str(r.sequence), r.state, _ts(r.updated_at), r.decision.by if r.decision else "-",
-                        r.result or r.reason)
+        history.add_row(str(r.sequence), r.state, _ts(r.updated_at), escape(r.decision.by) if r.decision else "-",
+                        escape(r.result or r.reason))
     out.print(history)
 
 

@@ -397,6 +397,18 @@ def test_a_loss_two_domains_share_is_one_rack_fault_named_by_the_smallest():
     assert [(f.level, f.key) for f in faults] == [("rack", "rack-1")]
 
 
+def test_a_rack_lost_on_one_slurmctld_hostlist_line_is_one_rack_fault():
+    """slurmctld logs hosts lost together on one line with a hostlist expression:
+    'Nodes node-a[01-03] not responding, setting DOWN'."""
+    line = Event(type="sched.node_state", at=at(0), host="_scheduler", cluster="c1",
+                 attributes={"nodelist": "node-a[01-03]", "state": "DOWN"},
+                 rule="sched.slurm_not_responding@1").with_id()
+    faults = correlate([line, down("node-a01", 0), down("node-a02", 0)], INDEX, cluster="c1")
+    assert [(f.level, f.key, f.hosts) for f in faults] == [("rack", "rack-1", ("node-a01", "node-a02", "node-a03"))]
+    bad = line.model_copy(update={"attributes": {"nodelist": "node-a[01-03", "state": "DOWN"}}).with_id()
+    assert [f.level for f in correlate([bad], INDEX, cluster="c1")] == []
+
+
 def test_group_faults_do_not_depend_on_input_order():
     events = [node_down("node-a05", 0), node_down("node-a06", 10), node_down("node-a07", 20),
               down("node-a01", 0), down("node-a02", 0), down("node-a03", 0), down("node-a05", 0)]

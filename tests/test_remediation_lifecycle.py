@@ -469,3 +469,21 @@ def test_a_pending_proposal_takes_the_cause_of_the_final_verdict():
     second = engine.on_attribution(final.model_copy(update={"revision": 2}))
     assert second[0].action_id == first[0].action_id
     assert (second[0].cause_code, second[0].sequence, second[0].state) == ("fabric.port.flapping", 2, "proposed")
+
+
+def test_a_withdrawn_fabric_verdict_lets_its_proposals_lapse_and_proposes_no_recertification():
+    """The stream withdraws a port's verdict when the evidence turns out to be a switch fault
+    (root cause 'superseded', quality insufficient): its proposals expire; no recertify of its
+    hosts is proposed, as it would be for a verdict that is merely insufficient."""
+    from correlators.fabric import superseded
+    from streams.replay import replay_bundle
+    from correlators.remediation import RemediationEngine, load_policy
+
+    result = replay_bundle(Path(__file__).resolve().parents[1] / "examples/incidents/fabric-port-flap-host-side-only")
+    fabric = next(a for a in result.attributions if a.scope.kind == "fabric_port")
+    engine = RemediationEngine(load_policy(), fleet_size=100)
+    (proposed,) = engine.on_attribution(fabric)
+    withdrawn = superseded(fabric, []).model_copy(update={"revision": 2})
+    records = engine.on_attribution(withdrawn)
+    assert [(r.action_id, r.state) for r in records] == [(proposed.action_id, "expired")]
+    assert "superseded" in records[0].reason

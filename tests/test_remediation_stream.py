@@ -621,3 +621,16 @@ def test_cli_shows_the_latest_record_and_publishes_only_decisions_that_fit(kafka
         out = cli(down, "remediation", *args, "--timeout", "2")
         assert out.returncode == 2
         assert out.stderr.startswith("error: Kafka at 127.0.0.1:9 did not answer within 2 s"), out.stderr
+
+    # text from a record is shown as written, never read as rich markup
+    from schemas.records import Decision
+
+    marked = approved.model_copy(update={"sequence": approved.sequence + 1, "reason": "see [/link] ticket [INC-42]",
+                                         "decision": Decision(by="[bold]eve", at=now, reason="[red]ok")})
+    producer.produce(actions_topic, key=marked.action_id.encode(), value=canonical_json(marked).encode())
+    producer.flush(30)
+    shown = cli(env, "remediation", "show", marked.action_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "see [/link] ticket [INC-42]" in shown.stdout and "[bold]eve" in shown.stdout and "[red]ok" in shown.stdout
+    listed = cli(env, "remediation", "list")
+    assert "[bold]eve" in listed.stdout and marked.action_id in listed.stdout

@@ -25,7 +25,10 @@ from confluent_kafka import Consumer, Producer
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "incidents"
 BUNDLES = sorted(p.parent for p in EXAMPLES.glob("*/expected.yaml"))
-PARTITIONS = 3
+# the worker's internal topics and tables get 4 partitions: unlike the catalogue's 3-partition
+# topology and remediation-commands topics, as in a default deployment (12 vs 3), so a table
+# written from a stream of a topic with another partition count fails here too
+PARTITIONS = 4
 
 
 def free_port() -> int:

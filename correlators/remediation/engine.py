@@ -88,6 +88,9 @@ class UnknownActionError(LookupError):
     """A command or executor report names an action the engine does not hold."""
 
 
+#: The root-cause code of a withdrawn verdict (:func:`correlators.fabric.superseded`).
+SUPERSEDED = "superseded"
+
 class TrackedAction(BaseModel):
     """The engine's view of one action: its latest record plus what the record does not say.
 
@@ -277,9 +280,10 @@ class RemediationEngine:
                     t.sources.append(att.attribution_id)
                 if t.state == "proposed":
                     t.source_guards[att.attribution_id] = s.verdict_guards
-                    if t.action.cause_code != att.root_cause.code:
-                        # a later revision names the cause better (the final verdict says
-                        # gpu.xid.79 where the provisional one said gpu.pcie.aer_fatal)
+                    if att.attribution_id == t.action.attribution_id and t.action.cause_code != att.root_cause.code:
+                        # a later revision of the verdict that proposed it names the cause
+                        # better (the final verdict says gpu.xid.79 where the provisional one
+                        # said gpu.pcie.aer_fatal); other verdicts of the incident do not flip it
                         out.append(self._move(t, "proposed", at, cause_code=att.root_cause.code, reason=s.reason))
                     out += self._reevaluate(t, at)
         return out
@@ -499,6 +503,10 @@ class RemediationEngine:
     # --- proposal ---------------------------------------------------------------------------
 
     def _specs(self, att: Attribution, incident: str) -> list[_Spec]:
+        if att.root_cause.code == SUPERSEDED:
+            # a stream worker withdrew this fabric/incident verdict (correlators.fabric.superseded):
+            # what it called for lapses like a cleared cause; it is no ambiguous verdict to recertify
+            return []
         facts = verdict_facts(att, self._note_xid(att))
         rule = self.policy.select(att, facts)
         cluster = att.scope.cluster
