@@ -186,10 +186,17 @@ _TEST_STATUS = re.compile(r"^(?P<status>Pass|Fail|Warn|Skip|Not Run)$")
 _ERROR_LINE = re.compile(r"^\s*Error:?\s+(?P<msg>.+)$", re.IGNORECASE)
 
 
+#: Table sections whose tests alone do not certify a GPU (software and deployment checks). A
+#: table without section rows (a fragment) is judged by its tests alone.
+_DEPLOYMENT_ONLY = {"deployment", "metadata"}
+
+
 class _DiagTest:
-    """One test read from the table: its own status, per-entity statuses, messages."""
+    """One test read from the table: its section (``Deployment``, ``Hardware``, ...), its own
+    status, per-entity statuses, messages."""
 
     def __init__(self, name: str, status: str | None):
+        self.category = ""
         self.name = name
         self.status = status
         self.entities: dict[str, str] = {}
@@ -285,6 +292,7 @@ def parse_dcgm_diag_text(text: str, host: str, finished_at_ns: int, *, cluster: 
                 f"line {lineno}: test {name!r} has no result (expected Pass, Fail, Warn, Skip or "
                 f"'Pass - All'/'Fail - GPU: 0'), got {info!r}")
         current = _DiagTest(name, _result(status["status"], f"line {lineno}") if status else None)
+        current.category = category
         if old:
             _old_rows(current, old, lineno)
         tests.append(current)
@@ -292,6 +300,13 @@ def parse_dcgm_diag_text(text: str, host: str, finished_at_ns: int, *, cluster: 
         what = "a table without test rows" if header_seen else "no 'dcgmi diag' table"
         raise CertificationError(f"dcgmi diag text: found {what} (expected rows like '| memory | Pass |')")
     cert_tests = [CertificationTest(name=t.name, result=t.result(), detail=t.detail()) for t in tests]
+    if not any(t.category.lower() not in _DEPLOYMENT_ONLY and t.result() != "skip" for t in tests):
+        # a table cut short, or 'dcgmi diag -r 1': deployment checks say nothing of the GPU's
+        # health, so they cannot return a node to service (NVSentinel re-validates with -r 2)
+        cert_tests.append(CertificationTest(
+            name="hardware tests", result="fail",
+            detail="the run holds no hardware, integration or stress test (output cut short, or -r 1): "
+                   "run dcgmi diag -r 2 or higher"))
     source = "dcgmi diag" + (f" (DCGM {version})" if version else "")
     return _certification(host, "dcgm-diag", cert_tests, finished_at_ns, source, cluster)
 

@@ -99,6 +99,20 @@ def test_dcgm_text_warn_and_skip_do_not_fail():
     assert cert.passed is True
 
 
+def test_dcgm_text_cut_after_the_deployment_checks_does_not_certify(real_fixtures: Path):
+    """A table cut short after its Deployment section (or a -r 1 run) passes every test it has,
+    but says nothing of the GPU: it must not return a drained node to service."""
+    lines = (real_fixtures / "public" / "rc-37" / "lines.log").read_text().splitlines()
+    cut = lines[: next(i for i, line in enumerate(lines) if "Hardware" in line)]
+    cert = parse_dcgm_diag_text("\n".join(cut), "node-a01", T0)
+    assert [t.result for t in cert.tests if t.name != "hardware tests"] and all(
+        t.result == "pass" for t in cert.tests if t.name != "hardware tests")
+    assert cert.passed is False
+    assert by_name(cert)["hardware tests"][0] == "fail"
+    # the whole table certifies
+    assert parse_dcgm_diag_text("\n".join(lines), "node-a01", T0).passed is True
+
+
 @pytest.mark.parametrize("text, message", [
     ("", "no 'dcgmi diag' table"),
     ("hello world\nnothing here\n", "no 'dcgmi diag' table"),
