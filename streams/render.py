@@ -129,6 +129,10 @@ def _culprits(att: Attribution) -> Panel:
         ("GPUs", ", ".join(_gpu_label(g) for g in c.gpus)),
         ("Ports", ", ".join(c.ports)),
     ]
+    if att.scope.kind != "workload":
+        # a fabric or incident verdict: the jobs the fault broke, and the verdicts it groups
+        rows += [("Workloads hit", ", ".join(att.affected.workloads) or "none named"),
+                 ("Members", ", ".join(att.members))]
     shown = [(k, v) for k, v in rows if v]
     if not shown:
         body: Any = Text("none named", style="dim")
@@ -152,6 +156,11 @@ def _symptoms(att: Attribution) -> Any:
         f"Symptoms: {total} event{'s' if total != 1 else ''} on {len(hosts)} "
         f"host{'s' if len(hosts) != 1 else ''}, {len(ranks)} rank{'s' if len(ranks) != 1 else ''}"
     )
+    if not items and att.scope.kind != "workload" and att.symptoms:
+        # a fabric or incident verdict: its symptoms are the errors of the workloads it hit
+        hit = att.affected.workloads
+        return Text(f"Symptoms: {total} events of {len(hit)} workload{'s' if len(hit) != 1 else ''} "
+                    f"({', '.join(hit)}), on {len(att.affected.hosts)} hosts: see their verdicts", style="bold")
     if not items:
         return Group(Text(title, style="bold"), Text("no symptom events in the evidence", style="dim"))
     table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
