@@ -148,7 +148,7 @@ _Loader = _make_loader(_BaseLoader)
 
 
 def _load_spec(path: Path, model: type[pydantic.BaseModel], required: bool) -> Any:
-    name = path.name
+    name = f"{path.parent.name}/{path.name}" if path.parent.name == "workloads" else path.name
     if not path.is_file():
         if required:
             raise BundleError(f"{name}: missing (every bundle needs one; see BUNDLE.md)")
@@ -171,7 +171,7 @@ def _load_spec(path: Path, model: type[pydantic.BaseModel], required: bool) -> A
         problems = []
         for err in exc.errors():
             loc = ".".join(str(p) for p in err["loc"])
-            msg = err["msg"]
+            msg = err["msg"].removeprefix("Value error, ")
             problems.append(f"field '{loc}': {msg}" if loc else msg)
         raise BundleError(f"{name}: " + "; ".join(problems)) from None
 
@@ -320,6 +320,9 @@ class BundleConnector:
                 spec = _load_spec(extra, WorkloadSpec, True)
                 if any(w.workload_id == spec.workload_id for w in self.workloads):
                     raise BundleError(f"workloads/{extra.name}: duplicate workload_id {spec.workload_id!r}")
+                if spec.cluster != self.workload.cluster:
+                    raise BundleError(f"workloads/{extra.name}: cluster {spec.cluster!r} is not workload.yaml's "
+                                      f"{self.workload.cluster!r} (a bundle is one cluster's fabric)")
                 self.workloads.append(spec)
                 self.workload_files[spec.workload_id] = f"workloads/{extra.name}"
         self.topology: TopologySpec | None = _load_spec(self.path / "topology.yaml", TopologySpec, False)

@@ -12,6 +12,7 @@ them into a :class:`connectors.bundle.BundleError` naming the file and the field
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -118,11 +119,11 @@ class Link(_Spec):
     as ``ibnetdiscover`` prints them, ``0x...``) let kernel and fabric lines that name the
     port another way find the same cable."""
 
-    host: str
-    hca: str
-    host_port: int = 1
-    switch: str
-    switch_port: str
+    host: str = Field(min_length=1)
+    hca: str = Field(min_length=1)
+    host_port: int = Field(default=1, ge=0)
+    switch: str = Field(min_length=1)
+    switch_port: str = Field(min_length=1)
     netdev: str | None = None
     pci: str | None = None
     hca_guid: str | None = None
@@ -145,6 +146,16 @@ class TopologyHost(_Spec):
 
     ips: list[str] = Field(default_factory=list)
 
+    @field_validator("ips")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        for text in value:
+            try:
+                ipaddress.ip_address(text)
+            except ValueError:
+                raise ValueError(f"{text!r} is not an IP address") from None
+        return value
+
 
 class TopologySpec(_Spec):
     """``topology.yaml``: cables, host addresses and failure domains.
@@ -158,6 +169,27 @@ class TopologySpec(_Spec):
     hosts: dict[str, TopologyHost] = Field(default_factory=dict)
     domains: dict[str, list[str]] = Field(default_factory=dict)
     uplinks: list[tuple[str, str]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_cable_per_port(self) -> "TopologySpec":
+        """A host port has one cable and a switch port one cable: the same port cabled twice
+        is a mistake in the file, which would make the correlator blame the wrong end."""
+        by_host: dict[tuple[str, str, int], str] = {}
+        by_switch: dict[str, str] = {}
+        for i, link in enumerate(self.links):
+            end = (link.host, link.hca, link.host_port)
+            if by_host.setdefault(end, link.port_id) != link.port_id:
+                raise ValueError(f"links.{i}: {link.host} {link.hca} port {link.host_port} is cabled to both "
+                                 f"{by_host[end]} and {link.port_id}")
+            here = f"{link.host}/{link.hca}/{link.host_port}"
+            if by_switch.setdefault(link.port_id, here) != here:
+                raise ValueError(f"links.{i}: switch port {link.port_id} is cabled to both {by_switch[link.port_id]} and {here}")
+        owner: dict[str, str] = {}
+        for host in sorted(self.hosts):
+            for ip in self.hosts[host].ips:
+                if owner.setdefault(ip, host) != host:
+                    raise ValueError(f"hosts: address {ip} belongs to both {owner[ip]} and {host}")
+        return self
 
 
 class ExpectedIncident(_Spec):

@@ -127,7 +127,7 @@ def test_file_outside_host_dir_is_read(tmp_path: Path, real_fixtures: Path) -> N
     (WORKLOAD.replace("state: FAILED", "state: EXPLODED"), "workload.yaml: field 'state':"),
     (WORKLOAD + "hosts:\n  node-a01: {boot_time: yesterday}\n", "field 'hosts.node-a01.boot_time'"),
     (WORKLOAD + "hosts:\n  node-a01: {timezone: Mars/Olympus}\n", "field 'hosts.node-a01.timezone'"),
-    (WORKLOAD + "ranks:\n  0: {host: node-z9}\n", "workload.yaml: Value error, ranks.0.host"),
+    (WORKLOAD + "ranks:\n  0: {host: node-z9}\n", "workload.yaml: ranks.0.host"),
     ("workload_id: [unclosed\n", "workload.yaml: invalid YAML at line"),
     ("- just\n- a list\n", "workload.yaml: expected a mapping"),
 ])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -825,3 +826,36 @@ def test_a_withdrawn_verdict_names_its_successor_and_leaves_nothing_to_act_on(tm
     assert withdrawn.culprits.hosts == [] and withdrawn.culprits.ports == [] and withdrawn.members == []
     assert (withdrawn.quality, withdrawn.confidence, withdrawn.final) == ("insufficient", 0.0, True)
     assert superseded(early, []).root_cause.text == "superseded: the evidence no longer shows this fault"
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t["links"].append({**t["links"][2], "switch_port": "9"}),
+     "topology.yaml: links.8: node-a03 mlx5_0 port 1 is cabled to both leaf-01/3 and leaf-01/9"),
+    (lambda t: t["links"].append({**t["links"][2], "host": "node-a09"}),
+     "topology.yaml: links.8: switch port leaf-01/3 is cabled to both node-a03/mlx5_0/1 and node-a09/mlx5_0/1"),
+    (lambda t: t["links"][0].update(switch_port=""), "links.0.switch_port"),
+    (lambda t: t["links"][0].update(host_port=-5), "links.0.host_port"),
+    (lambda t: t.update(hosts={"node-a01": {"ips": ["not-an-ip"]}}), "'not-an-ip' is not an IP address"),
+    (lambda t: t.update(hosts={"node-a01": {"ips": ["10.0.0.11"]}, "node-a02": {"ips": ["10.0.0.11"]}}),
+     "address 10.0.0.11 belongs to both node-a01 and node-a02"),
+])
+def test_a_topology_that_cables_a_port_twice_or_names_bad_addresses_is_refused(tmp_path, change, message):
+    from connectors.bundle import BundleError
+
+    root = fabric_bundle(tmp_path / "fab")
+    topo = yaml.safe_load((root / "topology.yaml").read_text())
+    change(topo)
+    (root / "topology.yaml").write_text(yaml.safe_dump(topo))
+    with pytest.raises(BundleError, match=re.escape(message)):
+        replay_bundle(root)
+
+
+def test_a_bundle_is_one_clusters_fabric(tmp_path):
+    from connectors.bundle import BundleError
+
+    root = fabric_bundle(tmp_path / "fab")
+    (root / "workloads").mkdir()
+    other = {**workload("job-9", ["node-a01"], D(2026, 11, 30, 5), D(2026, 11, 30, 6)), "cluster": "c2"}
+    (root / "workloads" / "job-9.yaml").write_text(yaml.safe_dump(other))
+    with pytest.raises(BundleError, match=re.escape("workloads/job-9.yaml: cluster 'c2' is not workload.yaml's 'c1'")):
+        replay_bundle(root)
