@@ -717,8 +717,8 @@ def parse_certification(text: str, fmt: str, *, host: str | None, finished_at_ns
 
 def connect_certifications_cli(
     files: Annotated[list[Path], typer.Argument(help="result files (dcgmi diag table or -j JSON, nccl-tests output, NVCRE report JSON)")],
+    cluster: Annotated[str, typer.Option(help="cluster of the host(s): the worker's remediation is per cluster")],
     host: Annotated[str | None, typer.Option(help="the certified host (required except for NVCRE reports, which name their nodes; for those it selects one)")] = None,
-    cluster: Annotated[str, typer.Option(help="cluster of the host(s)")] = "",
     format: Annotated[str, typer.Option("--format", help="auto, dcgm-text, dcgm-json, nvcre or nccl-tests")] = "auto",
     finished_at: Annotated[str | None, typer.Option("--finished-at", help="when the run finished, ISO 8601 (default: an NVCRE envelope's generatedAt, else the file's mtime)")] = None,
     min_busbw: Annotated[float | None, typer.Option("--min-busbw", min=0.0, help="nccl-tests: minimum average bus bandwidth, GB/s")] = None,

@@ -1096,13 +1096,13 @@ class CountersConnector:
 
 
 def connect_counters_cli(
+    cluster: Annotated[str, typer.Option(help="cluster name (the fabric correlator works per cluster)")],
     sysfs_root: Annotated[Path, typer.Option(help="sysfs mount to poll (reads class/infiniband/*/ports/*/counters and hw_counters)")] = Path("/sys"),
     perfquery: Annotated[Path | None, typer.Option(help="read this perfquery output once instead of sysfs")] = None,
     ibqueryerrors: Annotated[Path | None, typer.Option(help="read this ibqueryerrors output once instead of sysfs")] = None,
     interval: Annotated[float, typer.Option(help="seconds between polls")] = 10.0,
     once: Annotated[bool, typer.Option("--once", help="one poll (two, --interval apart, when the first only primes the deltas), then exit")] = False,
     node: Annotated[str | None, typer.Option(help="node name (default: this machine's hostname)")] = None,
-    cluster: Annotated[str, typer.Option(help="cluster name")] = "",
     state: Annotated[Path | None, typer.Option(help="file keeping the last counter values, so a restart loses no delta")] = None,
     bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
     topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic)")] = None,
@@ -1115,6 +1115,8 @@ def connect_counters_cli(
 
     if interval <= 0:
         cli_fail("--interval must be > 0")
+    if perfquery is None and ibqueryerrors is None and not (sysfs_root / "class" / "infiniband").is_dir():
+        cli_fail(f"{sysfs_root}: no class/infiniband directory (is this the sysfs mount of a host with RDMA devices?)")
     topic = topic or catalogue()["observations"].name
     try:
         conn = CountersConnector(

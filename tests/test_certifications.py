@@ -390,7 +390,7 @@ def test_connect_certifications_malformed_file_publishes_nothing(tmp_path, kafka
     topic = kafka_topic_factory("certs")
     bad = tmp_path / "diag.json"
     bad.write_text('{"DCGM Diagnostic": {"test_categories": [')
-    result = CliRunner().invoke(app, ["connect", "certifications", str(DATA / "nccl-all-reduce-pass.log"),
+    result = CliRunner().invoke(app, ["connect", "certifications", "--cluster", "c1", str(DATA / "nccl-all-reduce-pass.log"),
                                       str(bad), "--host", "node-a01", "--min-busbw", "350",
                                       "--bootstrap", kafka_bootstrap, "--topic", topic])
     assert result.exit_code == 2
@@ -406,13 +406,13 @@ def test_connect_certifications_malformed_file_publishes_nothing(tmp_path, kafka
     (["--host", "node-a01"], "nccl-tests input needs --min-busbw"),
 ])
 def test_connect_certifications_usage_errors(args, message):
-    result = CliRunner().invoke(app, ["connect", "certifications", str(DATA / "nccl-all-reduce-pass.log"),
+    result = CliRunner().invoke(app, ["connect", "certifications", "--cluster", "c1", str(DATA / "nccl-all-reduce-pass.log"),
                                       *args, "--bootstrap", "127.0.0.1:1"])
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
 
 
 def test_connect_certifications_missing_file():
-    result = CliRunner().invoke(app, ["connect", "certifications", "/nonexistent/diag.txt", "--host", "node-a01"])
+    result = CliRunner().invoke(app, ["connect", "certifications", "--cluster", "c1", "/nonexistent/diag.txt", "--host", "node-a01"])
     assert result.exit_code == 2
     assert "error: /nonexistent/diag.txt: No such file or directory" in result.output

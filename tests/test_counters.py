@@ -595,10 +595,12 @@ def test_cli_connect_counters_once_and_restart_from_state(tmp_path, kafka_bootst
     assert [(e.type, e.attributes["deltas"], e.fabric_port) for e in ev] == [
         ("fabric.port_errors", {"symbol_error": 12}, "node-a01/mlx5_0/1")]
 
-    # nothing to read: a clear error, exit code 1
+    # nothing to read: a clear error at once, exit code 2, nothing polled
     bad = CliRunner().invoke(app, ["connect", "counters", "--sysfs-root", str(tmp_path / "none"), "--node", "n",
-                                   "--once", "--interval", "1", "--bootstrap", bootstrap, "--topic", topic])
-    assert bad.exit_code == 1 and "no counters read" in bad.output
+                                   "--cluster", "c1", "--once", "--interval", "1", "--bootstrap", bootstrap,
+                                   "--topic", topic])
+    assert bad.exit_code == 2
+    assert bad.output.strip() == f"error: {tmp_path / 'none'}: no class/infiniband directory (is this the sysfs mount of a host with RDMA devices?)"
 
 
 def test_connector_reads_ibqueryerrors_file_with_state(tmp_path: Path) -> None:
