@@ -180,11 +180,14 @@ def worker(
     try:
         settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
         kafka = KafkaSettings()
-        faust_app = create_app(settings, kafka)
     except ValueError as exc:  # pydantic.ValidationError is a ValueError
         _fail(f"worker settings: {exc}")
     logging.getLogger("faultstream.worker").info(
         "worker starting", extra={"app_id": settings.app_id, "bootstrap": kafka.bootstrap_servers})
+    try:
+        faust_app = create_app(settings, kafka)
+    except ValueError as exc:  # invalid remediation / executor settings (pydantic)
+        _fail(f"worker settings: {exc}")
     try:
         declare_topics(settings, kafka)
     except (KafkaException, RuntimeError) as exc:

@@ -98,7 +98,8 @@ def test_catalogue_names_follow_the_prefix(monkeypatch):
 
     assert TOPICS["observations"].name == "faultstream.observations"
     assert sorted(TOPICS) == sorted(
-        ["observations", "events", "attributions", "remediations", "deadletter", "topology", "certifications"]
+        ["observations", "events", "attributions", "remediations", "remediation-commands", "deadletter",
+         "topology", "certifications"]
     )
     monkeypatch.setenv("FAULTSTREAM_TOPIC_PREFIX", "t-xyz")
     assert topic_prefix() == "t-xyz"
@@ -135,8 +136,9 @@ def test_create_topics_is_idempotent_and_matches_the_catalogue(kafka_config, kaf
     assert got[f"{p}.events"][:3] == (12, "delete", str(7 * DAY_MS))
     assert got[f"{p}.attributions"][:2] == (12, "compact")
     assert got[f"{p}.remediations"][:2] == (12, "compact")
+    assert got[f"{p}.remediation-commands"][:3] == (3, "delete", str(30 * DAY_MS))
     assert got[f"{p}.deadletter"] == (3, "delete", str(30 * DAY_MS), str(16 * 1024 * 1024))
-    assert got[f"{p}.topology"][:2] == (12, "compact")
+    assert got[f"{p}.topology"][:2] == (3, "compact")
     assert got[f"{p}.certifications"][:3] == (12, "delete", str(30 * DAY_MS))
 
 

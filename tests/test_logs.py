@@ -170,7 +170,9 @@ def test_worker_json_logs_then_a_clean_error_when_the_broker_is_unreachable(tmp_
     logged = json_lines("\n".join(line for line in run.stderr.splitlines()
                                   if line.startswith("{")))
     assert [(x["level"], x["logger"], x["message"]) for x in logged] == [
-        ("INFO", "faultstream.worker", "worker starting")]
+        ("INFO", "faultstream.worker", "worker starting"),
+        ("INFO", "faultstream.remediation", "remediation: policy faultstream-default@2026.07-1, "
+                                            "executors dry-run for every cluster")]
     assert logged[0]["bootstrap"] == dead
 
 
