@@ -50,6 +50,7 @@ from typing import Any, Iterable, Sequence
 import yaml
 
 from correlators import ENGINE_VERSION
+from correlators.attribution import summarise
 from correlators.hostlist import expand_hostlist
 from correlators.topology import FabricIndex, host_port_id
 from schemas.bundle import Link
@@ -234,11 +235,12 @@ class PortFault:
 
     @property
     def host(self) -> str | None:
-        """The host at the other end of the cable, if known."""
+        """The node at the other end of the cable: the topology's host; without a topology,
+        the node whose own lines name the port (the fallback key ``<node>/<device>``)."""
         if self.link is not None:
             return self.link.host
-        head = self.port.split("/", 1)[0]
-        return head if self.events and all(e.host == head for e in self.events if e.type != "fabric.port_errors") else None
+        node = self.port.split("/", 1)[0]
+        return node if {e.host for e in self.events} == {node} else None
 
 
 def _observer(event: Event, side: str) -> str:
@@ -671,7 +673,7 @@ def assemble(faults: Sequence[Fault], verdicts: Sequence[Attribution], *, rulese
         decided_at = max([fault.last_at] + [v.decided_at for v in linked])
         evidence = [
             EvidenceItem(at=e.at, event_id=e.event_id, type=e.type, role="cause", host=e.host,
-                         rank=e.rank, summary=_summary(e), observations=list(e.evidence))
+                         rank=e.rank, summary=summarise(e), observations=list(e.evidence))
             for e in fault.evidence[:MAX_FAULT_EVIDENCE]
         ]
         base = dict(
@@ -729,9 +731,3 @@ def superseded(previous: Attribution, current: Sequence[Attribution]) -> Attribu
         "alternatives": [],
         "final": True,
     })
-
-
-def _summary(event: Event) -> str:
-    from correlators.attribution import summarise
-
-    return summarise(event)
