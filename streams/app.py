@@ -508,6 +508,11 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     fabric_deferred: set[str] = set()  # clusters with evidence not yet published
     deferred_loaded = {"done": False}
 
+    def cluster_meta(cluster: str) -> dict[str, Any]:
+        """The cluster's fabric state: topology, workload spans, their latest verdicts, what
+        was sent to each workload, what was published (revision and digest per verdict)."""
+        return fabric_meta.get(cluster) or {"topology": None, "workloads": {}, "verdicts": {}, "sent": {}, "emitted": {}}
+
     def cluster_events(cluster: str) -> dict[str, Event]:
         events = fabric_cache.get(cluster)
         if events is None:
@@ -541,7 +546,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     def fabric_one(cluster: str, payload: dict[str, Any]) -> bool:
         """Apply one by-fabric record to the cluster's state; True if the faults or their
         verdicts may have changed."""
-        meta = fabric_meta.get(cluster) or {"topology": None, "workloads": {}, "verdicts": {}, "sent": {}, "emitted": {}}
+        meta = cluster_meta(cluster)
         kind = payload["kind"]
         if kind == "event":
             event = Event.model_validate(payload["event"])
@@ -577,7 +582,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         last full decision is younger than ``fabric_flush_s``, publishing is deferred to a
         flush tick -- a burst gives a few revisions, not one per sample, and the last
         revision still holds all the evidence."""
-        meta = fabric_meta.get(cluster) or {"topology": None, "workloads": {}, "verdicts": {}, "sent": {}, "emitted": {}}
+        meta = cluster_meta(cluster)
         topo = TopologySpec.model_validate(meta["topology"]) if meta.get("topology") else None
         faults = correlate_fabric(cluster_events(cluster).values(), FabricIndex(topo), cluster=cluster)
         shape = sorted([f.incident_id, f.kind, list(f.ports)] for f in faults)
