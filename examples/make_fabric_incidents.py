@@ -53,6 +53,7 @@ from make_incidents import (  # noqa: E402  (examples/ is not a package)
     OUT,
     PUB,
     Bundle,
+    host_facts,
     case_source,
     glog_agent,
     glog_time,
@@ -122,16 +123,9 @@ def workload_data(cluster: str, job: str, state: str, start: dt.datetime, end: d
     Each fabric bundle is a cluster of its own (``cluster`` = the bundle's name): published
     together to one stream, their fabrics stay apart as two real clusters' would -- one
     cluster has one topology and one set of cables."""
-    hosts = {}
-    for host in nodes:
-        facts: dict = {}
-        if boot and host in boot:
-            facts["boot_time"] = iso(boot[host])
-        facts["timezone"] = "UTC"
-        facts["ip"] = IPS[host]
-        hosts[host] = facts
     return {"workload_id": job, "scheduler": "slurm", "cluster": cluster, "state": state, "exit_code": exit_code,
-            "start": iso(start), "end": iso(end), "nodes": nodes, "ranks_per_node": 8, "hosts": hosts}
+            "start": iso(start), "end": iso(end), "nodes": nodes, "ranks_per_node": 8,
+            "hosts": host_facts(nodes, boot)}
 
 
 def raw_dmesg(boot: dt.datetime, at: dt.datetime, text: str) -> str:

@@ -55,6 +55,19 @@ def lines_of(path: Path, first: int = 1, last: int | None = None) -> list[str]:
     return all_lines[first - 1 : last]
 
 
+def host_facts(nodes: list[str], boot: dict[str, dt.datetime] | None = None) -> dict:
+    """``workload.yaml`` ``hosts``: boot time (when given), time zone UTC, address."""
+    hosts = {}
+    for host in nodes:
+        facts: dict = {}
+        if boot and host in boot:
+            facts["boot_time"] = iso(boot[host])
+        facts["timezone"] = "UTC"
+        facts["ip"] = IPS[host]
+        hosts[host] = facts
+    return hosts
+
+
 class Bundle:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -101,15 +114,7 @@ class Bundle:
             data["ranks_per_node"] = ranks_per_node
         if ranks:
             data["ranks"] = ranks
-        hosts = {}
-        for host in nodes:
-            facts: dict = {}
-            if boot and host in boot:
-                facts["boot_time"] = iso(boot[host])
-            facts["timezone"] = "UTC"
-            facts["ip"] = IPS[host]
-            hosts[host] = facts
-        data["hosts"] = hosts
+        data["hosts"] = host_facts(nodes, boot)
         self.yaml("workload.yaml", data)
 
     def expected(self, readme_what: str, source: str, **fields) -> None:
