@@ -58,6 +58,7 @@ from schemas.records import (
     Position,
     Source,
 )
+from schemas.topics import catalogue
 
 if TYPE_CHECKING:  # pragma: no cover
     from connectors.cursor import CursorStore
@@ -565,9 +566,10 @@ def connect_files_cli(
     workload: Annotated[str | None, typer.Option(help="workload id to attach")] = None,
     cursor: Annotated[Path, typer.Option(help="cursor file (position per file)")] = Path(".state/cursors/files.json"),
     bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str, typer.Option(help="topic to publish to")] = "faultstream.observations",
+    topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic, FAULTSTREAM_TOPIC_PREFIX applied)")] = None,
 ) -> None:
     """Publish log files' records to Kafka (key = host) from the saved cursor; --follow tails them like tail -F."""
+    topic = topic or catalogue()["observations"].name
     from connectors.cursor import CursorError, CursorStore
     from connectors.registry import cli_fail, make_producer
     from sinks.kafka import KafkaProducerError

@@ -22,6 +22,7 @@ import typer
 from connectors.bundle import SCHEDULER_HOST, BundleConnector
 from schemas.bundle import WorkloadSpec
 from schemas.records import TIME_QUALITY_EXACT, Observation, Position, Source
+from schemas.topics import catalogue
 
 if TYPE_CHECKING:  # pragma: no cover
     from connectors.cursor import CursorStore
@@ -29,7 +30,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["publish", "bundle_records", "publish_bundle", "workload_observation", "topology_observation"]
 
-DEFAULT_TOPIC = "faultstream.observations"
 
 
 def publish(
@@ -186,9 +186,10 @@ def connect_bundle_cli(
     bundle: Annotated[Path, typer.Argument(help="incident bundle directory (BUNDLE.md v1)")],
     speed: Annotated[float, typer.Option(min=0.0, help="replay at N x real time (0 = as fast as possible)")] = 0.0,
     bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str, typer.Option(help="topic to publish to")] = DEFAULT_TOPIC,
+    topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic, FAULTSTREAM_TOPIC_PREFIX applied)")] = None,
 ) -> None:
     """Publish an incident bundle's records to Kafka in event-time order (workload.yaml first)."""
+    topic = topic or catalogue()["observations"].name
     from connectors.bundle import BundleError
     from connectors.registry import cli_fail, make_producer
     from sinks.kafka import KafkaProducerError

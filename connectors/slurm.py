@@ -71,6 +71,7 @@ from connectors.bundle import SCHEDULER_HOST
 from connectors.cursor import CursorStore
 from correlators.hostlist import expand_hostlist
 from schemas.records import TIME_QUALITY_SECONDS, TIME_QUALITY_TRANSPORT, Observation, Source
+from schemas.topics import catalogue
 
 __all__ = ["SlurmConnector", "SlurmError", "expand_hostlist", "parse_scontrol_nodes"]
 
@@ -527,7 +528,6 @@ from typing import Annotated  # noqa: E402
 
 import typer  # noqa: E402
 
-DEFAULT_TOPIC = "faultstream.observations"
 
 
 def connect_slurm_cli(
@@ -535,12 +535,13 @@ def connect_slurm_cli(
     poll_s: Annotated[float, typer.Option("--poll-s", min=0.1, help="seconds between polls")] = 10.0,
     cursor: Annotated[Path | None, typer.Option(help="cursor file (default: .state/cursors/slurm-<cluster>.json)")] = None,
     bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str, typer.Option(help="topic to publish to")] = DEFAULT_TOPIC,
+    topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic, FAULTSTREAM_TOPIC_PREFIX applied)")] = None,
     once: Annotated[bool, typer.Option("--once", help="poll once, publish, commit the cursor and exit")] = False,
 ) -> None:
     """Publish Slurm job/step state transitions and node DOWN/DRAIN changes (sacct --json, scontrol show node) to Kafka, key = host; the cursor is saved only after delivery.
 
     Without --once it polls every --poll-s seconds until interrupted (Ctrl-C or SIGTERM); a failed poll or delivery is logged and retried at the next poll with the same record ids. With --once a Slurm, cursor or Kafka error exits 2 with one line on stderr (the cursor is left as it was)."""
+    topic = topic or catalogue()["observations"].name
     import signal
 
     from connectors.cursor import CursorError, CursorStore

@@ -52,7 +52,8 @@ logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    # one line, never wrapped or styled, so it can be grepped when stderr is a file
+    typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
 
 

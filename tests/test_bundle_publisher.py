@@ -165,3 +165,22 @@ def test_flush_raises_delivery_error_listing_keys():
     assert "node-a01, node-a02" in str(info.value) and "timed out" in str(info.value)
     assert producer.flush(1) == 0  # failures were reported once; the queue is empty
     assert producer.delivered == 0
+
+
+def test_connect_bundle_publishes_to_the_prefixed_observations_topic_by_default(
+        monkeypatch, settings: KafkaSettings, kafka_config, kafka_topic_factory):  # noqa: F811
+    """Without --topic the connectors publish to the catalogue's observations topic under
+    FAULTSTREAM_TOPIC_PREFIX, like every other command (the worker reads that one)."""
+    from schemas.topics import catalogue, create_topics
+
+    prefix = kafka_topic_factory.prefix
+    spec = catalogue(prefix)["observations"].model_copy(update={"partitions": 1})
+    create_topics(kafka_config, [spec])
+    kafka_topic_factory.track(spec.name)
+    monkeypatch.setenv("FAULTSTREAM_TOPIC_PREFIX", prefix)
+    bundle = EXAMPLES / "fabric-roce-gid-index-config"
+    result = CliRunner().invoke(app, ["connect", "bundle", str(bundle), "--bootstrap", settings.bootstrap_servers])
+    assert result.exit_code == 0, result.output
+    n = len(bundle_records(bundle)[0])
+    assert f"published {n} records of {bundle} to {prefix}.observations" in result.output
+    assert len(consume(kafka_config, spec.name, n)) == n
