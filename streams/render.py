@@ -113,6 +113,7 @@ def _header(att: Attribution) -> Panel:
     _row(grid, "Window", f"{format_ns(att.window.start)} .. {format_ns(att.window.end)} UTC")
     if att.incident_id:
         _row(grid, "Incident", att.incident_id)
+    _row(grid, "Verdict id", att.attribution_id)  # what an incident's Members name
     _row(grid, "Rules", f"{att.ruleset_version}, engine {att.engine_version}")
     return Panel(grid, title="faultstream verdict", title_align="left", border_style=style,
                  box=box.ROUNDED)
