@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from connectors.cursor import CursorStore
     from sinks.kafka import RecordProducer
 
-__all__ = ["publish", "bundle_records", "publish_bundle", "workload_observation", "topology_observation"]
+__all__ = ["publish", "bundle_records", "publish_bundle", "workload_observation", "bundle_topology_observation"]
 
 
 
@@ -102,9 +102,11 @@ def workload_observation(conn: BundleConnector, spec: WorkloadSpec | None = None
     )
 
 
-def topology_observation(conn: BundleConnector) -> Observation | None:
+def bundle_topology_observation(conn: BundleConnector) -> Observation | None:
     """``topology.yaml`` as ``kind="topology"`` (host ``_scheduler``, ``format="topology_yaml"``,
-    ``attributes.topology`` = the validated spec), or None when the bundle has none."""
+    ``attributes.topology`` = the validated spec), or None when the bundle has none. The topology connector's record
+    (:func:`connectors.topology.topology_observation`) carries the same ``attributes.topology``;
+    the worker reads both."""
     if conn.topology is None:
         return None
     return _bundle_record(
@@ -142,7 +144,7 @@ def bundle_records(path: str | Path) -> tuple[list[Observation], BundleConnector
     body = sorted(conn.observations(),
                   key=lambda o: (o.observed_at, o.position.file or "", o.position.line or 0))
     head = [workload_observation(conn, spec) for spec in conn.workloads]
-    topo = topology_observation(conn)
+    topo = bundle_topology_observation(conn)
     if topo is not None:
         head.append(topo)
     return head + body + coverage_observations(conn), conn

@@ -565,7 +565,7 @@ def correlate(
 # --- linking to workloads ----------------------------------------------------------------------
 
 
-def fault_event(fault: Fault, *, not_before: int | None = None, policy_version: int | None = None) -> Event:
+def fault_event(fault: Fault, *, not_before: int | None = None) -> Event:
     """The derived event a fault gives the workload correlator (``fabric.port_fault`` |
     ``fabric.switch_fault`` | ``host.rack_fault``), naming the culprit hosts
     (``attributes.culprit_hosts``), ports and ``incident_id``; evidence points at the
@@ -601,7 +601,6 @@ def fault_event(fault: Fault, *, not_before: int | None = None, policy_version: 
     if fault.level == "port":
         attrs.update(downs=fault.members[0].downs, counters=fault.members[0].counters)
     host = fault.hosts[0] if fault.level == "port" and fault.hosts else fault.key
-    version = policy_version if policy_version is not None else default_fabric_policy().version
     at = fault.first_at
     if not_before is not None:
         at = min((e.at for e in fault.evidence if e.at >= not_before), default=fault.first_at)
@@ -613,7 +612,7 @@ def fault_event(fault: Fault, *, not_before: int | None = None, policy_version: 
         cluster=fault.cluster,
         fabric_port=fault.ports[0] if fault.level == "port" and fault.ports else None,
         attributes=attrs,
-        rule=f"fabric.correlator@{version}",
+        rule=f"fabric.correlator@{default_fabric_policy().version}",
         evidence=list(refs.values()),
     ).with_id()
 
