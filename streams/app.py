@@ -577,18 +577,13 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         workload the fault events relevant to it when that set changed, and emit the fabric
         and incident verdicts whose content changed.
 
-        Throttled: when the faults are the same ones as last time (same incidents, kinds and
-        ports; only more evidence, e.g. every counter sample of a degrading cable) and the
-        last full decision is younger than ``fabric_flush_s``, publishing is deferred to a
-        flush tick -- a burst gives a few revisions, not one per sample, and the last
-        revision still holds all the evidence."""
+        Throttled: a cluster is re-decided at most once per ``fabric_flush_s``; records that
+        arrive sooner are decided together by the next flush tick -- a burst (every counter
+        sample of a degrading cable) costs a few passes over the cluster's events and gives a
+        few revisions, not one each, and the last revision still holds all the evidence."""
         meta = cluster_meta(cluster)
-        topo = TopologySpec.model_validate(meta["topology"]) if meta.get("topology") else None
-        faults = correlate_fabric(cluster_events(cluster).values(), FabricIndex(topo), cluster=cluster)
-        shape = sorted([f.incident_id, f.kind, list(f.ports)] for f in faults)
         now = time.monotonic()
-        if (not force and shape == meta.get("shape")
-                and now - fabric_flushed.get(cluster, 0.0) < settings.fabric_flush_s):
+        if not force and now - fabric_flushed.get(cluster, 0.0) < settings.fabric_flush_s:
             fabric_deferred.add(cluster)
             if not meta.get("deferred"):
                 meta["deferred"] = True  # survives a crash: a new worker flushes it
@@ -596,8 +591,9 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             return
         fabric_deferred.discard(cluster)
         fabric_flushed[cluster] = now
-        meta["shape"] = shape
         meta["deferred"] = False
+        topo = TopologySpec.model_validate(meta["topology"]) if meta.get("topology") else None
+        faults = correlate_fabric(cluster_events(cluster).values(), FabricIndex(topo), cluster=cluster)
         for wid, (nodes, start, end) in sorted(meta["workloads"].items()):
             linked = workload_faults(faults, nodes, start, end, causal.before_start_ns, causal.after_end_ns)
             ids = sorted(ev.event_id for ev in linked)

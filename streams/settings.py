@@ -14,8 +14,8 @@ FAULTSTREAM_CLICKHOUSE             ``chdb://DIR`` / ``http(s)://...``; empty:   
                                    no ClickHouse writes
 FAULTSTREAM_ALLOWED_LATENESS_S     watermark lateness (s)                        30
 FAULTSTREAM_IDLE_TIMEOUT_S         live mode: close a window idle this long      10
-FAULTSTREAM_FABRIC_FLUSH_S          re-publish a changed fault's verdicts at most    2
-                                   this often (s); new faults at once
+FAULTSTREAM_FABRIC_FLUSH_S          re-decide a cluster's fabric at most this often  2
+                                   (s); later records wait for the flush tick
                                    (wall-clock s); 0 disables
 FAULTSTREAM_PARTITIONS             partitions of the internal topics             12
 FAULTSTREAM_WEB_PORT               port of /metrics (127.0.0.1)                  6066
@@ -53,9 +53,8 @@ class WorkerSettings(BaseSettings):
     clickhouse: str = ""
     allowed_lateness_s: float = 30.0
     idle_timeout_s: float = 10.0
-    #: the fabric correlator re-publishes a fabric or incident verdict whose faults did not change
-    #: (only more evidence: counter samples of a degrading cable) at most once per this many
-    #: seconds; a new fault, a new kind or new ports are published at once
+    #: the fabric correlator re-decides a cluster at most once per this many seconds; records
+    #: arriving sooner are decided together by the next flush tick
     fabric_flush_s: float = 2.0
     partitions: int = 12
     web_port: int = 6066
