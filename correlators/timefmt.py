@@ -5,7 +5,7 @@ it as UTC nanoseconds with a ``time_quality`` (``schemas.records.TIME_QUALITY_*`
 of the format it recognised. :data:`TIMESTAMP_HINT` is a cheap regex that is true for every
 line :func:`parse_line_time` may succeed on, so a vectorised scan (polars) can skip the rest.
 
-Formats (``LineTime.format``), each from logs seen in the wild (``/work/shared/fixtures/real``):
+Formats (``LineTime.format``), each from logs seen in the wild (``shared/fixtures/real``):
 
 =================== ========================================================== ==============
 format              example                                                    quality

@@ -87,4 +87,12 @@ EVENT_TYPES: dict[str, str] = {
     "sched.node_state": "node DOWN/DRAIN/FAIL with reason. attrs: node, state, reason",
     "sched.step_cancelled": "job step cancelled. attrs: step, reason",
     "sched.prolog_epilog_error": "prolog/epilog/SPANK plugin error on a node. attrs: detail",
+    # --- cuda / nvml / nvidia-smi / device plugin (vocabulary issue 9) ---
+    # --- nccl library (vocabulary issue 9) ---
+    # --- pytorch / gloo / elastic (vocabulary issue 9) ---
+    # --- linux kernel / python errno (vocabulary issue 9) ---
+    # --- nvidia driver / nvswitch / fabric manager (vocabulary issue 9) ---
+    # --- mlx5 / rdma-core / switches (vocabulary issue 9) ---
+    # --- slurm / kubernetes / kueue / dcgm (vocabulary issue 9) ---
+    # --- unrecognised (vocabulary issue 9) ---
 }

@@ -1,6 +1,6 @@
 """NVIDIA XID catalog: meaning and catalog actions of every XID code.
 
-The table is ``correlators/rules/xid-catalog.csv``, a copy of ``/work/shared/reference/
+The table is ``correlators/rules/xid-catalog.csv``, a copy of ``shared/reference/
 xid-catalog.csv`` (one row per XID code that NVIDIA's XID catalog lists as applicable to
 A100/H100/B100/GB200; source: the catalog spreadsheet shipped in the NVSentinel repository,
 ``health-monitors/syslog-health-monitor/pkg/common/Xid-Catalog.xlsx``, July 2026 snapshot,

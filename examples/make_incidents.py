@@ -1,7 +1,7 @@
 """Build the incident bundles under ``examples/incidents/`` from the real fixtures.
 
 Every bundle is built around log lines that nobody on this project wrote (the anonymised
-fixtures in ``/work/shared/fixtures/real``): those lines are copied verbatim, except that
+fixtures in ``shared/fixtures/real`` beside the checkout): those lines are copied verbatim, except that
 placeholders the anonymiser left in public threads (``10.0.0.x``, ``GPU-uuid-a``, ``<pid>``,
 ...) are filled with concrete anonymised values so that a host, GPU or address can be named.
 The lines around them (watchdog timeouts on the other ranks, torchrun summaries, slurmctld
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-FIX = Path(os.environ.get("FAULTSTREAM_FIXTURES", "/work/shared/fixtures/real"))
+FIX = Path(os.environ.get("FAULTSTREAM_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"))
 H200 = FIX / "h200-2026-11"
 PUB = FIX / "public"
 OUT = Path(__file__).resolve().parent / "incidents"
@@ -261,7 +261,7 @@ def fill(line: str, **subs: str) -> str:
 # ----------------------------------------------------------------------------- H200 bundles
 
 H200_BOOT_1 = t("2026-11-30T01:19:36Z")  # [0.000000] <-> [Mon Nov 30 01:19:36 2026]; Xid 31 at 88.44 s -> 01:21:04
-H200_CASE = "h200-2026-11 (own capture, /work/shared/fixtures/real/h200-2026-11)"
+H200_CASE = "h200-2026-11 (own capture, shared/fixtures/real/h200-2026-11)"
 
 
 def h200_xid31() -> None:
@@ -892,7 +892,7 @@ def write_readme() -> None:
         lines.append(f"| `{name}` | {what} | {verdict} | {source} |")
     lines += [
         "",
-        "H200 capture: `/work/shared/fixtures/real/h200-2026-11` (one H200, driver 580.159.04, CUDA 13.0,",
+        "H200 capture: `shared/fixtures/real/h200-2026-11` (one H200, driver 580.159.04, CUDA 13.0,",
         "NCCL 2.28.9, PyTorch 2.11; first boot 01:19:36Z, capture 01:20:00Z-01:21:13Z; second boot",
         "01:28:57Z). Where a host's kernel log is collected at job end, it also holds earlier Xids of",
         "previous programs on the same GPU: those fall before the workload's start and must not be blamed.",

@@ -1,7 +1,7 @@
 """The extraction rule pack: every rule's own examples, pack invariants, loader errors, and a
 table-driven run over the real fixture files (file -> expected multiset of event types).
 
-Inputs are real lines from /work/shared/fixtures/real (the rule files say which); the few
+Inputs are real lines from shared/fixtures/real beside the checkout (the rule files say which); the few
 formats with no real line are written in the exact format their source prints.
 """
 
@@ -18,7 +18,7 @@ from correlators.vocabulary import EVENT_TYPES
 from schemas.records import GpuRef, Observation, Position, Source
 
 PACK = load_rule_pack()
-REAL = Path("/work/shared/fixtures/real")
+from tests.conftest import REAL_FIXTURES as REAL
 AT = 1_796_001_631_299_000_000  # 2026-11-30T01:20:31.299Z in ns
 
 

@@ -64,6 +64,8 @@ occur in it, and a single prefilter regex rejects records that hold no keyword a
 from __future__ import annotations
 
 import hashlib
+import importlib
+import pkgutil
 import operator
 import re
 from dataclasses import dataclass, field
@@ -94,6 +96,12 @@ __all__ = [
 #: every change of a rule file; packs with extra files get ``+<hash of the extra files>``.
 RULESET_VERSION = "2026.11.0"
 RULES_DIR = Path(__file__).parent
+
+# Hooks of one emitter live in their own module ``correlators/rules/hooks_<domain>.py`` and
+# register themselves with ``code.hook`` on import; every such module is imported here, in
+# name order, before any rule file is validated against ``HOOKS``.
+for _mod in sorted(m.name for m in pkgutil.iter_modules([str(RULES_DIR)]) if m.name.startswith("hooks_")):
+    importlib.import_module(f"{__name__}.{_mod}")
 
 EVENT_FIELDS = ("host", "rank", "gpu_index", "gpu_pci", "peer")
 FIELD_TYPES = ("str", "int", "float", "hex", "bool", "present", "signal", "signal_name",
