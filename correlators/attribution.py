@@ -46,6 +46,7 @@ import yaml
 from correlators import ENGINE_VERSION
 from correlators import xid as xid_catalog
 from correlators.enrich import Allocation, normalise_pci
+from correlators.unrecognised import EVENT_TYPE as UNRECOGNISED, mine_templates
 from schemas.bundle import WorkloadSpec
 from schemas.records import (
     Affected,
@@ -59,6 +60,7 @@ from schemas.records import (
     TIME_QUALITY_TRANSPORT,
     RootCause,
     Scope,
+    UnrecognisedTemplate,
     Window,
     content_id,
 )
@@ -117,6 +119,7 @@ class CausalRules:
     causes: tuple[CauseRule, ...]
     symptoms: dict[str, SymptomRule]
     detectors: dict[str, dict[str, Any]]
+    unrecognised_near_ns: int = 120 * NS
 
 
 def parse_causal_rules(data: dict[str, Any], name: str = "causal.yaml") -> CausalRules:
@@ -174,6 +177,7 @@ def parse_causal_rules(data: dict[str, Any], name: str = "causal.yaml") -> Causa
         causes=tuple(causes),
         symptoms=symptoms,
         detectors={d["id"]: dict(d) for d in data.get("detectors", [])},
+        unrecognised_near_ns=int(float(data.get("unrecognised", {}).get("near_s", 120)) * NS),
     )
 
 
@@ -514,6 +518,7 @@ def node_coverage(
             continue
         records = sum(c.records for c in mine)
         events = sum(c.events for c in mine)
+        unknown = sum(c.unrecognised for c in mine)
         if records == 0 and node in hosts_with_events:
             out.append(
                 CoverageEntry(
@@ -532,7 +537,8 @@ def node_coverage(
                 )
             )
         else:
-            out.append(CoverageEntry(source=f"host:{node}", status="present", records=records, events=events))
+            out.append(CoverageEntry(source=f"host:{node}", status="present", records=records,
+                                     events=events, unrecognised=unknown))
     return out
 
 
@@ -561,6 +567,10 @@ def decide(
     hi = (info.end_ns if info.end_ns is not None else math.inf) + rules.after_end_ns
     all_events = {e.event_id: e for e in events}
     ordered = sorted((e for e in all_events.values() if lo <= e.at <= hi), key=_event_sort_key)
+    # error lines no rule knows are neither causes nor symptoms: they are reported, and keep
+    # a verdict from definitive when they sit near its cause
+    unknown_lines = [e for e in ordered if e.type == UNRECOGNISED]
+    ordered = [e for e in ordered if e.type != UNRECOGNISED]
 
     # before the start (less the skew) only persistent faults may be causes, and nothing is a
     # symptom: earlier lines of the same host log belong to earlier processes
@@ -610,11 +620,15 @@ def decide(
     scored = sorted(((score(h), h) for h in kept), key=lambda x: (-x[0][0], x[1].at, x[1].code))
     # events per source, from the events' own evidence, so every driver counts alike
     per_source: dict[str, int] = {}
+    unknown_per_source: dict[str, int] = {}
     for event in all_events.values():
+        counts = unknown_per_source if event.type == UNRECOGNISED else per_source
         for source in {f"file:{ref.position.file}" for ref in event.evidence if ref.position.file}:
-            per_source[source] = per_source.get(source, 0) + 1
+            counts[source] = counts.get(source, 0) + 1
     coverage = [
-        c.model_copy(update={"events": per_source[c.source]}) if c.source in per_source else c
+        c.model_copy(update={"events": per_source.get(c.source, c.events),
+                             "unrecognised": unknown_per_source.get(c.source, c.unrecognised)})
+        if c.source in per_source or c.source in unknown_per_source else c
         for c in coverage
     ]
     coverage_all = sorted(
@@ -635,6 +649,7 @@ def decide(
         decided_at=window_end,
     )
     if not scored:
+        base["unrecognised"] = unrecognised_templates(unknown_lines)
         outcome = _outcome(info.state, False, ordered)
         return Attribution(
             **base,
@@ -666,6 +681,11 @@ def decide(
     else:
         quality = "insufficient"
 
+    near = [e for e in unknown_lines if abs(e.effective_at - winner.at) <= rules.unrecognised_near_ns]
+    base["unrecognised"] = unrecognised_templates(unknown_lines, near)
+    if near and quality == "definitive":
+        quality = "probable"
+
     causes = sorted(winner.events, key=_event_sort_key)
     symptoms = sorted(winner.explained.values(), key=_event_sort_key)
     symptom_ids = {e.event_id for e in symptoms}
@@ -684,6 +704,16 @@ def decide(
         for (s, _), h in scored[1:6]
         if s >= 0.3 * win_score
     ]
+    if near:
+        alternatives.append(Alternative(
+            code=UNRECOGNISED,
+            domain="unknown",
+            text=f"{len(near)} error line(s) no rule knows near the cause, e.g. "
+            f"{near[0].attributes.get('text', '')!r}",
+            score=round(0.3 * win_score, 4),
+            hosts=sorted({e.host for e in near if e.host}),
+            ranks=sorted({e.rank for e in near if e.rank is not None}),
+        ))
     return Attribution(
         **base,
         outcome=_outcome(info.state, True, ordered),
@@ -706,6 +736,26 @@ def decide(
         alternatives=alternatives,
         incident_id=primary.attributes.get("incident_id") if primary else None,
     )
+
+
+#: Templates of unrecognised lines listed on a verdict (the most frequent first).
+MAX_UNRECOGNISED_TEMPLATES = 10
+
+
+def unrecognised_templates(
+    lines: Sequence[Event], near: Sequence[Event] = (), limit: int = MAX_UNRECOGNISED_TEMPLATES
+) -> list[UnrecognisedTemplate]:
+    """The ``log.unrecognised`` events ``lines`` as drain3 templates (most frequent first, at
+    most ``limit``); ``near_cause`` marks templates with a line among ``near``."""
+    near_ids = {e.event_id for e in near}
+    out = []
+    for t, members in mine_templates(lines, limit=limit, with_members=True):
+        out.append(UnrecognisedTemplate(
+            template=t.template, count=t.count, hosts=list(t.hosts), first_at=t.first_at,
+            example=t.example, severity=t.severity,
+            near_cause=any(m.event_id in near_ids for m in members),
+        ))
+    return out
 
 
 def _explains(hyp: Hypothesis, event: Event, rules: CausalRules) -> bool:

@@ -95,4 +95,7 @@ EVENT_TYPES: dict[str, str] = {
     # --- mlx5 / rdma-core / switches (vocabulary issue 9) ---
     # --- slurm / kubernetes / kueue / dcgm (vocabulary issue 9) ---
     # --- unrecognised (vocabulary issue 9) ---
+    "log.unrecognised": "a record at error severity that no rule matched "
+    "(correlators/unrecognised.py). attrs: severity (nccl_warn|glog_error|kernel_err|"
+    "level_error|exception|failure), text (the error line, truncated to 400 chars)",
 }

@@ -321,14 +321,31 @@ class CoverageEntry(_Record):
     """How one input source fared: ``present`` (read, produced records), ``empty``,
     ``failed`` (could not be read or parsed) or ``lagging`` (behind the watermark).
     ``records`` counts records read, ``unparsed`` those no format recognised, ``events``
-    the events extracted from it."""
+    the events extracted from it, ``unrecognised`` its error-severity records no rule knew
+    (``log.unrecognised`` events, not counted in ``events``)."""
 
     source: str
     status: CoverageStatus
     records: int = 0
     unparsed: int = 0
     events: int = 0
+    unrecognised: int = 0
     detail: str = ""
+
+
+class UnrecognisedTemplate(_Record):
+    """A group of error-severity lines no rule knows (``log.unrecognised`` events), mined
+    into one ``template`` by drain3 (variable parts ``<*>``, ``<NUM>``, ``<HEX>``, ``<IP>``,
+    ``<PCI>``): how many lines, on which hosts, the first one's time (UTC ns) and text, its
+    severity marker, and whether a line of it fell near the deciding cause (``near_cause``)."""
+
+    template: str
+    count: int
+    hosts: list[str] = Field(default_factory=list)
+    first_at: int
+    example: str
+    severity: str = ""
+    near_cause: bool = False
 
 
 class Attribution(_Record):
@@ -361,6 +378,7 @@ class Attribution(_Record):
     quality: Quality
     alternatives: list[Alternative] = Field(default_factory=list)
     coverage: list[CoverageEntry] = Field(default_factory=list)
+    unrecognised: list[UnrecognisedTemplate] = Field(default_factory=list)
     incident_id: str | None = None
     members: list[str] = Field(default_factory=list)
     final: bool = True

@@ -15,6 +15,8 @@ Commands:
 * ``faultstream connect bundle|files|slurm|topology|counters|certifications`` -- publish
   inputs to Kafka (connectors from the ``faultstream.connectors`` entry points).
 * ``faultstream verdicts`` -- print the verdicts on the attributions topic.
+* ``faultstream rules suggest BUNDLE... [--min-count N]`` -- a YAML rule skeleton for each
+  template of error lines no rule knows (``correlators/unrecognised.py``).
 
 User errors (a bad bundle, an unreachable ClickHouse) print one line on stderr and exit 2;
 no traceback.
@@ -44,6 +46,8 @@ app = typer.Typer(
 )
 schemas_app = typer.Typer(help="JSON Schema files of faultstream's records.", no_args_is_help=True)
 app.add_typer(schemas_app, name="schemas")
+rules_app = typer.Typer(help="The extraction rule pack and the lines it does not know.", no_args_is_help=True)
+app.add_typer(rules_app, name="rules")
 
 err = Console(stderr=True)
 # clickhouse-connect logs every failed HTTP attempt at ERROR; the sink retries and reports
@@ -257,6 +261,27 @@ def schemas_export(out_dir: Path = typer.Argument(Path("schemas/json"), help="ou
 
     for path in export_json_schemas(out_dir):
         typer.echo(str(path))
+
+
+@rules_app.command("suggest")
+def rules_suggest(
+    bundles: list[Path] = typer.Argument(..., help="incident bundle directories"),
+    min_count: int = typer.Option(1, "--min-count", min=1, help="only templates with at least N lines"),
+) -> None:
+    """Print a YAML rule skeleton (template, keywords, pattern, example line) for each
+    template of error-severity lines that no rule knows, most frequent first. Fill in its
+    source, event type and fields, then load it with the pack (correlators/rules/)."""
+    from correlators.unrecognised import EVENT_TYPE, mine_templates, suggest_rules
+    from streams.replay import replay_bundle
+
+    unknown = []
+    for bundle in bundles:
+        try:
+            result = replay_bundle(bundle)
+        except BundleError as exc:
+            _fail(str(exc))
+        unknown.extend(e for e in result.events if e.type == EVENT_TYPE)
+    typer.echo(suggest_rules(mine_templates(unknown), min_count=min_count), nl=False)
 
 
 def main() -> None:  # pragma: no cover - console entry

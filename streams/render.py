@@ -8,8 +8,10 @@
 2. culprits -- hosts, ranks (as ranges, ``0-15``), GPUs (PCI bus id / UUID / index), ports;
 3. symptoms -- counts of symptom events by type with the hosts and ranks they came from;
 4. alternatives (if any) -- other causes that fit, with scores;
-5. coverage -- each input source with status and counts; ``failed`` is red, ``empty`` and
-   ``lagging`` yellow;
+5. coverage -- each input source with status and counts (``unknown``: error lines no rule
+   knows); ``failed`` is red, ``empty`` and ``lagging`` yellow; then the unrecognised error
+   lines as templates ("4 error lines no rule knows, 2 templates: ..."), those near the cause
+   marked;
 6. the evidence timeline -- UTC time to the millisecond (``2026-11-30 01:21:04.123``), role
    (cause / symptom / context), event type, host, rank, summary. Beyond ``max_timeline``
    rows it keeps every cause, then the earliest symptoms (at least half of what is left),
@@ -205,13 +207,37 @@ def _coverage(att: Attribution) -> Any:
     table.add_column("records", justify="right")
     table.add_column("unparsed", justify="right")
     table.add_column("events", justify="right")
+    table.add_column("unknown", justify="right")
     table.add_column("detail")
     for entry in att.coverage:
         style = _COVERAGE_STYLE.get(entry.status, "")
         row_style = style if entry.status != "present" else None
         _row(table, entry.source, Text(entry.status, style=style), str(entry.records),
-                      str(entry.unparsed), str(entry.events), entry.detail, style=row_style)
+                      str(entry.unparsed), str(entry.events), str(entry.unrecognised),
+                      entry.detail, style=row_style)
     return table
+
+
+def _unrecognised(att: Attribution) -> Any:
+    """The error lines no rule knows, as templates, or None when there are none."""
+    if not att.unrecognised:
+        return None
+    lines = sum(t.count for t in att.unrecognised)
+    head = Text(f"{lines} error line{'s' if lines != 1 else ''} no rule knows, "
+                f"{len(att.unrecognised)} template{'s' if len(att.unrecognised) != 1 else ''}"
+                " (faultstream rules suggest BUNDLE turns them into rule skeletons):",
+                style="bold yellow")
+    table = Table(box=box.SIMPLE_HEAD, show_header=True)
+    table.add_column("lines", justify="right")
+    table.add_column("severity")
+    table.add_column("hosts")
+    table.add_column("template")
+    for t in att.unrecognised:
+        hosts = ", ".join(t.hosts[:3]) + (f" +{len(t.hosts) - 3}" if len(t.hosts) > 3 else "")
+        _row(table, str(t.count), t.severity, hosts,
+             Text(t.template + ("  <- near the cause" if t.near_cause else "")),
+             style="yellow" if t.near_cause else None)
+    return Group(head, table)
 
 
 def _select_timeline(items: Sequence[EvidenceItem], max_rows: int) -> list[EvidenceItem]:
@@ -273,6 +299,9 @@ def render_attribution(att: Attribution, console: Console, *, max_timeline: int 
     if att.alternatives:
         console.print(_alternatives(att))
     console.print(_coverage(att))
+    unknown = _unrecognised(att)
+    if unknown is not None:
+        console.print(unknown)
     console.print(_timeline(att, max_timeline))
 
 

@@ -108,7 +108,7 @@ def replay_bundle(
     names the file and field). ``on_observation`` is called for every materialised observation
     (progress reporting)."""
     pack = rule_pack or load_rule_pack()
-    connector = BundleConnector(path, keywords=pack.keywords)
+    connector = BundleConnector(path, keywords=pack.prefilter_keywords)
     gpus = Allocation(workload_id="", cluster="")
     raw_events: list[Event] = []
     used: dict[str, Observation] = {}

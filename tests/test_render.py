@@ -127,7 +127,7 @@ def test_header_culprits_symptoms_alternatives_coverage() -> None:
     assert failed.split()[:4] == ["metrics/node-a01", "failed", "0", "12"]
     assert "nvidia-smi CSV truncated" in failed
     empty = next(l for l in lines if l.strip().startswith("fabric/leaf-02"))
-    assert empty.split() == ["fabric/leaf-02", "empty", "0", "0", "0"]
+    assert empty.split() == ["fabric/leaf-02", "empty", "0", "0", "0", "0"]
 
 
 def test_timeline_is_chronological_with_roles() -> None:

@@ -6,6 +6,7 @@ Contract::
     pack = load_rule_pack()            # cached default pack; load_rule_pack([extra.yaml]) adds rules
     pack.version                       # "2026.11.0" -> Attribution.ruleset_version
     pack.keywords                      # literals; every record a log rule can match holds one
+    pack.prefilter_keywords            # keywords + the error-severity literals (unrecognised)
     pack.rules                         # tuple[Rule, ...] in file order
     pack.extract(obs) -> list[Event]   # events in rule order, each .with_id()
 
@@ -57,8 +58,15 @@ except that a ``[rankN]:`` prefix -- PyTorch's global rank -- wins over everythi
 Peers are normalised (NCCL ``10.0.0.15<38560>`` -> ``10.0.0.15:38560``, gloo
 ``[127.0.0.1]:11692`` -> ``127.0.0.1:11692``); PCI bus ids to ``0000:9c:00``.
 
+Unrecognised lines: a log record that no rule turns into an event but that is at error
+severity (``correlators.unrecognised.severity_of``: NCCL WARN, glog E/F, kernel err and above,
+an ERROR level token, a Python exception line, failure words) yields one ``log.unrecognised``
+event (attributes ``severity``, ``text``: the error line, truncated), rule
+``unrecognised@1``, so nothing at error severity is silently dropped by either driver.
+
 Speed: rules are indexed by keyword; a record is only tried against the rules whose keywords
-occur in it, and a single prefilter regex rejects records that hold no keyword at all.
+occur in it, and a single prefilter regex (rule keywords plus the error-severity literals)
+rejects records that hold neither.
 """
 
 from __future__ import annotations
@@ -75,6 +83,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
+from correlators import unrecognised as _unrecognised
 from correlators.rules import code as _code
 from correlators.rules.code import HOOKS, Draft, normalize_peer, normalize_pci
 from correlators.vocabulary import EVENT_TYPES
@@ -290,7 +299,11 @@ class RulePack:
         self._index: tuple[tuple[str, tuple[int, ...]], ...] = tuple(
             (kw, tuple(ix)) for kw, ix in sorted(index.items(), key=lambda kv: (-len(kv[0]), kv[0]))
         )
-        self._prefilter = _trie_regex(self.keywords) if index else None
+        self.prefilter_keywords: tuple[str, ...] = tuple(sorted(set(self.keywords) | set(_unrecognised.PREFILTER_LITERALS)))
+        self._prefilter = _trie_regex(self.prefilter_keywords)
+        self._unrecognised_rule = Rule(
+            id="unrecognised", version=1, source="correlators/unrecognised.py", file="(engine)",
+            kind="log", event=_unrecognised.EVENT_TYPE, events=(_unrecognised.EVENT_TYPE,))
 
     def rule(self, rule_id: str) -> Rule:
         """The rule with id ``rule_id`` (KeyError if absent)."""
@@ -298,8 +311,11 @@ class RulePack:
 
     def candidates(self, body: str) -> list[Rule]:
         """Rules whose keywords occur in ``body``, exclusive rules first, then pack order."""
-        if self._prefilter is None or self._prefilter.search(body) is None:
+        if self._prefilter.search(body) is None:
             return []
+        return self._rules_hit(body)
+
+    def _rules_hit(self, body: str) -> list[Rule]:
         hit: set[int] = set()
         for kw, ix in self._index:
             if kw in body:
@@ -318,10 +334,10 @@ class RulePack:
                 drafts.extend((rule, d) for d in self._apply_telemetry(rule, obs, metric))
             return [self._build(rule, d, obs) for rule, d in drafts]
         body = obs.body
-        if not body:
+        if not body or self._prefilter.search(body) is None:
             return []
         out: list[Event] = []
-        for rule in self.candidates(body):
+        for rule in self._rules_hit(body):
             if rule.unless and any(u in body for u in rule.unless):
                 continue
             drafts = self._apply_log(rule, obs, body)
@@ -331,6 +347,15 @@ class RulePack:
             if rule.exclusive:
                 return events
             out.extend(events)
+        if not out:
+            severity = _unrecognised.severity_of(body)
+            if severity is not None:
+                d = Draft(type=_unrecognised.EVENT_TYPE,
+                          attributes={"severity": severity, "text": _unrecognised.error_line(body)})
+                p_rank, mpi_rank, host, dev = _line_context(body, 0)
+                d.rank = p_rank if p_rank is not None else mpi_rank
+                d.host, d.gpu_index = host, dev
+                out.append(self._build(self._unrecognised_rule, d, obs))
         return out
 
     def apply(self, rule: Rule, obs: Observation) -> list[Event]:

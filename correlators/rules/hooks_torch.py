@@ -1,0 +1,158 @@
+"""Code hooks of the PyTorch / gloo / torch.distributed.elastic rules (``torch.yaml`` and the
+ProcessGroupNCCL entries of ``nccl.yaml``).
+
+Each hook receives the draft the rule's pattern and ``fields`` built and returns the drafts to
+emit (see :mod:`correlators.rules.code`). Sources of the formats are named in the rules'
+``source:`` keys; the hooks only parse what the regex leaves as free text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from correlators.rules.code import Draft, hook
+
+if TYPE_CHECKING:  # pragma: no cover
+    from correlators.rules import Rule
+    from schemas.records import Observation
+
+# ``WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000)``
+# as ProcessGroupNCCL's ``operator<<(WorkNCCL)`` prints it; PyTorch <= 1.12 printed
+# ``TensorShape=[...]`` and no Numel*. Keys not listed are ignored; "..." placeholders of
+# template lines simply do not match.
+_WORK_KV = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([\w.]+)")
+_WORK_ATTR = {"SeqNum": ("seq_num", int), "OpType": ("op_type", str), "NumelIn": ("numel_in", int),
+              "NumelOut": ("numel_out", int), "Timeout(ms)": ("timeout_ms", int)}
+# the text right before the watchdog message when it is re-raised inside another message
+_WRAPPERS = ("terminated with exception: ", "Original reason for failure was: ",
+             "Error: ", "what():  ", "what(): ")
+
+
+@hook("torch_worknccl")
+def torch_worknccl(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """ProcessGroupNCCL watchdog timeout: parse the ``WorkNCCL(...)`` text (group ``work``)
+    into seq_num (int), op_type (str), numel_in / numel_out (int elements), timeout_ms (int
+    ms); ``ran_for_ms`` (int ms) comes from the pattern. ``wrapped`` (bool) is True when the
+    message is quoted inside another one (``Process group watchdog thread terminated with
+    exception: [Rank 3] Watchdog caught ...``, ``DistBackendError: [Rank 3] ...``), so a
+    consumer can count one timeout per rank and sequence number."""
+    assert match is not None
+    a = draft.attributes
+    work = a.pop("work", "") or ""
+    for key, value in _WORK_KV.findall(work):
+        name, typ = _WORK_ATTR[key]
+        try:
+            a[name] = typ(value)
+        except ValueError:
+            pass
+    body = obs.body or ""
+    line_start = body.rfind("\n", 0, match.start()) + 1
+    before = body[line_start:match.start()]
+    a["wrapped"] = any(before.endswith(w) or w in before for w in _WRAPPERS)
+    if draft.began_at is None and isinstance(a.get("ran_for_ms"), int):
+        draft.began_at = obs.observed_at - a["ran_for_ms"] * 1_000_000
+    return [draft]
+
+
+def _rank_list(text: str | None) -> list[int]:
+    """``"3, 7"`` -> [3, 7] (the desync report's rank lists)."""
+    return [int(x) for x in re.findall(r"\d+", text or "")]
+
+
+@hook("torch_desync_report")
+def torch_desync_report(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A line of ProcessGroupNCCL's desync report (TORCH_NCCL_DESYNC_DEBUG=1, TraceUtils.h
+    ``retrieveDesyncReport``): ``lagging_ranks`` (list of ints, the ranks the report blames),
+    ``state`` (never_joined | not_finished | not_joined) and ``collective_seq`` (int, the
+    collective number counted from 1) when the line names one."""
+    a = draft.attributes
+    a["lagging_ranks"] = _rank_list(a.pop("ranks", None))
+    a["kind"] = "desync_report"
+    return [draft]
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|min|m|h)?$")
+_UNIT_MS = {"ms": 1, "s": 1000, "min": 60_000, "m": 60_000, "h": 3_600_000, None: 1000}
+
+
+def duration_ms(text: str | None) -> int | None:
+    """c10d prints durations through fmt's chrono formatting: ``600000ms``, ``1800s``,
+    ``20min``, ``30m`` -> milliseconds (int). A bare number is seconds. None if unparsable."""
+    m = _DURATION.match((text or "").strip())
+    if not m:
+        return None
+    return int(float(m.group(1)) * _UNIT_MS[m.group(2)])
+
+
+# errno names for the store/socket failures c10d prints (errno text or libuv code name)
+_STORE_REASON = (
+    ("EADDRINUSE", "addr_in_use"), ("ddress already in use", "addr_in_use"),
+    ("Connection refused", "refused"), ("ECONNREFUSED", "refused"),
+    ("Connection reset by peer", "reset"), ("ECONNRESET", "reset"),
+    ("Broken pipe", "broken_pipe"), ("EPIPE", "broken_pipe"),
+    ("got 0 bytes", "closed"), ("Connection was likely closed", "closed"),
+    ("No route to host", "no_route"), ("Name or service not known", "dns"),
+    ("Temporary failure in name resolution", "dns"),
+)
+_TIMEOUT_WORDS = ("Socket Timeout", "timed out", "wait timeout after", "Timed out")
+
+
+@hook("torch_store")
+def torch_store(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A c10d store (TCPStore) failure -> ``store.timeout`` or ``store.error``.
+
+    Attributes: ``op`` (connect | listen | recv | wait | get), ``reason`` (timeout,
+    addr_in_use, refused, reset, broken_pipe, closed, no_route, dns, other), ``timeout_ms``
+    (int ms, from ``600000ms`` / ``1800s`` / ``20min``), ``key`` (store key waited on),
+    ``waiting_rank`` and ``peer_rank`` (ints: ``[3] is setting up NCCL communicator and
+    retrieving ncclUniqueId from [0]`` -- rank 3 waited on rank 0), ``errno``, ``port``.
+    The event's peer is ``host:port`` of the store when the line names it."""
+    a = draft.attributes
+    text = a.get("text") or (match.group(0) if match else "")
+    if "timeout_text" in a:
+        ms = duration_ms(a.pop("timeout_text"))
+        if ms is not None:
+            a["timeout_ms"] = ms
+    if a.get("store_host") and a.get("store_port"):
+        draft.peer = f"{a.pop('store_host')}:{a.pop('store_port')}"
+    a.pop("store_host", None)
+    a.pop("store_port", None)
+    reason = next((r for needle, r in _STORE_REASON if needle in text), None)
+    timed_out = any(w in text for w in _TIMEOUT_WORDS)
+    if reason is None:
+        reason = "timeout" if timed_out else "other"
+    a["reason"] = reason
+    a.pop("text", None)
+    draft.type = "store.timeout" if reason == "timeout" else "store.error"
+    return [draft]
+
+
+_PROC_SOURCES = {"torchrun", "mp.spawn", "deepspeed", "ray"}
+
+
+@hook("torch_proc_exit")
+def torch_proc_exit(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A launcher's report of a worker's end: a negative exit code (or a signal name) is a
+    kill by that signal -> ``proc.killed`` (signal, signal_name); a positive exit code ->
+    ``proc.exited`` (exitcode); exit code 0 is no fault (dropped). ``local_rank`` (int)
+    also sets the GPU index for torchrun, whose local rank is the device."""
+    from correlators.rules.code import SIGNAL_NAMES, to_signal
+
+    a = draft.attributes
+    code = a.get("exitcode")
+    sig = a.get("signal")
+    if isinstance(sig, str):
+        sig = to_signal(sig)
+    if sig is None and isinstance(code, int) and code < 0:
+        sig = -code
+    if sig:
+        a["signal"] = sig
+        a["signal_name"] = SIGNAL_NAMES.get(sig, f"SIG{sig}")
+        draft.type = "proc.killed"
+        return [draft]
+    a.pop("signal", None)
+    if code == 0:
+        return []
+    draft.type = "proc.exited"
+    return [draft]

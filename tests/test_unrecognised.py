@@ -1,0 +1,155 @@
+"""The honest channel: error-severity lines no rule knows become ``log.unrecognised`` events,
+are counted in coverage, mined into templates (drain3), keep a verdict near them from
+``definitive``, are shown by ``faultstream replay`` and turned into rule skeletons by
+``faultstream rules suggest``."""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from correlators.unrecognised import mine_templates, severity_of, suggest_rules
+from streams.cli import app
+from streams.replay import replay_bundle
+from tests.test_rules import PACK, REAL, extract_file, obs_for
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "incidents"
+
+
+def test_severity_markers_from_their_formats() -> None:
+    cases = {
+        # NCCL's WARN level (src/include/debug.h), with the host:pid:tid [dev] prefix
+        "node-a01:2331:2390 [3] misc/foo.cc:77 NCCL WARN Something new went wrong": "nccl_warn",
+        # glog / c10 error and fatal lines
+        "[rank2]:[E1130 01:20:31.299000000 Foo.cpp:12] an unseen message": "glog_error",
+        "F1130 01:20:31.299000 550 file.py:986] a fatal unseen message": "glog_error",
+        # printk levels 0-3 (dmesg -r) and Talos/journald kernel priority
+        "<3>[   38.773115] frobnicator 0000:3b:00.0: lost its marbles": "kernel_err",
+        "10.0.0.1: kern:     err: [2026-04-22T21:25:20.466440686Z]: frob: lost marbles": "kernel_err",
+        "[Oct 31 2023 21:11:20] [ERROR] [tid 527118] an unseen manager error": "level_error",
+        "ValueError: an application's own exception": "exception",
+        "slurmd: error: some new slurmd complaint": "failure",
+        "frobctl: operation failed on device 3": "failure",
+    }
+    for line, want in cases.items():
+        assert severity_of(line) == want, line
+    for healthy in [
+        "step 12 loss 2.31 lr 3.0e-04",
+        "node-a01:2331:2390 [3] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+        "validation: 0 errors, 0 failures",
+        "errors: 0",
+        "<6>[   38.773115] nvidia-nvlink: Nvlink Core is being initialized",
+        # real: NCCL INFO and glog I lines that mention a failure (h200 nccl-debug-info capture)
+        "node-a01:473:473 [0] NCCL INFO Failed to initialize NET plugin IB",
+        "[I1130 01:20:12.997542897 TCPStoreLibUvBackend.cpp:1321] [c10d] uv_loop_close failed with:-16 errn:EBUSY desc:resource busy or locked",
+    ]:
+        assert severity_of(healthy) is None, healthy
+
+
+def test_unrecognised_event_only_when_no_rule_matches() -> None:
+    (ev,) = PACK.extract(obs_for("node-a01:2331:2390 [3] misc/foo.cc:77 NCCL WARN Something new went wrong"))
+    assert ev.type == "log.unrecognised" and ev.rule == "unrecognised@1"
+    assert ev.attributes == {"severity": "nccl_warn",
+                             "text": "node-a01:2331:2390 [3] misc/foo.cc:77 NCCL WARN Something new went wrong"}
+    assert ev.host == "node-a01" and ev.gpu is not None and ev.gpu.index == 3
+    known = PACK.extract(obs_for("NVRM: Xid (PCI:0000:02:00): 79, pid=0, GPU has fallen off the bus."))
+    assert [e.type for e in known] == ["gpu.xid"]
+    # a text is truncated, never interpreted
+    (long_ev,) = PACK.extract(obs_for("ValueError: " + "x" * 5000))
+    assert len(long_ev.attributes["text"]) == 400
+
+
+def test_healthy_real_output_gives_no_unrecognised_line() -> None:
+    for rel in ["h200-2026-11/nccl-debug-info-single-rank.log"]:
+        assert [e for e in extract_file(REAL / rel) if e.type == "log.unrecognised"] == []
+
+
+def test_templates_are_deterministic_whatever_the_order() -> None:
+    events = []
+    for n in range(12):
+        events += PACK.extract(obs_for(f"frobd[{100 + n}]: frob_open failed for unit {n} at 0x{n:04x}", line=n + 1))
+        events += PACK.extract(obs_for(f"ValueError: bad shape ({n}, {n + 1})", line=100 + n))
+    base = mine_templates(events)
+    assert [(t.count, t.template) for t in base] == [
+        (12, "frobd[<NUM>]: frob_open failed for unit <NUM> at <HEX>"),
+        (12, "ValueError: bad shape (<NUM>, <NUM>)"),
+    ] or [(t.count, t.template) for t in base] == [
+        (12, "ValueError: bad shape (<NUM>, <NUM>)"),
+        (12, "frobd[<NUM>]: frob_open failed for unit <NUM> at <HEX>"),
+    ]
+    rnd = random.Random(5)
+    for _ in range(5):
+        shuffled = list(events)
+        rnd.shuffle(shuffled)
+        assert mine_templates(shuffled) == base
+
+
+def test_suggested_rule_skeleton_is_yaml_whose_pattern_matches_its_example() -> None:
+    events = []
+    for n in range(3):
+        events += PACK.extract(obs_for(f"frobd[{100 + n}]: frob_open failed for unit {n} at 0x{n:04x}", line=n + 1))
+    text = suggest_rules(mine_templates(events))
+    doc = yaml.safe_load(text)
+    (rule,) = doc["rules"]
+    assert rule["version"] == 1 and rule["source"].startswith("TODO")
+    assert rule["keywords"] == ["]: frob_open failed for unit"]
+    example = rule["examples"][0]["line"]
+    assert rule["keywords"][0] in example
+    assert re.search(rule["pattern"], example)
+    assert "# 3 line(s), severity failure" in text
+
+
+def _bundle_with_line(tmp_path: Path, line: str) -> Path:
+    dst = tmp_path / "b"
+    shutil.copytree(EXAMPLES / "h200-xid31-illegal-address", dst)
+    log = dst / "logs" / "node-a01" / "dmesg-T.log"
+    log.write_text(log.read_text() + line + "\n")
+    return dst
+
+
+def test_unexplained_error_line_near_the_cause_keeps_the_verdict_from_definitive(tmp_path: Path) -> None:
+    base = replay_bundle(EXAMPLES / "h200-xid31-illegal-address").attribution
+    assert base.quality == "definitive" and base.unrecognised == []
+    near = replay_bundle(_bundle_with_line(
+        tmp_path, "[Mon Nov 30 01:21:02 2026] frobnicator 0000:3b:00.0: self-test failed")).attribution
+    assert near.root_cause.code == base.root_cause.code
+    assert near.quality == "probable"
+    (t,) = near.unrecognised
+    assert (t.count, t.near_cause, t.severity) == (1, True, "failure")
+    assert t.template == "frobnicator <PCI>: self-test failed"
+    alt = [a for a in near.alternatives if a.code == "log.unrecognised"]
+    assert len(alt) == 1 and "self-test failed" in alt[0].text and alt[0].hosts == ["node-a01"]
+    dmesg = next(c for c in near.coverage if c.source.endswith("dmesg-T.log"))
+    assert dmesg.unrecognised == 1
+    assert next(c for c in near.coverage if c.source == "host:node-a01").unrecognised == 1
+
+
+def test_error_line_far_from_the_cause_is_reported_but_does_not_lower_quality(tmp_path: Path) -> None:
+    # inside the window (it ends 300 s after the job), more than near_s (120 s) after the cause
+    far = replay_bundle(_bundle_with_line(
+        tmp_path, "[Mon Nov 30 01:25:30 2026] frobnicator 0000:3b:00.0: self-test failed")).attribution
+    assert far.quality == "definitive"
+    (t,) = far.unrecognised
+    assert t.near_cause is False
+    assert not [a for a in far.alternatives if a.code == "log.unrecognised"]
+
+
+def test_replay_shows_and_rules_suggest_prints_unrecognised_lines(tmp_path: Path) -> None:
+    bundle = _bundle_with_line(tmp_path, "[Mon Nov 30 01:21:02 2026] frobnicator 0000:3b:00.0: self-test failed")
+    runner = CliRunner()
+    out = runner.invoke(app, ["replay", str(bundle), "--no-store"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "1 error line no rule knows, 1 template" in out.output
+    assert "frobnicator <PCI>: self-test failed" in out.output
+    sug = runner.invoke(app, ["rules", "suggest", str(bundle)])
+    assert sug.exit_code == 0, sug.output
+    (rule,) = yaml.safe_load(sug.output)["rules"]
+    assert rule["keywords"] == [": self-test failed"]
+    assert rule["examples"][0]["line"].endswith("frobnicator 0000:3b:00.0: self-test failed")
+    bad = runner.invoke(app, ["rules", "suggest", str(tmp_path / "missing")])
+    assert bad.exit_code == 2
