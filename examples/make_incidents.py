@@ -27,6 +27,7 @@ OUT = Path(__file__).resolve().parent / "incidents"
 
 UTC = dt.timezone.utc
 IPS = {f"node-a0{i}": f"10.0.0.{10 + i}" for i in range(1, 10)}
+IPS["node-a45"] = "10.0.0.45"
 
 README_ROWS: list[tuple[str, str, str, str]] = []
 
@@ -863,6 +864,379 @@ def public_rc11() -> None:
     )
 
 
+# ----------------------------------------------------------------------------- public cases rc-39 .. rc-77
+#
+# One bundle per case of fixtures/real/public that has verbatim lines (rc-71 and rc-73 hold
+# only template lines). The case's lines are copied verbatim (placeholders filled); the job
+# around them (scheduler records, the other ranks' reactions) is written in real formats.
+
+def _case(case: str) -> tuple[list[str], str]:
+    return lines_of(PUB / case / "lines.log"), case_source(case)
+
+
+_PENDING: dict[str, tuple] = {}
+
+
+def _pub(name: str, case: str, what: str, *, notes: str, **expected) -> tuple[Bundle, list[str], str]:
+    """Start the bundle of public case ``case``: returns it, the case's verbatim lines and its
+    source URL; ``what``, ``notes`` and the expectations are written by :func:`_done` once
+    the logs are in place."""
+    b = Bundle(name)
+    src, url = _case(case)
+    _PENDING[name] = (case, what, url, notes, expected)
+    return b, src, url
+
+
+def _done(b: Bundle) -> None:
+    """Write ``expected.yaml`` of a public-case bundle; its notes open with the case's id,
+    title and verdict (from ``case.yaml``)."""
+    case, what, url, notes, expected = _PENDING.pop(b.name)
+    meta = yaml.safe_load((PUB / case / "case.yaml").read_text())
+    header = f"Public {meta['id']} ({url}): {meta['title']}. Case verdict: {meta['verdict']} "
+    b.expected(what, url, notes=header + notes, **expected)
+
+
+def public_rc39() -> None:
+    b, src, _ = _pub(
+        "public-rc39-ibv-reg-mr-memlock", "rc-39",
+        "nccl-tests: NCCL WARN 'Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory' (memlock ulimit 8192 KB)",
+        domain="config", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        notes="the WARN line is verbatim, prefixed with the NCCL 'host:pid:tid [dev]' header NCCL "
+              "prints (the excerpt dropped it); the job ran on one host with NCCL_SHM_DISABLE=1 to force IB. "
+              "ENOMEM from ibv_reg_mr is the locked-memory limit, not the HCA.")
+    start, end = t("2026-11-30T05:00:00Z"), t("2026-11-30T05:00:19Z")
+    b.workload("job-1039", "FAILED", start, end, ["node-a01"], scheduler="slurm", exit_code="2:0", ranks_per_node=8)
+    b.write("logs/node-a01/nccl-tests.log", [f"node-a01:31207:31331 [0] {l}" for l in src])
+    b.write("logs/_scheduler/slurmctld.log", slurm_job(1039, "node-a01", 96, start, end, status=2))
+    _done(b)
+
+
+def public_rc41() -> None:
+    b, src, _ = _pub(
+        "public-rc41-gdrdma-one-side-only", "rc-41",
+        "2 nodes: rank 9's send channel uses NET/IB/0/GDRDMA, rank 2's receive side NET/IB/1 without GDRDMA (nvidia-peermem missing on node-a01)",
+        domain="config", culprit_hosts=["node-a01"], quality_any_of=["probable", "ambiguous", "insufficient"],
+        notes="the two channel lines are verbatim, each prefixed with the NCCL header of the rank that "
+              "prints it (rank 9 on node-a02 prints its [send] connection, rank 2 on node-a01 its [receive] "
+              "connection) and 'NCCL INFO Channel 00/0 : '. GPUDirect RDMA is used on node-a02's side only: "
+              "the kernel module nvidia-peermem is not loaded on node-a01. The job completed, slowly.")
+    start, end = t("2026-11-30T05:10:00Z"), t("2026-11-30T05:40:00Z")
+    b.workload("job-1041", "COMPLETED", start, end, ["node-a01", "node-a02"], scheduler="slurm", exit_code="0:0",
+               ranks_per_node=8)
+    at = "[2026-11-30 05:10:31] "
+    b.write("logs/node-a02/train.log", [f"{at}node-a02:48211:48390 [1] NCCL INFO Channel 00/0 : {src[0]}"])
+    b.write("logs/node-a01/train.log", [f"{at}node-a01:51770:51921 [2] NCCL INFO Channel 00/0 : {src[1]}"])
+    b.write("logs/_scheduler/slurmctld.log", slurm_job(1041, "node-a[01-02]", 192, start, end, status=0))
+    _done(b)
+
+
+def public_rc43() -> None:
+    b, src, _ = _pub(
+        "public-rc43-net-ofi-register-memory", "rc-43",
+        "EFA: 'NET/OFI Unable to register memory ... RC: -22' (NCCL >= 2.19 in the Python env vs an older Libfabric)",
+        domain="config", culprit_hosts=["node-a01", "node-a02"], quality_any_of=["definitive", "probable", "ambiguous"],
+        notes="the WARN and the bandwidth summary lines are verbatim; the WARN line is given on both "
+              "hosts of the 16-rank job (every node with that image), with the NCCL header it carries in a "
+              "full log. A software version skew, not an EFA fault.")
+    start, end = t("2026-11-30T05:50:00Z"), t("2026-11-30T05:52:10Z")
+    b.workload("job-1043", "FAILED", start, end, ["node-a01", "node-a02"], scheduler="slurm", exit_code="1:0",
+               ranks_per_node=8)
+    b.write("logs/node-a01/train.log", [f"node-a01:7702:7790 [0] {src[0]}", *src[1:]])
+    b.write("logs/node-a02/train.log", [f"node-a02:7655:7741 [0] {src[0]}"])
+    b.write("logs/_scheduler/slurmctld.log", slurm_job(1043, "node-a[01-02]", 192, start, end))
+    _done(b)
+
+
+def public_rc45() -> None:
+    b, src, _ = _pub(
+        "public-rc45-jax-no-socket-interface", "rc-45",
+        "JAX/XLA: ncclCommInitRankConfig 'invalid usage', Last NCCL warning 'Bootstrap : no socket interface found' (NCCL_SOCKET_IFNAME wrong)",
+        domain="config", root_cause="config.socket_ifname", quality_any_of=["definitive", "probable"],
+        notes="the XLA error (two lines), the job's env excerpt and the node's interface line are verbatim; "
+              "the error is logged by the worker on each of the two hosts.")
+    start, end = t("2026-11-30T06:00:00Z"), t("2026-11-30T06:01:05Z")
+    nodes = ["node-a01", "node-a02"]
+    b.workload("job-1045", "FAILED", start, end, nodes, exit_code="1", ranks_per_node=8)
+    for host in nodes:
+        b.write(f"logs/{host}/worker.log", src[:2])
+    b.write("logs/node-a01/job-env.yaml", src[2:5])
+    b.write("logs/node-a01/ip-addr.txt", src[5:])
+    _done(b)
+
+
+def public_rc47() -> None:
+    b, src, _ = _pub(
+        "public-rc47-nvls-dual-port-nccl-bug", "rc-47",
+        "NCCL 2.18/2.19 NVLS bug on dual-port NICs: 'free(): invalid next size (fast)' and Fabric Manager multicast-team ERROR lines",
+        domain="software", quality_any_of=["probable", "ambiguous", "insufficient"],
+        notes="the glibc abort line and the three Fabric Manager lines are verbatim (fabricmanager.log "
+              "in FM's own time format). The FM ERROR lines are a consequence of the NCCL bug, not an FM or "
+              "NVSwitch fault; the heap-corruption abort in the NCCL process is the software signature.")
+    start, end = t("2023-10-31T21:05:00Z"), t("2023-10-31T21:12:00Z")
+    b.workload("job-1047", "FAILED", start, end, ["node-a01"], scheduler="slurm", exit_code="134:0", ranks_per_node=8)
+    b.write("logs/node-a01/nccl-tests.log", src[:1])
+    b.write("logs/node-a01/fabricmanager.log", src[1:])
+    b.write("logs/_scheduler/slurmctld.log", slurm_job(1047, "node-a01", 96, start, end, status=134))
+    _done(b)
+
+
+def public_rc49() -> None:
+    b, src, _ = _pub(
+        "public-rc49-system-not-yet-initialized", "rc-49",
+        "nccl-tests after a reboot: 'Test CUDA failure common.cu:941 'system not yet initialized'' (nvidia-fabricmanager not enabled)",
+        domain="config", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        notes="the nccl-tests line is verbatim, logged once per rank of the rebooted host (here 2 of 8 "
+              "shown, with the 'node-a01: ' prefix mpirun adds). cudaErrorSystemNotReady on an NVSwitch "
+              "system means the Fabric Manager is not running: a node service left disabled.")
+    start, end = t("2026-11-30T06:20:00Z"), t("2026-11-30T06:20:09Z")
+    b.workload("job-1049", "FAILED", start, end, ["node-a01"], scheduler="slurm", exit_code="1:0", ranks_per_node=8)
+    b.write("logs/node-a01/nccl-tests.log", [f"node-a01: {src[0]}", f"node-a01: {src[0]}"])
+    b.write("logs/_scheduler/slurmctld.log", slurm_job(1049, "node-a01", 96, start, end))
+    _done(b)
+
+
+def public_rc51() -> None:
+    b, src, _ = _pub(
+        "public-rc51-nvls-cuda-999-fabric-manager", "rc-51",
+        "H200 NVLS: node-a02 'Cuda failure 999 unknown error' in transport/nvls.cc, node-a01 'invalid argument'; FM in a non-critical error state",
+        domain_any_of=["host", "gpu_hardware"], culprit_hosts=["node-a02"], quality_any_of=["probable", "ambiguous", "insufficient"],
+        notes="the three lines are verbatim (the first NCCL WARN carries its unbalanced quote as "
+              "printed); node-a02's line goes to node-a02's log, the other two to node-a01's. The failure "
+              "originates where NVLS multicast setup got CUDA 999 (node-a02); node-a01's 'invalid argument' "
+              "and the HPL illegal access are consequences.")
+    start, end = t("2026-11-30T06:30:00Z"), t("2026-11-30T06:31:40Z")
+    nodes = ["node-a01", "node-a02"]
+    b.workload("job-1051", "FAILED", start, end, nodes, scheduler="slurm", exit_code="1:0", ranks_per_node=8)
+    b.write("logs/node-a02/nccl.log", [f"[2026-11-30 06:30:41] {src[0]}"])
+    b.write("logs/node-a01/nccl.log", [f"[2026-11-30 06:30:41] {src[1]}", src[2]])
+    b.write("logs/_scheduler/slurmctld.log", slurm_job(1051, "node-a[01-02]", 192, start, end))
+    _done(b)
+
+
+def public_rc53() -> None:
+    b, src, _ = _pub(
+        "public-rc53-sxid-nvlink-xid74-gsp", "rc-53",
+        "8x A100: NVSwitch SXid 24007, Xid 62/45/74 (NVLink link 8)/154 on GPU 0000:48:00, then Xid 119 GSP timeouts",
+        domain="gpu_hardware", root_cause="gpu.", culprit_hosts=["node-a01"],
+        quality_any_of=["definitive", "probable", "ambiguous"],
+        notes="the 14 kernel lines are verbatim (Talos 'kern:' format with RFC 3339 nanosecond times; "
+              "GPU-uuid-a/-b and <serial> placeholders filled). The fatal NVLink error on GPU 0000:48:00 link 8 "
+              "and the NVSwitch SXid precede the GSP timeouts on other GPUs: the intra-node NVLink path.")
+    start, end = t("2026-04-22T21:00:00Z"), t("2026-04-22T21:28:30Z")
+    b.workload("job-1053", "FAILED", start, end, ["node-a01"], exit_code="1", ranks_per_node=8)
+    lines = [fill(l, **{"GPU-uuid-a": uuid_of(1, 2), "GPU-uuid-b": uuid_of(1, 0), "<serial>": "1650000000001"})
+             for l in src]
+    b.write("logs/node-a01/kernel.log", lines)
+    _done(b)
+
+
+def public_rc56() -> None:
+    b, src, _ = _pub(
+        "public-rc56-cuda-uncorrectable-ecc", "rc-56",
+        "PyTorch 'RuntimeError: CUDA error: uncorrectable ECC error encountered' on node-a01 (the node fails many users' jobs)",
+        domain="gpu_hardware", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        notes="the four PyTorch lines are verbatim, preceded by the traceback header PyTorch prints; the "
+              "error names the GPU's memory, not the program.")
+    start, end = t("2026-11-30T06:40:00Z"), t("2026-11-30T06:44:02Z")
+    b.workload("job-1056", "FAILED", start, end, ["node-a01"], scheduler="slurm", exit_code="1:0", ranks_per_node=1)
+    b.write("logs/node-a01/job.out", ["Traceback (most recent call last):",
+                                      '  File "/path/to/train.py", line 211, in <module>',
+                                      "    loss.backward()", *src])
+    b.write("logs/_scheduler/slurmctld.log", slurm_job(1056, "node-a01", 12, start, end))
+    _done(b)
+
+
+def public_rc58() -> None:
+    b, src, _ = _pub(
+        "public-rc58-xid79-kubernetes-gpu", "rc-58",
+        "Kubernetes GPU node: Xid 79 on GPU 0000:a1:00 (fallen off the bus), nvidia-smi 'Unknown Error' for that device",
+        domain="gpu_hardware", root_cause="gpu.xid.79", culprit_hosts=["node-a01"],
+        quality_any_of=["definitive", "probable"],
+        notes="the dmesg -T lines (driver 535.161.07) and the nvidia-smi line are verbatim; GPU-uuid-a "
+              "filled. The pod storm in the thread is a consequence.")
+    start, end = t("2024-04-09T01:00:00Z"), t("2024-04-09T01:25:00Z")
+    b.workload("job-1058", "FAILED", start, end, ["node-a01"], exit_code="1", ranks_per_node=1)
+    lines = [fill(l, **{"GPU-uuid-a": uuid_of(1, 5)}) for l in src]
+    b.write("logs/node-a01/dmesg-T.log", lines[1:])
+    b.write("logs/node-a01/nvidia-smi.txt", lines[:1])
+    _done(b)
+
+
+def public_rc60() -> None:
+    b, src, _ = _pub(
+        "public-rc60-allocatable-gpu-7-of-8", "rc-60",
+        "kubectl describe node: nvidia.com/gpu Capacity 8, Allocatable 7 after an Xid 94; device-plugin health log",
+        domain="gpu_hardware", culprit_hosts=["node-a01"], quality_any_of=["probable", "insufficient", "ambiguous"],
+        notes="the describe-node excerpt and the device plugin line are verbatim. One GPU fewer than "
+              "the node has points at that GPU's health event (contained ECC, Xid 94), not at the scheduler; "
+              "the severity is low.")
+    start, end = t("2026-10-25T02:00:00Z"), t("2026-10-25T02:30:00Z")
+    b.workload("job-1060", "FAILED", start, end, ["node-a01"], exit_code="1", ranks_per_node=8)
+    b.write("logs/node-a01/kubectl-describe-node.txt", src[:16])
+    b.write("logs/node-a01/nvidia-device-plugin.log", src[16:])
+    _done(b)
+
+
+def public_rc62() -> None:
+    b, src, _ = _pub(
+        "public-rc62-rminitadapter-failed", "rc-62",
+        "'NVRM: RmInitAdapter failed! (0x26:0xffff:1127)' for GPU minor 0 at boot; containers given that GPU fail",
+        domain="gpu_hardware", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        notes="the raw dmesg lines are verbatim (the first one's head was cut in the thread), placed with "
+              "the host's boot time.")
+    boot = t("2026-11-30T06:59:20Z")
+    start, end = t("2026-11-30T07:00:00Z"), t("2026-11-30T07:00:30Z")
+    b.workload("job-1062", "FAILED", start, end, ["node-a01"], exit_code="1", ranks_per_node=4, boot={"node-a01": boot})
+    b.write("logs/node-a01/dmesg-raw.log", src)
+    _done(b)
+
+
+def public_rc63() -> None:
+    b, src, _ = _pub(
+        "public-rc63-nvml-driver-library-mismatch", "rc-63",
+        "'Failed to initialize NVML: Driver/library version mismatch' after unattended-upgrade on a Slurm GPU node",
+        domain="config", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        notes="nvidia-smi output, squeue output and the apt history entry are verbatim. A user-space / "
+              "kernel driver skew from the package manager; running jobs are unaffected.")
+    start, end = t("2021-04-24T07:00:00Z"), t("2021-04-24T07:00:04Z")
+    b.workload("job-1063", "FAILED", start, end, ["node-a01"], scheduler="slurm", exit_code="1:0", ranks_per_node=1)
+    b.write("logs/node-a01/prolog-nvidia-smi.txt", src[:2])
+    b.write("logs/_scheduler/squeue.txt", src[2:6])
+    b.write("logs/node-a01/apt-history.log", src[6:])
+    b.write("logs/_scheduler/slurmctld.log", slurm_job(1063, "node-a01", 12, start, end))
+    _done(b)
+
+
+def public_rc64() -> None:
+    b, src, _ = _pub(
+        "public-rc64-mlx4-hca-firmware", "rc-64",
+        "InfiniBand not initialised on node-a45: ibstatus 'sys files not found', mlx4_core 'command 0x5a failed: fw status = 0x2'",
+        domain="fabric", culprit_hosts=["node-a45"], quality_any_of=["definitive", "probable", "ambiguous"],
+        notes="the ibstatus session and the raw dmesg lines of two boots are verbatim; the node's HCA "
+              "firmware differs from the others' (fixed by a firmware update).")
+    boot = t("2026-11-30T07:10:00Z")
+    start, end = t("2026-11-30T07:12:00Z"), t("2026-11-30T07:13:00Z")
+    b.workload("job-1064", "FAILED", start, end, ["node-a45"], scheduler="slurm", exit_code="1:0", ranks_per_node=1,
+               boot={"node-a45": boot})
+    b.write("logs/node-a45/ibstatus.txt", src[:2])
+    b.write("logs/node-a45/dmesg-raw.log", src[6:])
+    b.write("logs/_scheduler/slurmctld.log", slurm_job(1064, "node-a45", 16, start, end))
+    _done(b)
+
+
+def public_rc66() -> None:
+    b, src, _ = _pub(
+        "public-rc66-slurm-cgroup-oom-kill", "rc-66",
+        "Slurm GPU job: 'Killed' and 'slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1000001.batch cgroup'",
+        domain="host", root_cause="host.oom", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        notes="the batch script's 'Killed' line and the slurmstepd line are verbatim (job output file); "
+              "host RAM of the job's cgroup, not GPU memory.")
+    start, end = t("2026-11-30T07:20:00Z"), t("2026-11-30T08:31:14Z")
+    b.workload("job-1000001", "OUT_OF_MEMORY", start, end, ["node-a01"], scheduler="slurm", exit_code="0:125",
+               ranks_per_node=1)
+    b.write("logs/node-a01/slurm-1000001.out", src[:2])
+    b.write("logs/_scheduler/slurmctld.log", slurm_job(1000001, "node-a01", 8, start, end, status=0))
+    _done(b)
+
+
+def public_rc68() -> None:
+    b, src, _ = _pub(
+        "public-rc68-ray-memory-monitor-kill", "rc-68",
+        "Ray's memory monitor kills a worker at 0.952 > 0.95 of node memory",
+        domain="host", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        notes="the raylet message is verbatim (<node-id>, <task-id>, <worker-id> filled). The killed task "
+              "is chosen by recency; the node ran out of memory.")
+    start, end = t("2023-02-20T10:00:00Z"), t("2023-02-20T10:40:00Z")
+    b.workload("job-1068", "FAILED", start, end, ["node-a01"], exit_code="1", ranks_per_node=1)
+    line = fill(src[0], **{"<node-id>": "5f1d0c0e9a7b", "<task-id>": "c8ef45ccd0112571ffffffffffffffffffffffff01000000",
+                           "<worker-id>": "0a7d0b8c9e"})
+    b.write("logs/node-a01/driver.log", [line])
+    _done(b)
+
+
+def public_rc69() -> None:
+    b, src, _ = _pub(
+        "public-rc69-rank11-cuda-oom", "rc-69",
+        "4 nodes x 4 A100, ZeRO-3: rank 11 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.35 GiB'; torchrun SIGTERMs siblings",
+        domain="software", root_cause="app.cuda.out_of_memory", culprit_hosts=["node-a03"], culprit_ranks=[11],
+        quality_any_of=["definitive", "probable"],
+        notes="the [rank11] lines and torchrun's SIGTERM line are verbatim; rank 11 is local rank 3 of "
+              "node index 2 (node-a03). The job's memory footprint exceeds the GPU.")
+    start, end = t("2026-10-26T03:30:00Z"), t("2026-10-26T03:51:40Z")
+    nodes = ["node-a01", "node-a02", "node-a03", "node-a04"]
+    b.workload("job-1069", "FAILED", start, end, nodes, exit_code="1", ranks_per_node=4)
+    b.write("logs/node-a03/train.log", src)
+    _done(b)
+
+
+def public_rc70() -> None:
+    b, src, _ = _pub(
+        "public-rc70-bogus-1eb-oom-after-timeout", "rc-70",
+        "NCCL broadcast watchdog timeout, then 'CUDA out of memory. Tried to allocate more than 1EB memory': the OOM is a symptom",
+        domain="unknown", quality_any_of=["insufficient", "probable", "ambiguous"],
+        notes="the OOM line is verbatim; the watchdog timeouts of the two ranks before it are written "
+              "in PyTorch 2.x's format. A >1 EB allocation after an aborted collective is a garbage size, not "
+              "GPU memory exhaustion; the timeout itself stays unexplained.")
+    start, end = t("2026-11-30T08:00:00Z"), t("2026-11-30T08:41:00Z")
+    nodes = ["node-a01"]
+    b.workload("job-1070", "FAILED", start, end, nodes, exit_code="1", ranks_per_node=2)
+    enq = t("2026-11-30T08:10:02Z")
+    lines = []
+    for r in (0, 1):
+        at = enq + dt.timedelta(milliseconds=1800000 + 40 + r * 7)
+        lines += watchdog_v2(r, at, 5611, 1, 1800040 + r * 7, op="BROADCAST")
+    lines.append(f"[rank0]: {src[0]}")
+    b.write("logs/node-a01/train.log", lines)
+    _done(b)
+
+
+def public_rc75() -> None:
+    b, src, _ = _pub(
+        "public-rc75-hung-task-nfs", "rc-75",
+        "kernel 'INFO: task strat1_sim:78808 blocked for more than 120 seconds' writing to the shared NFS home",
+        domain_any_of=["storage", "host"], culprit_hosts=["node-a01"],
+        quality_any_of=["probable", "insufficient", "ambiguous"],
+        notes="the four syslog lines are verbatim (grep's 'messages:' prefix kept); the year comes from "
+              "the workload window. Tentative in the thread: a D-state task on NFS.")
+    start, end = t("2019-06-17T19:00:00Z"), t("2019-06-17T20:30:00Z")
+    b.workload("job-1075", "HUNG", start, end, ["node-a01"], scheduler="slurm", ranks_per_node=1)
+    b.write("logs/node-a01/messages.log", src)
+    _done(b)
+
+
+def public_rc76() -> None:
+    b, src, _ = _pub(
+        "public-rc76-slurmd-gres-conf-dev-nvidia0", "rc-76",
+        "slurmd will not start: 'fatal: can't stat gres.conf file /dev/nvidia0: No such file or directory'",
+        domain="config", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        notes="the journal lines are verbatim (journalctl short format, year from the workload window). "
+              "GRES configuration versus device nodes at boot; no NVRM probe error is present.")
+    start, end = t("2026-02-02T09:51:00Z"), t("2026-02-02T09:55:00Z")
+    b.workload("job-1076", "NODE_FAIL", start, end, ["node-a01"], scheduler="slurm", ranks_per_node=1)
+    b.write("logs/node-a01/journal-slurmd.log", src)
+    _done(b)
+
+
+def public_rc77() -> None:
+    b, src, _ = _pub(
+        "public-rc77-slurm-time-limit", "rc-77",
+        "slurmstepd '*** STEP 1000001.0 ON node-a01 CANCELLED AT 2025-01-10T15:27:25 DUE TO TIME LIMIT ***'; Lightning 'Bypassing SIGTERM'",
+        domain="scheduler", quality_any_of=["definitive", "probable"],
+        notes="the four lines are verbatim (job output file). The job's time limit ended it; no node is "
+              "at fault.")
+    start, end = t("2025-01-10T13:27:20Z"), t("2025-01-10T15:27:58Z")
+    b.workload("job-1000001", "TIMEOUT", start, end, ["node-a01"], scheduler="slurm", exit_code="0:15", ranks_per_node=1)
+    b.write("logs/node-a01/slurm-1000001.out", src)
+    _done(b)
+
+
+PUBLIC_CASES = (
+    public_rc39, public_rc41, public_rc43, public_rc45, public_rc47, public_rc49, public_rc51, public_rc53,
+    public_rc56, public_rc58, public_rc60, public_rc62, public_rc63, public_rc64, public_rc66, public_rc68,
+    public_rc69, public_rc70, public_rc75, public_rc76, public_rc77,
+)
+
+
 # ----------------------------------------------------------------------------- README
 
 
@@ -906,7 +1280,7 @@ def main() -> None:
     for fn in (
         h200_xid31, h200_xid43, h200_sigkill, h200_duplicate_gpu, h200_misaligned, h200_socket_ifname,
         h200_rank_exception, public_rc15, public_rc25, public_rc13, public_rc05, public_rc01,
-        stalled_rank, ambiguous, public_rc11,
+        stalled_rank, ambiguous, public_rc11, *PUBLIC_CASES,
     ):
         fn()
     write_readme()
