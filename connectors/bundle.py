@@ -20,9 +20,21 @@
 
 Record time: the first line's own timestamp (``time_source="line"``), else the nearest earlier
 timestamped line of the same file, else the nearest later one (``"inferred"``,
-``TIME_QUALITY_INHERITED``), else the workload start (``"transport"``,
-``TIME_QUALITY_TRANSPORT``). Each host's :class:`~correlators.timefmt.TimeContext` comes from
-``workload.yaml`` (``hosts.<h>.boot_time`` / ``timezone``; the year of ``start``).
+``TIME_QUALITY_INHERITED``, ``attributes.time_from_line``), else -- a file with no time at all
+-- the transport's: the workload's ``end``, when the scheduler says the attempt was over and
+its logs complete (``"transport"``, ``TIME_QUALITY_TRANSPORT``).
+An undated record is never placed at the workload start as if it had happened then; only a
+workload still running (no ``end``) has nothing later to offer than its start. Telemetry
+samples without a time are placed the same way. Each host's
+:class:`~correlators.timefmt.TimeContext` comes from ``workload.yaml``
+(``hosts.<h>.boot_time`` / ``boot_times`` / ``timezone``; year-less times take the year
+nearest ``start``, so a December line of a January workload is of the year before). Files
+holding ``dmesg -H`` relative lines or raw dmesg seconds are timed in file order by a
+:class:`~correlators.timefmt.LineClock` (relative lines add to the last absolute one; a raw
+clock that goes back starts the next boot).
+
+``workload.yaml`` keys this reader does not know are not an error: they are reported in the
+coverage (``source="file:workload.yaml"``, status ``present``, ``detail`` naming them).
 
 **Fast path.** With ``keywords`` only records containing a keyword are materialised: each
 file is split once, polars scans all lines at once for the keywords (literal alternation),
@@ -63,7 +75,7 @@ from connectors.counters import (
 from connectors.telemetry import TelemetrySample, parse_telemetry
 from correlators.attribution import default_causal_rules
 from correlators.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, record_span
-from correlators.timefmt import TIMESTAMP_HINT, LineTime, TimeContext, parse_line_time
+from correlators.timefmt import TIMESTAMP_HINT, LineClock, LineTime, TimeContext, parse_line_time
 from schemas.bundle import ExpectedSpec, TopologySpec, WorkloadSpec, to_ns
 from schemas.records import (
     TIME_QUALITY_INHERITED,
@@ -89,7 +101,10 @@ _TOP_DIRS = ("fabric", "logs", "metrics")
 RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
 #: Log lines decoded before one vectorised scan runs over them all (bounds memory).
 SCAN_BATCH_LINES = 262_144
-_RAW_DMESG = r"^(?:kernel: )?\[ *\d+\.\d+\]"
+#: raw dmesg seconds since boot, also after ``dmesg -r``'s ``<6>`` or ``dmesg -x``'s prefix
+_RAW_DMESG = r"^(?:kernel: |<\d{1,3}>|[a-z]+\d? *:[a-z]+ *: )?\[ *\d+\.\d+(?: <[^>]*>)?\]"
+#: ``dmesg -H`` relative lines (``[  +0.000123]``): timed only in file order
+_REL_DMESG = r"^(?:<\d{1,3}>|[a-z]+\d? *:[a-z]+ *: )?\[ *\+\d+\.\d+\]"
 NUL_MARK = "\u2400"  # SYMBOL FOR NULL: NUL bytes in text files are shown as this
 _TEXT_BYTES = bytes([9, 10, 13]) + bytes(range(32, 256))
 
@@ -227,15 +242,21 @@ class _Scan:
 
 class _Times:
     """Line times of one file with neighbour inheritance. ``before`` is cheapest when called
-    with non-decreasing positions (both paths do), walking each hint line at most once."""
+    with non-decreasing positions (both paths do), walking each hint line at most once.
+    ``in_order``: the file holds lines only a :class:`~correlators.timefmt.LineClock` times
+    (dmesg -H relative lines, raw dmesg seconds): every hint line is timed up front, in file
+    order, so both paths see the same times."""
 
-    def __init__(self, lines: Sequence[str], hint: np.ndarray, ctx: TimeContext):
+    def __init__(self, lines: Sequence[str], hint: np.ndarray, ctx: TimeContext, in_order: bool = False):
         self.lines = lines
         self.ctx = ctx
         self.hint = hint
         idx = np.where(hint, np.arange(len(hint), dtype=np.int64), -1)
         self.prev = np.maximum.accumulate(idx) if len(idx) else idx  # last hint index <= i
         self._memo: dict[int, LineTime | None] = {}
+        if in_order:
+            clock = LineClock(ctx)
+            self._memo = {int(j): clock(lines[int(j)]) for j in np.flatnonzero(hint)}
         self._pos = -1  # cache: nearest timed line <= _pos is _near
         self._near: int | None = None
         self._first: int | None | bool = False
@@ -346,12 +367,27 @@ class BundleConnector:
                 raise BundleError(
                     f"workload.yaml: field 'hosts.{host}.timezone': unknown time zone {tz!r}"
                 ) from None
+            boots = tuple(sorted(to_ns(b) for b in facts.boot_times))
             self._contexts[host] = TimeContext(
                 year=self.workload.start.year,
-                boot_time_ns=to_ns(facts.boot_time) if facts.boot_time else None,
+                boot_time_ns=to_ns(facts.boot_time) if facts.boot_time else (boots[0] if boots else None),
                 tz=tz,
+                ref_ns=self._start_ns,
+                boot_times_ns=boots,
             )
-        self._coverage: list[CoverageEntry] = []
+        #: the transport's time of a record with no time in its file (UTC ns): the end
+        self._transport_ns = self.workload.end_ns if self.workload.end_ns is not None else self._start_ns
+        #: coverage warnings about the specs themselves (unknown workload.yaml keys)
+        self._spec_coverage: list[CoverageEntry] = []
+        for spec in self.workloads:
+            unknown = spec.unknown_keys()
+            if unknown:
+                self._spec_coverage.append(CoverageEntry(
+                    source=f"file:{self.workload_files[spec.workload_id]}", status="present",
+                    detail=f"{len(unknown)} unknown key(s), ignored (this reader knows BUNDLE.md v1): "
+                    + ", ".join(unknown),
+                ))
+        self._coverage: list[CoverageEntry] = list(self._spec_coverage)
         self.lines_read = 0
         #: counter files are read in batches of up to this many bytes (0: one by one)
         self.counter_batch_bytes: int = _counters_mod.COUNTER_BATCH_BYTES
@@ -364,7 +400,7 @@ class BundleConnector:
         Log files are decoded one by one and scanned in batches of up to ``SCAN_BATCH_LINES``
         lines with one vectorised polars pass per batch (a bundle of thousands of small
         per-host files costs a few passes, not thousands)."""
-        self._coverage = []
+        self._coverage = list(self._spec_coverage)
         self.lines_read = 0
         seen_hosts: set[str] = set()
         batch: list[tuple[_Source, _FileStats, _Decoded]] = []
@@ -480,8 +516,12 @@ class BundleConnector:
             return self.coverage()
         spec = next(w for w in self.workloads if w.workload_id == workload_id)
         nodes = set(spec.nodes) | {SCHEDULER_HOST}
+        own = f"file:{self.workload_files[workload_id]}"
         out = []
         for entry in self._coverage:
+            if entry.source == own:
+                out.append(entry)
+                continue
             kind, _, rest = entry.source.partition(":")
             parts = rest.split("/")
             node = rest if kind == "host" else parts[1] if len(parts) > 2 else None
@@ -510,7 +550,7 @@ class BundleConnector:
     def _ctx(self, host: str) -> TimeContext:
         ctx = self._contexts.get(host)
         if ctx is None:
-            ctx = self._contexts[host] = TimeContext(year=self.workload.start.year)
+            ctx = self._contexts[host] = TimeContext(year=self.workload.start.year, ref_ns=self._start_ns)
         return ctx
 
     def _source(self, file: Path) -> _Source:
@@ -588,6 +628,7 @@ class BundleConnector:
             exprs += [col.str.contains(self._kw_pattern).alias("kw"),
                       col.str.contains(STRUCTURE_HINT).alias("struct")]
         exprs.append(col.str.contains(_RAW_DMESG).alias("raw"))
+        exprs.append(col.str.contains(_REL_DMESG).alias("rel"))
         if any(d.bad_utf8 for d in files):
             exprs.append(col.str.contains("\ufffd", literal=True).alias("bad_utf8"))
         if any(d.nul for d in files):
@@ -617,7 +658,9 @@ class BundleConnector:
                 f"{counts['raw']} raw dmesg lines (seconds since boot) and no hosts.{src.host}.boot_time "
                 "in workload.yaml: their times are inherited"
             )
-        times = _Times(lines, hint, src.ctx)
+        in_order = bool(np.any(scan["rel"])) or (
+            src.ctx.boot_time_ns is not None and bool(np.any(scan["raw"])))
+        times = _Times(lines, hint, src.ctx, in_order=in_order)
         tally = {"line": 0, "inferred": 0, "transport": 0, "truncated": 0}
         if self.keywords is None:
             for rec in group_records(lines):
@@ -680,7 +723,7 @@ class BundleConnector:
                 at, source, quality = times.line(j).at_ns, "inferred", TIME_QUALITY_INHERITED  # type: ignore[union-attr]
                 attributes["time_from_line"] = j + 1
             else:
-                at, source, quality = self._start_ns, "transport", TIME_QUALITY_TRANSPORT
+                at, source, quality = self._transport_ns, "transport", TIME_QUALITY_TRANSPORT
         tally[source] += 1
         rank = None
         first = lines[s]
@@ -789,7 +832,7 @@ class BundleConnector:
         if sample.at is not None:
             at, source, quality = sample.at.at_ns, "line", sample.at.quality
         else:
-            at, source, quality = self._start_ns, "transport", TIME_QUALITY_TRANSPORT
+            at, source, quality = self._transport_ns, "transport", TIME_QUALITY_TRANSPORT
         return Observation(
             source=Source(connector="bundle", instance=self._instance),
             kind="telemetry",

@@ -19,10 +19,13 @@ line time seen (UTC ns). The position is only valid for the file it was taken on
   continuations; :mod:`correlators.records`): a record is emitted when the line after it
   shows it is complete, at the end of a pass in one-shot mode, or after ``idle_s`` seconds
   without new data in follow mode.
-* **Time** (:func:`correlators.timefmt.parse_line_time` on the record's first line): lines
-  without a time inherit the last time seen in that file (``time_source="inferred"``,
-  ``TIME_QUALITY_INHERITED``); before any timed line, the next timed line already read, else
-  the file's modification time (``"transport"``, ``TIME_QUALITY_TRANSPORT``).
+* **Time** (a :class:`correlators.timefmt.LineClock` per file generation, fed each record's
+  first line in file order, so ``dmesg -H`` relative lines and raw dmesg files holding several
+  boots are timed too): lines without a time inherit the last time seen in that file
+  (``time_source="inferred"``, ``TIME_QUALITY_INHERITED``); before any timed line, the next
+  timed line already read, else the file's modification time (``"transport"``,
+  ``TIME_QUALITY_TRANSPORT``). Without ``year``, year-less times (syslog, glog) take the year
+  nearest the time they are read (a December line read in January is of the year before).
 * **Bad input** never raises: invalid UTF-8 is replaced (U+FFFD) and counted, NUL bytes are
   shown as U+2400, huge records are cut at :data:`connectors.bundle.MAX_BODY_CHARS` like the
   bundle reader does, unreadable files are reported in the coverage.
@@ -49,7 +52,7 @@ import typer
 
 from connectors.bundle import NUL_MARK, RANK_PREFIX, MAX_BODY_CHARS
 from correlators.records import MAX_RECORD_LINES, STRUCTURE_HINT, record_span
-from correlators.timefmt import TimeContext, parse_line_time
+from correlators.timefmt import LineClock, TimeContext
 from schemas.records import (
     TIME_QUALITY_INHERITED,
     TIME_QUALITY_TRANSPORT,
@@ -114,6 +117,8 @@ class _Tail:
     last_data: float = 0.0  # monotonic time new bytes last arrived
     draining: bool = False  # the open file is a rotated-away one: finish it, then switch
     stats: _Stats = field(default_factory=_Stats)
+    clock: LineClock | None = None  # times of this file generation's lines, in order
+    clock_epoch: int = -1  # the generation ``clock`` belongs to
 
     def state(self) -> dict[str, Any]:
         return {"dev": self.dev, "ino": self.ino, "offset": self.off, "line": self.line,
@@ -165,7 +170,8 @@ class FilesConnector:
         self.follow = follow
         self.poll_s = poll_s
         self.idle_s = idle_s
-        self.ctx = TimeContext(year=year or time.gmtime().tm_year, tz=tz)
+        self.ctx = TimeContext(year=year or time.gmtime().tm_year, tz=tz,
+                               ref_ns=None if year else time.time_ns())
         default_host = host or socket.gethostname()
         saved = (cursor.load().get("files") or {}) if cursor is not None else {}
         self._tails: list[_Tail] = []
@@ -507,7 +513,10 @@ class FilesConnector:
             attributes["truncated"] = len(text)
             text = text[:MAX_BODY_CHARS] + f"\n[faultstream: cut, {len(text) - MAX_BODY_CHARS} more characters]"
         first = buf[s]
-        lt = parse_line_time(first[:512], self.ctx)
+        if tail.clock is None or tail.clock_epoch != tail.epoch:
+            tail.clock, tail.clock_epoch = LineClock(self.ctx), tail.epoch
+        clock = tail.clock
+        lt = clock(first[:512])
         fmt = "unknown"
         if lt is not None:
             at, source, quality, fmt = lt.at_ns, "line", lt.quality, lt.format
@@ -515,7 +524,7 @@ class FilesConnector:
         elif tail.last_ns is not None:
             at, source, quality = tail.last_ns, "inferred", TIME_QUALITY_INHERITED
         else:
-            ahead = next((t for t in (parse_line_time(x[:512], self.ctx) for x in buf[e:]) if t), None)
+            ahead = next((t for t in (clock.peek(x[:512]) for x in buf[e:]) if t), None)
             if ahead is not None:
                 at, source, quality = ahead.at_ns, "inferred", TIME_QUALITY_INHERITED
             else:

@@ -57,6 +57,7 @@ from schemas.records import (
     Event,
     EvidenceItem,
     GpuRef,
+    TIME_QUALITY_INHERITED,
     TIME_QUALITY_TRANSPORT,
     RootCause,
     Scope,
@@ -684,6 +685,12 @@ def decide(
     near = [e for e in unknown_lines if abs(e.effective_at - winner.at) <= rules.unrecognised_near_ns]
     base["unrecognised"] = unrecognised_templates(unknown_lines, near)
     if near and quality == "definitive":
+        quality = "probable"
+    # a cause whose every supporting line lacks a time of its own (inherited from a
+    # neighbour, or the transport's) is not placed well enough to be definitive
+    if quality == "definitive" and winner.support and max(
+        e.time_quality for e in winner.events
+    ) <= TIME_QUALITY_INHERITED:
         quality = "probable"
 
     causes = sorted(winner.events, key=_event_sort_key)

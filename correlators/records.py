@@ -16,6 +16,14 @@ multi-line shapes, recognised by content (never by file name), are kept together
   ``nccl<Name>: ``) with the ``NCCL error in:`` line just above it, and ``Last error:`` plus
   the line after it (fixtures rc-04, rc-09, ``torchrun-nccl-duplicate-gpu.log``).
 
+* **Key blocks** (scheduler and cluster tools; added for the slurm/kubernetes/dcgm rules) -- a
+  head line and the lines below it indented deeper: ``scontrol show node``/``job`` (``NodeName=``
+  / ``JobId=`` and its ``   Key=Value`` lines), kubectl describe ``Capacity:`` (through the
+  ``Allocatable:`` block after it), ``Conditions:``, a container's ``State: Terminated``; pod and
+  Workload YAML ``terminated:`` and ``- lastTransitionTime:`` items; pretty JSON ``"terminated":
+  {`` and condition objects through the closing brace; a whole ``dcgmi diag`` / ``dcgmi health``
+  table (every ``|``/``+`` line after its title row).
+
 Records never exceed :data:`MAX_RECORD_LINES` lines (a longer one is cut there), so
 :func:`record_span` only looks :data:`MAX_RECORD_LINES` lines back and forward and stays cheap
 when called around a few candidate lines of a huge file. :data:`STRUCTURE_HINT` lets a
@@ -53,10 +61,72 @@ _NVRM_HEAD = re.compile(r"\S.*NVRM: ")
 #: line within ``MAX_RECORD_LINES`` before them, or the line right after them, matches.
 STRUCTURE_HINT: str = (
     r"^(?:\[rank\d+\]: )?(?:Traceback \(most recent|nccl[A-Z]\w*: )|^={10,}\s*$|^[ \t]+NVRM: "
+    # key blocks (scontrol show node/job, kubectl describe, pod/workload YAML and JSON, dcgmi tables)
+    r"|^(?:NodeName=\S+ |JobId=\d+ |(?:Capacity|Conditions):[ \t]*$|\| (?:Diagnostic|Health Monitor Report) )"
+    r"|^[ \t]+(?:Last )?State:[ \t]+(?:Terminated|Waiting)[ \t]*$"
+    r"|^[ \t]*(?:terminated:[ \t]*$|- last(?:Probe|Transition)Time: |\"terminated\": ?\{[ \t]*$"
+    r"|\"last(?:Probe|Transition)Time\": )"
 )
 
 
 _STRUCTURE = re.compile(STRUCTURE_HINT)
+
+# Key blocks: a head line and the lines below it indented deeper (scontrol show node/job: the
+# ``NodeName=``/``JobId=`` line and its ``   Key=value`` lines; kubectl describe: ``Capacity:``
+# (through the ``Allocatable:`` block after it), ``Conditions:``, a container's ``State:
+# Terminated``; pod/Workload YAML: ``terminated:`` and ``- lastTransitionTime:`` list items;
+# pretty JSON: ``"terminated": {`` and a ``{`` whose first key is ``"lastProbeTime"`` /
+# ``"lastTransitionTime"``, through the closing brace).
+_BLOCK_HEAD = re.compile(
+    r"(?:NodeName=\S+ |JobId=\d+ |(?:Capacity|Conditions):[ \t]*$"
+    r"|[ \t]+(?:Last )?State:[ \t]+(?:Terminated|Waiting)[ \t]*$"
+    r"|[ \t]*(?:terminated:[ \t]*$|- last(?:Probe|Transition)Time: |(?P<brace>\"terminated\": ?\{)[ \t]*$))"
+)
+_JSON_COND_KEY = re.compile(r"[ \t]*\"last(?:Probe|Transition)Time\": ")
+_DCGM_TABLE_TITLE = re.compile(r"\| (?:Diagnostic|Health Monitor Report) ")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _key_block(lines: Sequence[str], s: int, limit: int) -> int:
+    """End (exclusive) of the key block starting at ``s``, or ``s + 1`` if none starts there."""
+    line = lines[s]
+    c = line[0]
+    if c == "+" or c == "|":
+        # dcgmi diag / dcgmi health table: its title row (after the top border), then every
+        # row and border line
+        title = s + 1 if c == "+" else s
+        if not (line.startswith(("+-", "| ")) and title < limit and _DCGM_TABLE_TITLE.match(lines[title])):
+            return s + 1
+        e = title + 1
+        while e < limit and lines[e][:1] in ("|", "+"):
+            e += 1
+        return e
+    brace = False
+    if c in " \t{" and line.strip() == "{":
+        if not (s + 1 < limit and _JSON_COND_KEY.match(lines[s + 1])):
+            return s + 1
+        brace = True
+    else:
+        m = _BLOCK_HEAD.match(line)
+        if m is None:
+            return s + 1
+        brace = m["brace"] is not None
+    d = _indent(line)
+    e = s + 1
+    while e < limit:
+        cur = lines[e]
+        if cur.strip() and _indent(cur) > d:
+            e += 1
+        elif c == "C" and cur.rstrip() == "Allocatable:" and line.startswith("Capacity:"):
+            e += 1  # describe node: Capacity, then Allocatable, one record
+        else:
+            break
+    if brace and e < limit and _indent(lines[e]) == d and lines[e].lstrip()[:1] == "}":
+        e += 1
+    return e
 
 
 @dataclass(frozen=True)
@@ -138,6 +208,8 @@ def _extent(lines: Sequence[str], s: int) -> int:
         while e < limit and _CONTINUATION.match(lines[e]):
             e += 1
         return e
+    if c in "NJC+| \t-{":
+        return _key_block(lines, s, limit)
     return s + 1
 
 

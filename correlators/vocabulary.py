@@ -13,10 +13,14 @@ EVENT_TYPES: dict[str, str] = {
     # --- GPU (driver log, NVIDIA XID catalog) ---------------------------------------------
     "gpu.xid": "NVRM Xid line. attrs: xid, mnemonic, description, immediate_action, "
     "investigatory_action, pid, process, caused_by_xid (XID 45), recovery_action (XID 154), "
-    "detail; gpu.pci_bus_id",
+    "detail, gpu_instance and compute_instance (MIG), link (XID 74, 144-150), nvlink_unit and "
+    "nvlink_severity (144-150), rpc_function, rpc_function_id and timeout_s (119/120); "
+    "gpu.pci_bus_id",
     "gpu.fell_off_bus": "GPU has fallen off the bus, the multi-line message without an XID "
     "number (same class as XID 79). gpu.pci_bus_id",
-    "gpu.sxid": "NVSwitch SXID line. attrs: sxid, severity (fatal|non-fatal), link, detail",
+    "gpu.sxid": "NVSwitch SXID line. attrs: sxid, code (NVSWITCH_ERR_* name), severity "
+    "(fatal|non-fatal|correctable), switch, device, engine_instance, subengine_instance, record "
+    "(report|error_log|data), data, link, detail",
     "pcie.aer_corrected": "PCIe AER corrected error. attrs: device, error, error_type",
     "pcie.aer_uncorrected": "PCIe AER uncorrected error. attrs: device, error (Surprise Down "
     "Error, Completion Timeout, ...), fatal (bool), error_type",
@@ -88,12 +92,206 @@ EVENT_TYPES: dict[str, str] = {
     "sched.step_cancelled": "job step cancelled. attrs: step, reason",
     "sched.prolog_epilog_error": "prolog/epilog/SPANK plugin error on a node. attrs: detail",
     # --- cuda / nvml / nvidia-smi / device plugin (vocabulary issue 9) ---
+    # cuda.error (above) also carries, from correlators/rules/cuda.yaml: cuda_error (runtime enum
+    # name, cudaErrorIllegalAddress), driver_error (CUDA_ERROR_ILLEGAL_ADDRESS), cuda_errno (int),
+    # fault_class (gpu_hardware|gpu_software|config|app|unknown), printed_errno (a number printed
+    # that differs: CUDA <= 10.0), emitter (nccl|nccl-tests|hpl|pytorch) and site (file:line of
+    # the caller), absurd_size (bool: an allocation of >= 1 EiB, a symptom), memory_fraction_limit,
+    # framing; `error` is the short name of cuda-errors.csv (illegal_address, device_assert,
+    # out_of_memory, launch_failed, misaligned_address, ecc_uncorrectable, system_not_ready, ...).
+    "cuda.library_error": "a CUDA library returned an error status (cuBLAS, cuDNN, cuFFT, "
+    "cuSOLVER, cuSPARSE, cuRAND). attrs: library (cublas|cudnn|...), status (enum name, "
+    "CUBLAS_STATUS_EXECUTION_FAILED), error (execution_failed|out_of_memory|not_initialized|"
+    "internal_error|arch_mismatch|...), fault_class (app|config), call (the library call)",
+    "nvml.error": "an NVML call failed (nvidia-smi, go-nvml clients, pynvml). attrs: nvml_error "
+    "(NVML_ERROR_GPU_IS_LOST, ...; 'none' for nvidia-smi's 'No devices were found', "
+    "'unrecognised' for an unknown text), nvml_errno (int), error (gpu_is_lost|driver_mismatch|"
+    "driver_not_loaded|unknown|no_devices|no_permission|...), scope (init: nvmlInit; device: a "
+    "device handle; python: a pynvml exception), text; gpu.pci_bus_id when the line names one",
+    "gpu.unhealthy": "the Kubernetes device plugin marked a GPU unhealthy. attrs: reason (xid|"
+    "nvml_error|marked), xid (int), device (GPU/MIG UUID), all_devices (bool), nvml_error, "
+    "error, resource ('nvidia.com/gpu'), source (k8s-device-plugin)",
     # --- nccl library (vocabulary issue 9) ---
+    # Reused types carry more attributes from nccl.yaml: nccl.remote_error / system_error /
+    # internal_error / invalid_usage also result (ncclResult_t name), site (file:line of the
+    # framework's check), nccl_version, framing (pytorch|xla|nccl_tests|cupy);
+    # nccl.ib_completion_error also req_size, direction (send|recv|iput|...), local_gid,
+    # remote_gid, device; nccl.ib_async_event also fatal (bool, NCCL 2.23+ classification),
+    # ibv_event (IBV_EVENT_*), object (CQ|QP|SRQ), port, event_num; config.no_socket_interface
+    # also which (bootstrap|bootstrap_listen|oob|net_socket); config.shm_alloc_failed also op,
+    # error, errno; fabric.port_state also from NCCL's "port active" async event.
+    "nccl.error": "an NCCL result code without a type of its own (ncclUnhandledCudaError, "
+    "ncclInvalidArgument, ncclInProgress, ncclTimeout, unknown) as PyTorch / XLA / nccl-tests / "
+    "cupy print it. attrs: result (enum name), last_error (ncclGetLastError text), site, "
+    "nccl_version, framing",
+    "nccl.warn": "an NCCL WARN line no specific rule knows (a symptom), or an informational NET/IB "
+    "async event / proxy failure. attrs: site (file:line as printed), file, line (int), func, "
+    "text, subsystem (NET/IB, NET/OFI, ...), kind (ib_async_info|proxy_op), result, retcode",
+    "nccl.ib_error": "NET/IB transport or verbs failure other than a completion error: ibv_* / "
+    "mlx5dv_* call failed, device open/query failed, incompatible NICs, fatal comm error. attrs: "
+    "kind (verbs_call|open_device|query_device|query_port|no_ip_interface|incompatible_devices|"
+    "roce_version|comm_fatal|devices_failed), call, error (strerror), errno (ENOMEM, ...), "
+    "errno_num, device, site, text",
+    "nccl.socket_error": "NCCL socket connect/accept/recv/send failure other than reset/closed "
+    "(connection refused, timed out, no route, retries exhausted). attrs: op (connect|accept|"
+    "recv|send), error, errno, retries, func, ret; peer",
+    "nccl.bootstrap_error": "NCCL bootstrap failure. attrs: kind (message_truncated|"
+    "root_mismatch|rank_checked_in_twice|unexpected_connections|invalid_comm_id|"
+    "comm_id_conflict), detail, site, text",
+    "nccl.nvls_error": "NVLS (NVLink SHARP multicast) / MNNVL setup failure. attrs: kind "
+    "(multicast_bind|cuda_failure|mnnvl_imex|nvls_enable_conflict), cuda_error (int), error, "
+    "size, clique_size, line, site, text",
+    "nccl.topology_error": "NCCL topology / XML failure. attrs: kind (topo_file|graph_file|"
+    "xml_parse|graph_version|nvlink_p2p_disabled), path, error, errno, detail, gpu_a, gpu_b, "
+    "site, text",
+    "nccl.channel_transport": "informational NCCL INFO 'Channel .. via NET/<transport>/<dev>"
+    "[/GDRDMA]' (no fault; cross-host GDR asymmetry is for the lead). attrs: transport (IB|"
+    "Socket|AWS Libfabric name), gdr (bool), shared (bool), net_dev, proxy_dev, direction "
+    "(send|receive), src_rank, dst_rank, src_dev, dst_dev",
+    "config.memlock": "RDMA memory registration failed with ENOMEM: the locked-memory limit "
+    "(ulimit -l / RLIMIT_MEMLOCK) is too low. attrs: call (ibv_reg_mr*), error, errno, plugin, "
+    "rc",
+    "config.net_plugin": "NCCL net plugin selection / use failed through configuration or a "
+    "software version mismatch (NCCL_NET names no network, no NET plugin initialised, "
+    "aws-ofi-nccl memory registration RC -22). attrs: kind (network_not_found|no_net_plugin|"
+    "incompatible_version|ofi_mr_register), network, plugin, plugin_version, rc, errno, error",
+    "config.version_skew": "ranks or components run mismatched library versions (NCCL "
+    "'Mismatched NCCL version detected'). attrs: component, version_a, version_b, rank_a, rank_b",
     # --- pytorch / gloo / elastic (vocabulary issue 9) ---
+    # Reused types carry more attributes from torch.yaml: nccl.watchdog_timeout also numel_in,
+    # numel_out, wrapped (bool: quoted inside another message); nccl.work_progress also
+    # kind (timeout_report | failure_report | dump_signal | global_timeout | desync_report),
+    # timeout_work, timeout_rank (the rank whose timeout triggered a dump; -1 = this rank),
+    # lagging_ranks, state, collective_seq; nccl.heartbeat_timeout also work_queue_size;
+    # gloo.timeout also op (recv|send|read|write|connect|pair_closed), peer; rdzv.timeout also
+    # error, source; net.connection_reset (gloo) also reason refused|timeout|other, errno_text;
+    # torchrun.closing_signal also forced (bool), launcher (torchrun|deepspeed);
+    # proc.killed also source (torchrun|mp.spawn|deepspeed), process_index, exitcode.
+    "store.timeout": "a c10d store (TCPStore) operation timed out: client connect, recv "
+    "('Socket Timeout'), wait for keys, ncclUniqueId get. attrs: op (connect|recv|wait|get), "
+    "reason=timeout, timeout_ms, key, waiting_rank, peer_rank (the rank waited on); peer "
+    "host:port of the store",
+    "store.error": "a c10d store (TCPStore) socket failed: server cannot listen "
+    "(EADDRINUSE), connection closed ('failed to recv, got 0 bytes'), reset, refused. attrs: "
+    "op (listen|connect|recv|get), reason (addr_in_use|closed|reset|refused|broken_pipe|"
+    "no_route|dns|other), port, key, waiting_rank, peer_rank; peer host:port",
+    "rdzv.error": "torch.distributed.elastic rendezvous failure other than a timeout. attrs: "
+    "error (RendezvousClosedError|RendezvousConnectionError|RendezvousStateError|"
+    "keep_alive_failed|shutdown_failed), error_type (the exception type a keep-alive or "
+    "shutdown failed with), node, run_id, backend (c10d|etcd)",
+    "nccl.comm_aborted": "PyTorch ProcessGroupNCCL gave up on a communicator: 'NCCL "
+    "communicator was aborted on rank N', 'Process group watchdog thread terminated with "
+    "exception: <reason>', 'Some NCCL operations have failed or timed out ... taking the "
+    "entire process down'. attrs: stage (aborted|watchdog_exception|teardown), comm_rank, "
+    "reason (the quoted failure text), reason_kind (cuda_error|nccl_error|timeout|other)",
+    "proc.exited": "a worker process exited with a non-zero exit code or an exception, as its "
+    "launcher reports it (torchrun 'failed (exitcode: 1)', mp.spawn 'process 0 terminated "
+    "with exit code 1' / '-- Process 1 terminated with the following error:', DeepSpeed "
+    "'exits with return code = 1', Ray 'The actor died unexpectedly'). attrs: exitcode, pid, "
+    "local_rank, process_index, source (torchrun|mp.spawn|deepspeed|ray), reason "
+    "(exit_code|exception|actor_died), exit_type (Ray)",
+    "proc.signal_received": "a process reports that it received a signal (PyTorch Lightning "
+    "'[rank: 0] Received SIGTERM: 15' / 'Bypassing SIGTERM: 15', torchelastic agent "
+    "'Received Signals.SIGTERM death signal, shutting down workers'). attrs: signal, "
+    "signal_name, source (lightning|torchelastic), action (received|bypassed|shutdown)",
+    "torchrun.worker_group_failed": "the torchelastic agent saw its worker group fail and "
+    "restarts it ('[default] Worker group FAILED. 3/3 attempts left; will restart worker "
+    "group'). attrs: role, state (FAILED|UNHEALTHY), attempts_left, max_restarts",
     # --- linux kernel / python errno (vocabulary issue 9) ---
+    "pcie.link_down": "a PCIe link below a port went down: pciehp 'Slot(N): Link Down' / 'Card "
+    "not present', or DPC containment. attrs: device (port BDF), slot, reason (link_down|"
+    "card_not_present|dpc_containment), status, source_id, detail",
+    "host.hung_task": "kernel hung-task report: a task blocked in D state. attrs: process, pid, "
+    "blocked_s, blocked_on (nfs|lustre|gpu_driver|local_fs|block, from the call trace when in the "
+    "record)",
+    "host.kernel_panic": "Kernel panic - not syncing. attrs: reason (as printed), reason_kind "
+    "(machine_check|hardware_error|hung_task|soft_lockup|hard_lockup|oom|init_killed|boot|oops|"
+    "nmi|rcu_stall|sysrq|other), end_marker (bool)",
+    "host.hardware_error": "machine check / firmware hardware error. attrs: source (mce|ghes), "
+    "severity (corrected|uncorrected|fatal|recoverable|logged), corrected (bool), cpu, bank, "
+    "status (int, IA32_MCi_STATUS), exception (bool), source_id (GHES), detail",
+    "host.memory_error": "memory ECC error. attrs: source (edac|memory_failure), corrected "
+    "(bool), kind (CE|UE), mc, count, location (DIMM label), detail, info, pfn, address",
+    "net.tx_timeout": "NETDEV WATCHDOG: a NIC transmit queue timed out. attrs: netdev, driver, "
+    "device (PCI BDF), queue, timeout_ms, cpu",
+    "storage.io_error": "block or file-system I/O error. attrs: layer (block|buffer|ext4|xfs), "
+    "device, error (block status name: I/O, critical medium, timeout, ...), op (READ|WRITE|...), "
+    "sector, block, error_code (errno as the fs prints it), detail",
+    "storage.fs_error": "file-system error / shutdown / corruption. attrs: fs (ext4|xfs|lustre), "
+    "device, function, detail; Lustre: errno, errno_name, category, operation, server",
+    "storage.server_unreachable": "network file system server unreachable. attrs: fs (nfs|"
+    "lustre), server, state (not_responding|timed_out|lost|evicted), client, target, service",
+    "os.error": "Python OSError with an errno ([Errno N]). attrs: errno (int), errno_name "
+    "(EDQUOT, ENOSPC, ...), strerror, exception (OSError, FileExistsError, ...), path, category "
+    "(storage|host|config|net|app|shm)",
     # --- nvidia driver / nvswitch / fabric manager (vocabulary issue 9) ---
+    "gpu.init_failed": "NVIDIA driver probe / adapter-init failure (NVRM). attrs: kind "
+    "(rm_init_adapter|gsp_init|unsupported_gpu|invalid_bar|vbios|probe_failed|driver_conflict|"
+    "no_gpu_found|api_mismatch|alloc_failed), status ('0x26:0xffff:1127'), init_status, rm_status, "
+    "status_line (ints), minor (device minor), error (errno of a failed probe), devices (count), "
+    "function, detail, client/pid/client_version/kernel_version (api_mismatch), pci_id, "
+    "driver_version (unsupported_gpu), bar/size_mb/address (invalid_bar); gpu.pci_bus_id when printed",
+    "gpu.peermem_error": "nvidia-peermem (GPUDirect RDMA) error. attrs: kind (invalid_context|"
+    "client_register|p2p_error|load_failed), function, src_line, detail",
+    "fm.error": "NVIDIA Fabric Manager error line (fabricmanager.log or its journal). attrs: kind "
+    "(multicast_team|version_mismatch|nvswitch_query|nvswitch_fatal|nvswitch_nonfatal|"
+    "nvlink_training|nvlink_error|fabric_degraded|gpu_registration|service_stopped|other), "
+    "severity (error|critical|fatal), detail, code (NV_* status when printed), tid, time",
     # --- mlx5 / rdma-core / switches (vocabulary issue 9) ---
+    "nic.health": "NIC/HCA firmware health report (mlx5_core health.c poller, mlx4 catas). attrs: "
+    "code (MLX5_HEALTH_SYNDR_* from the health buffer syndrome, MLX5_SENSOR_* from 'Fatal error N "
+    "detected', or health_compromised / health_buffer / recovery_failed / recovery_started / "
+    "pci_slot_unavailable / pci_reads_not_working / error_state_unload / fw_init_timeout / "
+    "init_failed / MLX5_EVENT_TYPE_TEMP_WARN_EVENT / mlx4_internal_error), kind (syndrome | "
+    "fatal | miss_count | health_buffer | recovery | init | temperature), syndrome (int), "
+    "sensor (int), severity (EMERGENCY..DEBUG, 6.x), field/value (one health-buffer line), "
+    "device (PCI function '0000:08:00.0'), driver",
+    "nic.cmd_error": "a firmware command of the NIC driver failed or timed out (mlx5_core cmd.c, "
+    "mlx4_core cmd.c). attrs: command (CREATE_MKEY, ACCESS_REG, ...), opcode (int), op_mod (int), "
+    "status (text as printed), status_code (int), code (MLX5_CMD_STAT_* / mlx4 CMD_STAT_* / "
+    "MLX5_DRIVER_STATUS_ABORTED, or timeout / canceled / no_completion), kind (status | timeout | "
+    "aborted), syndrome (int), err (negative errno), device, driver",
+    "nic.pcie_power": "mlx5_core MPEIN report: the PCIe slot gives the NIC too little power. "
+    "attrs: status (insufficient), power_w (int), device, driver",
+    "rdma.device_error": "rdma-core userspace cannot find or open an RDMA device or its "
+    "provider. attrs: code (no_device | get_device_list_failed | sysfs_missing | "
+    "driver_load_failed | no_userspace_driver | rlimit_memlock), driver (provider, e.g. "
+    "'mlx5' / 'libmlx5-rdmav34.so'), device, detail, limit_bytes (rlimit_memlock)",
+    "rdma.completion_error": "an error CQE reported by the mlx5 provider (libmlx5 'got "
+    "completion with error' + hex dump) or the mlx5e/mlx5_ib kernel datapath. attrs: code "
+    "(MLX5_CQE_SYNDROME_*), status (IBV_WC_*), syndrome (int), vendor_err (int), cqn, qn, qpn, "
+    "opcode, netdev, source (libmlx5 | mlx5e | mlx5_ib)",
     # --- slurm / kubernetes / kueue / dcgm (vocabulary issue 9) ---
+    "sched.config_error": "scheduler-side configuration/launch failure on a node (slurmd gres.conf "
+    "device file missing, node config differs from hardware, registration failed, execve failed, "
+    "step creation refused). attrs: code (gres_file_missing|gres_conf_parse|node_config_differs|"
+    "register_failed|execve_failed|step_create_failed), detail, file, errno, fatal (bool), program",
+    "sched.task_exit": "srun task exit: tasks that exited non-zero or died by a signal (a symptom). "
+    "attrs: tasks ('0-3'), exit_code, signal, signal_name, core (bool); host",
+    "k8s.pod_terminated": "a container/pod terminated abnormally (kubectl describe, pod YAML/JSON, "
+    "kubelet messages). attrs: reason (OOMKilled|Error|ContainerCannotRun|StartError|"
+    "DeadlineExceeded|Evicted|NodeShutdown|...), exit_code, signal, resource (eviction), "
+    "condition, message, last (bool: a lastState)",
+    "k8s.event": "a Kubernetes event row that reports a failure (kubectl describe / get events). "
+    "attrs: event_type (Warning|Normal), reason (FailedScheduling, Evicted, Preempted, OOMKilling, "
+    "UnexpectedAdmissionError, NodeNotReady, FailedMount, BackOff, ...), source, object, age, "
+    "message, resource",
+    "k8s.node_condition": "an unhealthy node condition (Ready False/Unknown, a pressure or a "
+    "problem-detector condition True). attrs: condition, status, reason, message",
+    "k8s.gpu_capacity": "a node's allocatable GPUs below its capacity (devices marked unhealthy). "
+    "attrs: resource (nvidia.com/gpu), capacity, allocatable, missing (ints)",
+    "kueue.workload_condition": "a Kueue Workload condition/event message (eviction, preemption, "
+    "deactivation). attrs: type (Evicted|Preempted|DeactivationTarget|...), status, reason "
+    "(Preempted|PodsReadyTimeout|NodeFailures|MaximumExecutionTimeExceeded|"
+    "RequeuingLimitExceeded|ClusterQueueStopped|Deactivated), preemption_reason, workload, "
+    "nodes, message",
+    "dcgm.failure": "a DCGM diagnostic/health failure. attrs: fr_code (DCGM_FR_* name or unknown), "
+    "fr_id, severity (ISOLATE|RESET|TRIAGE|CONFIG|MONITOR), category (HARDWARE_MEMORY, ...), "
+    "fault_class (gpu_hardware|fabric|host|config|gpu_software|internal|unknown), test, status "
+    "(fail|warn), entity, section, detail, source; gpu.index",
+    # --- glibc (vocabulary issue 9) ---
+    "proc.heap_corruption": "glibc malloc integrity check or stack protector abort (the process "
+    "gets SIGABRT). attrs: message (the check's text), process (older formats), library",
     # --- unrecognised (vocabulary issue 9) ---
     "log.unrecognised": "a record at error severity that no rule matched "
     "(correlators/unrecognised.py). attrs: severity (nccl_warn|glog_error|kernel_err|"

@@ -7,6 +7,20 @@
 Times are parsed from ISO-8601 (``2026-11-30T01:20:00Z``) and exposed as UTC nanoseconds by
 the ``*_ns`` helpers. Validation errors are pydantic ``ValidationError``; the bundle reader turns
 them into a :class:`connectors.bundle.BundleError` naming the file and the field.
+
+``workload.yaml`` tolerates the future: a key this reader does not know (at the top level, in
+a ``ranks`` entry or in a ``hosts`` entry) is kept, not refused, and
+:meth:`WorkloadSpec.unknown_keys` names it (dotted path) so the bundle reader reports it as a
+coverage warning; the values of known keys are validated as strictly as ever.
+``topology.yaml`` and ``expected.yaml`` stay strict (a typo there silently changes a verdict or
+a score).
+
+Optional fields beyond ``BUNDLE.md`` v1: ``ranks.<N>.pid`` (the rank's process id on its host,
+as the scheduler or launcher reported it -- the pid an XID's ``pid=``, an OOM kill or an NCCL
+``host:pid:tid`` prefix names; validated and kept, not yet used to name ranks) and
+``hosts.<h>.boot_times`` (other
+boots of the host the logs cover, for raw dmesg files that hold several boots; see
+:mod:`correlators.timefmt`, *Boots*).
 """
 
 from __future__ import annotations
@@ -32,17 +46,29 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class RankSlot(_Spec):
-    """Where one rank ran."""
+class _Tolerant(BaseModel):
+    """A ``workload.yaml`` part: unknown keys are kept (``model_extra``), known ones validated."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class RankSlot(_Tolerant):
+    """Where one rank ran: ``host`` (a workload node), ``gpu`` (its GPU index on the host) and
+    ``pid`` (optional: the rank's process id on the host)."""
 
     host: str
     gpu: int | None = None
+    pid: int | None = Field(default=None, ge=0)
 
 
-class HostFacts(_Spec):
-    """Per-host facts needed to read its logs."""
+class HostFacts(_Tolerant):
+    """Per-host facts needed to read its logs: ``boot_time`` places raw dmesg seconds since
+    boot (the first boot a file holds), ``boot_times`` (optional) other known boots for files
+    holding several, ``timezone`` (IANA) zone-less wall-clock times, ``ip`` lets lines naming
+    an address name the host."""
 
     boot_time: dt.datetime | None = None
+    boot_times: list[dt.datetime] = Field(default_factory=list)
     timezone: str = "UTC"
     ip: str | None = None
 
@@ -60,8 +86,9 @@ WorkloadState = Literal[
 ]
 
 
-class WorkloadSpec(_Spec):
-    """``workload.yaml``: one workload attempt as the scheduler saw it."""
+class WorkloadSpec(_Tolerant):
+    """``workload.yaml``: one workload attempt as the scheduler saw it (``BUNDLE.md``; the
+    module doc says which optional fields are added and how unknown keys are treated)."""
 
     workload_id: str = Field(min_length=1)
     scheduler: Literal["slurm", "kueue", "kubernetes", "static"] = "static"
@@ -96,6 +123,16 @@ class WorkloadSpec(_Spec):
     @property
     def end_ns(self) -> int | None:
         return to_ns(self.end) if self.end is not None else None
+
+    def unknown_keys(self) -> list[str]:
+        """Keys of ``workload.yaml`` this reader does not know, as dotted paths
+        (``priority``, ``ranks.3.container``, ``hosts.node-a01.rack``), sorted."""
+        out = list(self.model_extra or ())
+        for rank, slot in self.ranks.items():
+            out += [f"ranks.{rank}.{k}" for k in slot.model_extra or ()]
+        for host, facts in self.hosts.items():
+            out += [f"hosts.{host}.{k}" for k in facts.model_extra or ()]
+        return sorted(out)
 
     def rank_map(self) -> dict[int, RankSlot]:
         """Rank -> host/GPU: the explicit ``ranks`` map, else ``ranks_per_node`` laid out in

@@ -78,6 +78,7 @@ TIME_QUALITY_EXACT = 1.0  # sub-second timestamp in the line (ISO, glog, dmesg -
 TIME_QUALITY_SECONDS = 0.9  # whole-second timestamp in the line (dmesg -T, NCCL prefix)
 TIME_QUALITY_BOOT_RELATIVE = 0.8  # raw dmesg seconds since boot placed with the boot time
 TIME_QUALITY_NO_YEAR = 0.7  # syslog without a year, year taken from the workload
+TIME_QUALITY_MINUTES = 0.6  # minute resolution, no year (dmesg -H / --time-format reltime)
 TIME_QUALITY_INHERITED = 0.5  # no time in the line: taken from a neighbouring line
 TIME_QUALITY_TRANSPORT = 0.2  # no time anywhere near: taken from the transport/workload
 

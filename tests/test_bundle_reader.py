@@ -9,14 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from connectors.bundle import BundleConnector
+from connectors.bundle import BundleConnector, BundleError
 from correlators.timefmt import TimeContext, parse_line_time
 from schemas.records import (
+    TIME_QUALITY_BOOT_RELATIVE,
     TIME_QUALITY_INHERITED,
+    TIME_QUALITY_MINUTES,
     TIME_QUALITY_SECONDS,
     TIME_QUALITY_TRANSPORT,
     Observation,
 )
+from streams.replay import replay_bundle
 
 H200 = "h200-2026-11"
 START = "2026-11-30T01:20:00Z"
@@ -121,9 +124,10 @@ def test_inherited_and_transport_times(tmp_path: Path, real_fixtures: Path) -> N
     assert head.time_source == "inferred" and head.observed_at == utc("2026-11-30T01:20:22Z")
     summary = obs[(f, 59)]
     assert summary.body.startswith("=====") and summary.observed_at == utc("2026-11-30T01:20:23.444Z")
+    # a file with no time at all: the transport's time, the workload's end -- never its start
     untimed = obs[("logs/node-a01/app-cupy-trap.log", 2)]
     assert untimed.time_source == "transport" and untimed.time_quality == TIME_QUALITY_TRANSPORT
-    assert untimed.observed_at == utc(START)
+    assert untimed.observed_at == utc("2026-11-30T01:21:20Z") != utc(START)
     # blank lines are not emitted
     assert (f, 1) not in obs
 
@@ -212,3 +216,132 @@ def test_fast_path_on_public_multiline_records(tmp_path: Path, real_fixtures: Pa
     rc25 = next(o for o in fast if o.host == "host-rc-25" and "fallen off" in o.body)
     assert rc25.position.line == 1 and rc25.body.count("\n") == 2
     assert rc25.time_source == "transport"  # raw dmesg and no boot time for that host
+
+
+# --- time in every form, tolerant workload.yaml (issue 9) ------------------------------------
+
+
+def small_bundle(root: Path, files: dict[str, str], workload: str) -> Path:
+    """A bundle of ``files`` (relative path -> text) and ``workload`` (workload.yaml text)."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    (root / "workload.yaml").write_text(workload)
+    return root
+
+
+WORKLOAD = (
+    "workload_id: job-2001\nscheduler: slurm\ncluster: c1\nstate: FAILED\n"
+    "start: 2026-11-30T01:20:00Z\nend: 2026-11-30T01:30:00Z\nnodes: [node-a01]\n"
+)
+
+
+def test_undated_line_inherits_its_neighbours_time_with_lowered_quality(tmp_path: Path, real_fixtures: Path) -> None:
+    """Lines of h200-2026-11/nccl-bad-socket-ifname.log: NCCL INFO/WARN lines carry no time;
+    a dated line written before them in the same file lends its time (inferred, INHERITED)."""
+    nccl = (real_fixtures / H200 / "nccl-bad-socket-ifname.log").read_text().splitlines()
+    undated = [l for l in nccl if "NCCL" in l and parse_line_time(l, TimeContext(2026)) is None]
+    assert undated
+    text = "\n".join(["2026-11-30 01:21:00,125 - INFO - launching", *undated, ""])
+    root = small_bundle(tmp_path / "b", {"logs/node-a01/train.log": text}, WORKLOAD)
+    obs = list(BundleConnector(root).observations())
+    head, rest = obs[0], obs[1:]
+    assert head.time_source == "line" and head.observed_at == utc("2026-11-30T01:21:00.125Z")
+    assert rest and all(o.time_source == "inferred" and o.time_quality == TIME_QUALITY_INHERITED for o in rest)
+    assert {o.observed_at for o in rest} == {head.observed_at}
+    assert all(o.attributes["time_from_line"] == 1 for o in rest)
+    # the same lines with no dated line at all: the workload's end, at transport quality
+    root = small_bundle(tmp_path / "c", {"logs/node-a01/train.log": "\n".join(undated) + "\n"}, WORKLOAD)
+    obs = list(BundleConnector(root).observations())
+    assert {(o.time_source, o.time_quality, o.observed_at) for o in obs} == {
+        ("transport", TIME_QUALITY_TRANSPORT, utc("2026-11-30T01:30:00Z"))}
+
+
+def test_year_rollover_in_a_bundle(tmp_path: Path, real_fixtures: Path) -> None:
+    """A January workload whose syslog (rc-75's real hung-task lines, re-dated to New Year's
+    Eve) starts in December: those lines are of the year before."""
+    lines = (real_fixtures / "public" / "rc-75" / "lines.log").read_text().splitlines()[:3]
+    eve = [l.replace("Jun 17 20:18:08", "Dec 31 23:59:58") for l in lines]
+    new_year = "messages:Jan  1 00:00:03 node-a01 kernel: nfs: server 10.0.0.5 not responding, still trying"
+    workload = WORKLOAD.replace("2026-11-30T01:20:00Z", "2027-01-01T00:00:00Z").replace(
+        "2026-11-30T01:30:00Z", "2027-01-01T00:10:00Z")
+    root = small_bundle(tmp_path / "b", {"logs/node-a01/messages": "\n".join(eve + [new_year]) + "\n"}, workload)
+    obs = list(BundleConnector(root).observations())
+    assert obs[0].body.startswith("messages:Dec 31 23:59:58 node-a01 kernel: INFO: task strat1_sim")
+    assert obs[0].observed_at == utc("2026-12-31T23:59:58Z") and obs[0].format == "syslog"
+    assert obs[-1].observed_at == utc("2027-01-01T00:00:03Z")
+
+
+def test_dmesg_H_and_several_boots_in_a_bundle(tmp_path: Path, real_fixtures: Path) -> None:
+    """dmesg -H (relative lines) and a raw dmesg holding two boots (h200-2026-11/dmesg-raw.log
+    twice, the second boot given by hosts.<h>.boot_times): timed in file order, and the fast
+    path gives the same observations as the full one."""
+    raw = (real_fixtures / H200 / "dmesg-raw.log").read_text()
+    human = "[Nov30 01:21] NVRM: Xid (PCI:0000:00:06): 31, pid=647\n[  +6.000100] NVRM: Xid (PCI:0000:00:06): 43\n"
+    workload = WORKLOAD + (
+        "hosts:\n  node-a01:\n    boot_time: 2026-11-30T01:19:36Z\n    boot_times: [2026-11-30T01:28:57Z]\n")
+    root = small_bundle(tmp_path / "b", {"logs/node-a01/dmesg-raw.log": raw + raw,
+                                         "logs/node-a01/dmesg-H.log": human}, workload)
+    full = list(BundleConnector(root).observations())
+    fast = list(BundleConnector(root, keywords=["Xid"]).observations())
+    assert [o.model_dump() for o in fast] == [o.model_dump() for o in full if "Xid" in o.body]
+    h = [o for o in full if o.position.file.endswith("dmesg-H.log")]
+    assert [o.observed_at for o in h] == [utc("2026-11-30T01:21:00Z"), utc("2026-11-30T01:21:06.0001Z")]
+    assert all(o.format == "dmesg_H" and o.time_quality == TIME_QUALITY_MINUTES for o in h)
+    xid31 = [o for o in full if o.position.file.endswith("dmesg-raw.log") and "): 31," in o.body]
+    assert [o.observed_at for o in xid31] == [utc("2026-11-30T01:19:36Z") + 88_442_689_000,
+                                              utc("2026-11-30T01:28:57Z") + 88_442_689_000]
+    assert all(o.time_quality == TIME_QUALITY_BOOT_RELATIVE for o in xid31)
+
+
+def test_unknown_workload_keys_are_a_coverage_warning(tmp_path: Path, real_fixtures: Path) -> None:
+    """Keys a later BUNDLE.md may add do not stop a replay; ranks.N.pid is a known field;
+    known keys' values are still validated."""
+    workload = WORKLOAD + (
+        "priority: high\n"
+        "ranks:\n  0: {host: node-a01, gpu: 0, pid: 647, container: c0}\n"
+        "hosts:\n  node-a01: {timezone: UTC, rack: r1}\n"
+    )
+    dmesg = (real_fixtures / H200 / "dmesg-T.log").read_text()
+    root = small_bundle(tmp_path / "b", {"logs/node-a01/dmesg-T.log": dmesg}, workload)
+    conn = BundleConnector(root)
+    assert conn.workload.ranks[0].pid == 647
+    assert conn.workload.unknown_keys() == ["hosts.node-a01.rack", "priority", "ranks.0.container"]
+    list(conn.observations())
+    cov = {c.source: c for c in conn.coverage()}
+    warn = cov["file:workload.yaml"]
+    assert warn.status == "present"
+    assert "3 unknown key(s)" in warn.detail and "ranks.0.container" in warn.detail
+    result = replay_bundle(root)  # the replay succeeds and reports it
+    att = result.attribution
+    assert "xid.31" in att.root_cause.code
+    assert any(c.source == "file:workload.yaml" and "priority" in c.detail for c in att.coverage)
+    # strict values: a known key with a bad value is still an error naming the field
+    (root / "workload.yaml").write_text(workload.replace("pid: 647", "pid: -1"))
+    with pytest.raises(BundleError, match="ranks.0.pid"):
+        BundleConnector(root)
+    (root / "workload.yaml").write_text(WORKLOAD)
+    conn = BundleConnector(root)
+    list(conn.observations())
+    assert "file:workload.yaml" not in {c.source for c in conn.coverage()}
+
+
+def test_an_undated_decisive_line_is_at_most_probable(tmp_path: Path) -> None:
+    """The rc-25 bundle's "fallen off the bus" record decides a definitive verdict when dated;
+    the same record without its time (inherited from the line above it) gives probable."""
+    src = Path(__file__).resolve().parents[1] / "examples" / "incidents" / "public-rc25-fell-off-bus-no-xid-multinode"
+    root = tmp_path / "rc25"
+    shutil.copytree(src, root)
+    dmesg = root / "logs" / "node-a01" / "dmesg-raw.log"
+    record = dmesg.read_text().splitlines()[:3]  # the 3-line "fallen off the bus" record
+    assert record[0].startswith("[ 1843.308145] NVRM: The NVIDIA GPU")
+    neighbour = "[ 1843.300000] pci 0000:b3:00.0: [10de:26b5] type 00 class 0x030200"
+    dmesg.write_text("\n".join([neighbour, *record]) + "\n")
+    dated = replay_bundle(root).attribution
+    assert dated.root_cause.code == "gpu.xid.79" and dated.quality == "definitive"
+    dmesg.write_text("\n".join([neighbour, record[0].removeprefix("[ 1843.308145] "), *record[1:]]) + "\n")
+    result = replay_bundle(root)
+    undated = result.attribution
+    cause = next(e for e in result.events if e.event_id == undated.root_cause.event_id)
+    assert cause.time_quality == TIME_QUALITY_INHERITED
+    assert undated.root_cause.code == "gpu.xid.79" and undated.quality == "probable"

@@ -245,3 +245,57 @@ def mlx5_error_cqe(draft: Draft, match: re.Match[str] | None, obs: Observation, 
         name, wc = CQE_SYNDROMES.get(synd, (f"MLX5_CQE_SYNDROME_0x{synd:x}", "IBV_WC_GENERAL_ERR"))
         a["code"], a["status"] = name, wc
     return [draft]
+
+
+_DOWN_WORDS = {"down", "lost", "disconnected", "definitely down"}
+_UP_WORDS = {"up", "gained", "connected", "definitely up"}
+
+
+@hook("host_link_state")
+def host_link_state(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A host-side link line (netdev drivers, bonding, systemd-networkd, NetworkManager) ->
+    ``fabric.link_down`` / ``fabric.link_up`` by its ``state`` word (down / Lost / disconnected
+    -> DOWN; up / Gained / connected -> UP). ``netdev2`` (bonding's older "for interface X")
+    becomes ``netdev``; ``side: host``. An unknown word drops the match."""
+    a = draft.attributes
+    if "netdev2" in a:
+        a.setdefault("netdev", a.pop("netdev2"))
+    if "netdev" not in a and "bond" in a:
+        a["netdev"] = a["bond"]  # bonding's "now running without any active interface": the bond itself
+    word = str(a.get("state", "")).strip().lower()
+    if word in _DOWN_WORDS:
+        draft.type, a["state"] = "fabric.link_down", "DOWN"
+    elif word in _UP_WORDS:
+        draft.type, a["state"] = "fabric.link_up", "UP"
+    else:
+        return []
+    a["side"] = "host"
+    return [draft]
+
+
+#: opensm / IBA generic trap numbers this pack turns into events (IBA 14.2.5.1, opensm ib_get_trap_str)
+OPENSM_PORT_ERROR_TRAPS = {129: "local_link_integrity", 130: "excessive_buffer_overrun",
+                           131: "flow_control_update_watchdog"}
+
+
+@hook("opensm_trap")
+def opensm_trap(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """opensm ``Received Generic Notice type:1 num:<trap> (...)`` -> trap 128 (link state
+    change of a port of the producer) ``fabric.port_state`` with ``state: CHANGED``; traps
+    129/130/131 (local link integrity / excessive buffer overrun / flow-control watchdog
+    thresholds, which name the port) ``fabric.port_errors`` with ``error``; other traps (GID
+    in/out of service, capability changes, bad keys) are dropped. ``side: switch`` when the
+    producer is a switch, else ``host``; ``lid`` is the producer's LID."""
+    a = draft.attributes
+    trap = a.get("trap")
+    producer = str(a.get("producer", "")).strip()
+    a["side"] = "switch" if producer.lower() == "switch" else "host"
+    if trap == 128:
+        draft.type = "fabric.port_state"
+        a["state"] = "CHANGED"
+    elif trap in OPENSM_PORT_ERROR_TRAPS:
+        draft.type = "fabric.port_errors"
+        a["error"] = OPENSM_PORT_ERROR_TRAPS[trap]
+    else:
+        return []
+    return [draft]

@@ -6,7 +6,7 @@
   family 144-150), the NVLink5 unit and severity, the GSP RPC of XID 119/120.
 * ``nvswitch_sxid`` -- the NVSwitch error enum name of an SXid code (``sxid-codes.csv``) and
   the severity, whichever of the driver's line shapes printed it.
-* ``nvrm_init``     -- which probe / adapter-init failure an NVRM line reports (``kind``).
+* ``peermem_kind``  -- which nvidia-peermem error a ``nvidia-peermem ... ERROR`` line reports.
 * ``fm_log``        -- which Fabric Manager error a fabricmanager.log line reports (``kind``).
 """
 
@@ -96,11 +96,10 @@ def nvswitch_sxid(draft: Draft, match: re.Match[str] | None, obs: Observation, r
     ``""`` for a code the table lacks), ``severity`` (fatal | non-fatal | correctable) from the
     severity word (``Fatal, Link 08 ...``) or the error-log dump (``Severity 1 Engine instance
     12 ...``: 1 fatal, 0 non-fatal), ``record`` (``report`` for the descriptive line,
-    ``error_log`` for the dump). The dump's ``Data {...}`` lines are dropped (register data of
-    the error just reported)."""
+    ``error_log`` for the dump, ``data`` for the dump's ``Data {0x..., ...}`` register lines,
+    which carry no severity: ``data`` = the register list as printed)."""
     a = draft.attributes
-    if a.pop("_data", None):
-        return []
+    data = a.pop("_data", None)
     name = sxid_codes().get(a["sxid"], "")
     a["code"] = name
     sev = a.pop("_sev", None) or a.pop("_sevnum", None)
@@ -110,58 +109,32 @@ def nvswitch_sxid(draft: Draft, match: re.Match[str] | None, obs: Observation, r
         a["severity"] = _SXID_SEVERITY[sev]
     elif any(name.startswith("NVSWITCH_ERR_HW_" + p) for p in _SXID_FATAL_NO_WORD):
         a["severity"] = "fatal"
-    a["record"] = "error_log" if "engine_instance" in a else "report"
-    if not a.get("detail"):
+    a["record"] = "data" if data else "error_log" if "engine_instance" in a else "report"
+    if data:
+        a.pop("detail", None)
+        a["data"] = a.pop("_regs", "").strip()
+    elif not a.get("detail"):
         a.pop("detail", None)
     return [draft]
 
 
-# --------------------------------------------------------------------------- NVRM init
-
-#: literal in the line -> kind of init failure (first hit wins; order: specific first).
-_INIT_KINDS: tuple[tuple[str, str], ...] = (
-    ("API mismatch", "api_mismatch"),
-    ("is not supported by the", "unsupported_gpu"),
-    ("RmInitAdapter failed", "rm_init_adapter"),
-    ("rm_init_adapter failed", "rm_init_adapter"),
-    ("Cannot initialize GSP firmware RM", "gsp_init"),
-    ("GSP-FMC reported an error", "gsp_init"),
-    ("kgspInitRm_IMPL", "gsp_init"),
-    ("Failed to copy vbios", "vbios"),
-    ("PCI I/O region assigned to your NVIDIA device is invalid", "invalid_bar"),
-    ("probe routine was not called", "driver_conflict"),
-    ("probe routine failed", "probe_failed"),
-    ("No NVIDIA GPU found", "no_gpu_found"),
-    ("No NVIDIA devices probed", "no_gpu_found"),
-    ("failed with error", "probe_failed"),
-    ("failed to allocate", "alloc_failed"),
-)
+# --------------------------------------------------------------------------- nvidia-peermem
 
 
-@hook("nvrm_init")
-def nvrm_init(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
-    """A probe / adapter-init failure line -> ``kind`` (api_mismatch, unsupported_gpu,
-    rm_init_adapter, gsp_init, vbios, invalid_bar, driver_conflict, probe_failed,
-    no_gpu_found, alloc_failed) from the matched text; ``status`` (``0x26:0xffff:1127`` =
-    initStatus:rmStatus:line of RmInitAdapter) is split into ``init_status`` /
-    ``rm_status`` (ints) and ``status_line`` (int) when present."""
-    assert match is not None
-    text = match.group(0)
-    a = draft.attributes
-    for lit, kind in _INIT_KINDS:
-        if lit in text:
-            a["kind"] = kind
-            break
+@hook("peermem_kind")
+def peermem_kind(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """An nvidia-peermem ``ERROR`` line -> ``kind``: invalid_context (``detected invalid
+    context``: the GPU memory under an RDMA registration was freed), client_register
+    (registering with ib_core's peer-memory API failed), p2p_error (any nvidia_p2p_* call or
+    DMA mapping error)."""
+    detail = draft.attributes.get("detail", "")
+    if "invalid context" in detail:
+        kind = "invalid_context"
+    elif "registering" in detail:
+        kind = "client_register"
     else:
-        return []
-    st = a.get("status")
-    if st:
-        parts = st.split(":")
-        try:
-            a["init_status"], a["rm_status"] = int(parts[0], 16), int(parts[1], 16)
-            a["status_line"] = int(parts[2])
-        except (IndexError, ValueError):
-            pass
+        kind = "p2p_error"
+    draft.attributes["kind"] = kind
     return [draft]
 
 
@@ -172,6 +145,7 @@ def nvrm_init(draft: Draft, match: re.Match[str] | None, obs: Observation, rule:
 _FM_KINDS: tuple[tuple[str, str], ...] = (
     ("multicast team", "multicast_team"),
     ("multicast group", "multicast_team"),
+    ("request memory:", "multicast_team"),
     ("version mismatch", "version_mismatch"),
     ("not compatible", "version_mismatch"),
     ("incompatible", "version_mismatch"),
@@ -188,9 +162,14 @@ _FM_KINDS: tuple[tuple[str, str], ...] = (
     ("gpu handle", "gpu_registration"),
     ("stopped", "service_stopped"),
     ("abort", "service_stopped"),
+    ("exit code", "service_stopped"),
     ("exiting", "service_stopped"),
     ("terminat", "service_stopped"),
 )
+
+
+#: an NV_STATUS name in brackets, as FM prints a failed driver call: "[NV_WARN_NOTHING_TO_DO]"
+_NV_STATUS = re.compile(r"\[(NV_[A-Z0-9_]+)\]")
 
 
 @hook("fm_log")
@@ -198,11 +177,15 @@ def fm_log(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Ru
     """A Fabric Manager ERROR/CRITICAL/FATAL line -> ``kind`` (multicast_team,
     version_mismatch, nvswitch_query, nvswitch_fatal, nvswitch_nonfatal, nvlink_training,
     nvlink_error, fabric_degraded, gpu_registration, service_stopped, other), ``severity``
-    (error | critical | fatal, lower-cased log level) and ``detail`` (the message)."""
+    (error | critical | fatal, lower-cased log level), ``detail`` (the message) and ``code``
+    (the ``NV_*`` status a failed driver call prints, e.g. ``NV_WARN_NOTHING_TO_DO``)."""
     a = draft.attributes
     detail = (a.get("detail") or "").strip()
     low = detail.lower()
     a["detail"] = detail
+    m = _NV_STATUS.search(detail)
+    if m and "code" not in a:
+        a["code"] = m.group(1)
     for lit, kind in _FM_KINDS:
         if lit in low:
             a["kind"] = kind

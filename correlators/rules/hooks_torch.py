@@ -25,6 +25,7 @@ _WORK_KV = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([\w.]+)"
 _WORK_ATTR = {"SeqNum": ("seq_num", int), "OpType": ("op_type", str), "NumelIn": ("numel_in", int),
               "NumelOut": ("numel_out", int), "Timeout(ms)": ("timeout_ms", int)}
 # the text right before the watchdog message when it is re-raised inside another message
+_RANK_TAG = re.compile(r"\[rank(\d+)\]:")
 _WRAPPERS = ("terminated with exception: ", "Original reason for failure was: ",
              "Error: ", "what():  ", "what(): ")
 
@@ -50,6 +51,11 @@ def torch_worknccl(draft: Draft, match: re.Match[str] | None, obs: Observation, 
     line_start = body.rfind("\n", 0, match.start()) + 1
     before = body[line_start:match.start()]
     a["wrapped"] = any(before.endswith(w) or w in before for w in _WRAPPERS)
+    # a launcher prefix ("node-a01: ", "(WorkerDict pid=12) ") can push PyTorch's global-rank
+    # tag "[rank17]:" off the line start, where the engine looks for it
+    tag = _RANK_TAG.search(before)
+    if tag and not before.startswith("[rank"):
+        draft.rank = int(tag.group(1))
     if draft.began_at is None and isinstance(a.get("ran_for_ms"), int):
         draft.began_at = obs.observed_at - a["ran_for_ms"] * 1_000_000
     return [draft]
@@ -67,7 +73,17 @@ def torch_desync_report(draft: Draft, match: re.Match[str] | None, obs: Observat
     ``state`` (never_joined | not_finished | not_joined) and ``collective_seq`` (int, the
     collective number counted from 1) when the line names one."""
     a = draft.attributes
-    a["lagging_ranks"] = _rank_list(a.pop("ranks", None))
+    never = a.pop("never", None)
+    r1, r2, r3 = a.pop("ranks", None), a.pop("ranks2", None), a.pop("ranks3", None)
+    seq2, seq3 = a.pop("seq", None), a.pop("seq3", None)
+    if r1 is not None or never is not None:
+        a["lagging_ranks"], a["state"] = _rank_list(r1), "never_joined"
+    elif r2 is not None:
+        a["lagging_ranks"], a["state"] = _rank_list(r2), "not_finished"
+        a["collective_seq"] = int(seq2)
+    elif r3 is not None:
+        a["lagging_ranks"], a["state"] = _rank_list(r3), "not_joined"
+        a["collective_seq"] = int(seq3)
     a["kind"] = "desync_report"
     return [draft]
 
@@ -95,6 +111,8 @@ _STORE_REASON = (
     ("No route to host", "no_route"), ("Name or service not known", "dns"),
     ("Temporary failure in name resolution", "dns"),
 )
+_STORE_OPS = (("The client socket", "connect"), ("The server socket", "listen"), ("ailed to recv", "recv"),
+              ("Failed to recv", "recv"), ("Socket Timeout", "recv"), ("wait timeout", "wait"))
 _TIMEOUT_WORDS = ("Socket Timeout", "timed out", "wait timeout after", "Timed out")
 
 
@@ -118,6 +136,8 @@ def torch_store(draft: Draft, match: re.Match[str] | None, obs: Observation, rul
         draft.peer = f"{a.pop('store_host')}:{a.pop('store_port')}"
     a.pop("store_host", None)
     a.pop("store_port", None)
+    if "op" not in a:
+        a["op"] = next((op for lead, op in _STORE_OPS if text.startswith(lead)), "other")
     reason = next((r for needle, r in _STORE_REASON if needle in text), None)
     timed_out = any(w in text for w in _TIMEOUT_WORDS)
     if reason is None:
@@ -152,7 +172,52 @@ def torch_proc_exit(draft: Draft, match: re.Match[str] | None, obs: Observation,
         draft.type = "proc.killed"
         return [draft]
     a.pop("signal", None)
-    if code == 0:
+    if a.pop("exception", None) is not None:
+        a["reason"] = "exception"
+    elif code == 0:
         return []
+    a.setdefault("reason", "exit_code")
     draft.type = "proc.exited"
+    return [draft]
+
+
+@hook("torch_comm_aborted")
+def torch_comm_aborted(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """``NCCL communicator was aborted on rank N. Original reason for failure was: <reason>``
+    (stage=aborted, comm_rank) or ``... watchdog thread terminated with exception: <reason>``
+    (stage=watchdog_exception): ``reason`` (str, the quoted failure) and ``reason_kind``
+    (cuda_error | nccl_error | timeout | other) classified from it."""
+    a = draft.attributes
+    wd = a.pop("wd_reason", None)
+    a["stage"] = "aborted" if "comm_rank" in a else "watchdog_exception"
+    reason = (a.get("reason") or wd or "").strip()
+    if reason:
+        a["reason"] = reason
+    else:
+        a.pop("reason", None)
+    if "CUDA error" in reason or "cuda" in reason.lower().split(":", 1)[0]:
+        kind = "cuda_error"
+    elif "NCCL error" in reason or "nccl" in reason[:40].lower():
+        kind = "nccl_error"
+    elif "timeout" in reason.lower() or "timed out" in reason.lower():
+        kind = "timeout"
+    else:
+        kind = "other"
+    a["reason_kind"] = kind
+    return [draft]
+
+
+@hook("torch_dump_signal")
+def torch_dump_signal(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """ProcessGroupNCCL's heartbeat monitor learnt of a collective timeout: ``kind``
+    (dump_signal | global_timeout), ``timeout_rank`` (int: the rank whose timeout raised the
+    dump signal; -1 when it is this rank, "from this local rank"), last_enqueued /
+    last_completed (ints) when printed."""
+    a = draft.attributes
+    local = a.pop("local", None)
+    a.pop("observed", None)
+    glob = a.pop("global", None)
+    a["kind"] = "global_timeout" if glob else "dump_signal"
+    if local:
+        a["timeout_rank"] = -1
     return [draft]

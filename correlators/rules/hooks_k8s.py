@@ -1,0 +1,231 @@
+"""Code hooks of the Kubernetes / Kueue rules (``k8s.yaml``): kubectl describe blocks, pod
+status YAML/JSON, node conditions and Kueue Workload conditions.
+
+Sources: kubectl ``describe`` (kubernetes/kubectl pkg/describe/describe.go: ``Capacity:`` /
+``Allocatable:`` resource lists, the ``Conditions:`` table ``Type Status LastHeartbeatTime
+LastTransitionTime Reason Message``, a container's ``State: Terminated`` with ``Reason:``, ``Exit
+Code:``, ``Signal:``), core/v1 ``ContainerStateTerminated`` (``exitCode``, ``signal``, ``reason``,
+``message``) as YAML/JSON; Kueue ``apis/kueue/v1beta1/workload_types.go`` condition types and
+reasons, messages from ``pkg/scheduler/preemption/preemption.go`` (preemptionMessage,
+HumanReadablePreemptionReasons), ``pkg/controller/core/workload_controller.go`` and
+``pkg/scheduler/scheduler.go`` (kueue v0.6-main, 2026-08).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from correlators.rules.code import Draft, hook
+
+if TYPE_CHECKING:  # pragma: no cover
+    from correlators.rules import Rule
+    from schemas.records import Observation
+
+# --------------------------------------------------------------------------- describe node capacity
+
+_RESOURCE = re.compile(r"^[ \t]+(?P<name>[\w.\-/]+):[ \t]+(?P<value>\d+)\b", re.M)
+
+
+@hook("k8s_gpu_capacity")
+def k8s_gpu_capacity(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A ``Capacity:`` + ``Allocatable:`` block -> one ``k8s.gpu_capacity`` per GPU resource
+    (``nvidia.com/gpu``, ``amd.com/gpu``, MIG ``nvidia.com/mig-*``) whose allocatable count is
+    below its capacity. attrs: resource, capacity, allocatable, missing (ints). Rc-60."""
+    body = obs.body or ""
+    cap_at = body.find("Capacity:")
+    alloc_at = body.find("\nAllocatable:")
+    if cap_at < 0 or alloc_at < 0:
+        return []
+    cap = {m["name"]: int(m["value"]) for m in _RESOURCE.finditer(body, cap_at, alloc_at)}
+    alloc = {m["name"]: int(m["value"]) for m in _RESOURCE.finditer(body, alloc_at)}
+    out = []
+    for name, c in cap.items():
+        if not (name.endswith("/gpu") or "/mig-" in name) or name not in alloc:
+            continue
+        a = alloc[name]
+        if a < c:
+            d = Draft(type=draft.type, attributes={**draft.attributes, "resource": name, "capacity": c,
+                                                    "allocatable": a, "missing": c - a})
+            out.append(d)
+    return out
+
+
+# --------------------------------------------------------------------------- container termination
+
+_TERM_FIELDS = re.compile(
+    r"(?:^|[{,\s])\"?(?P<key>Reason|reason|Exit Code|exitCode|Signal|signal|Message|message|containerID|Container ID)\"?"
+    r"\s*:\s*\"?(?P<val>[^\"\n,}]*)")
+#: termination reasons that are no failure
+_OK_REASONS = {"Completed"}
+
+
+@hook("k8s_terminated")
+def k8s_terminated(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A terminated container state (describe ``State: Terminated`` block, YAML ``terminated:``
+    block, JSON ``"terminated": {...}``) -> ``k8s.pod_terminated`` with reason (OOMKilled,
+    Error, ContainerCannotRun, StartError, DeadlineExceeded, ...), exit_code, signal, last
+    (bool: a ``Last State``/``lastState``). Exit code 0 with reason Completed gives nothing."""
+    assert match is not None
+    body = obs.body or ""
+    seg = body[match.start():match.end()]
+    vals: dict[str, str] = {}
+    for m in _TERM_FIELDS.finditer(seg):
+        key = {"Reason": "reason", "Exit Code": "exitCode", "Signal": "signal", "Message": "message",
+               "Container ID": "containerID"}.get(m["key"], m["key"])
+        vals.setdefault(key, m["val"].strip())
+    reason = vals.get("reason", "")
+    code = vals.get("exitCode", "")
+    exit_code = int(code) if code.lstrip("-").isdigit() else None
+    if (reason in _OK_REASONS or not reason) and not exit_code:
+        return []
+    a = draft.attributes
+    if reason:
+        a["reason"] = reason
+    if exit_code is not None:
+        a["exit_code"] = exit_code
+        if exit_code > 128:
+            a["signal"] = exit_code - 128
+    sig = vals.get("signal", "")
+    if sig.isdigit() and int(sig):
+        a["signal"] = int(sig)
+    if vals.get("message"):
+        a["message"] = vals["message"]
+    head = seg.lstrip().lower()
+    a["last"] = head.startswith("last state") or "laststate" in body[max(0, match.start() - 40):match.start()].lower()
+    return [draft]
+
+
+# --------------------------------------------------------------------------- node conditions
+
+_COND_ROW = re.compile(
+    r"^[ \t]+(?P<ctype>[A-Z][A-Za-z0-9_.\-]*)[ \t]+(?P<status>True|False|Unknown)[ \t]+"
+    r"(?P<heartbeat>\w{3}, \d\d \w{3} \d{4} [\d:]+ [+-]\d{4}|<unknown>)[ \t]{2,}"
+    r"(?P<transition>\w{3}, \d\d \w{3} \d{4} [\d:]+ [+-]\d{4}|<unknown>)[ \t]{2,}"
+    r"(?P<reason>\S+)(?:[ \t]{2,}(?P<message>[^\n]*?))?[ \t]*$", re.M)
+#: standard node conditions and their healthy status; any other (problem-detector style)
+#: condition is healthy when False
+_HEALTHY = {"Ready": "True", "MemoryPressure": "False", "DiskPressure": "False", "PIDPressure": "False",
+            "NetworkUnavailable": "False"}
+
+
+@hook("k8s_node_conditions")
+def k8s_node_conditions(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """``kubectl describe node`` ``Conditions:`` table -> one ``k8s.node_condition`` per
+    unhealthy row (Ready False/Unknown; a pressure, NetworkUnavailable or custom condition
+    True). attrs: condition, status, reason, message. Pod condition tables give nothing."""
+    body = obs.body or ""
+    out = []
+    for m in _COND_ROW.finditer(body):
+        ctype, status = m["ctype"], m["status"]
+        healthy = _HEALTHY.get(ctype, "False")
+        if status == healthy:
+            continue
+        d = Draft(type=draft.type, attributes={**draft.attributes, "condition": ctype, "status": status,
+                                                "reason": m["reason"]})
+        if m["message"]:
+            d.attributes["message"] = m["message"]
+        out.append(d)
+    return out
+
+
+# --------------------------------------------------------------------------- kueue
+
+_HUMAN_PREEMPTION = {"prioritization in the ClusterQueue": "InClusterQueue",
+                     "reclamation within the cohort while borrowing": "InCohortReclaimWhileBorrowing",
+                     "reclamation within the cohort": "InCohortReclamation",
+                     "Fair Sharing within the cohort": "InCohortFairSharing"}
+_FIELD = re.compile(r"(?:^|[\s{,])\"?(?P<key>type|status|reason|Type|Status|Reason)\"?\s*:\s*['\"]?(?P<val>[A-Za-z]+)")
+
+
+def _kueue_reason(text: str, a: dict) -> str:
+    if text.startswith("Preempted to accommodate"):
+        return "Preempted"
+    if text.startswith("Exceeded the PodsReady timeout"):
+        return "PodsReadyTimeout"
+    if text.startswith("Evicted to accommodate"):
+        return "Preempted"
+    if text.startswith("Workload was evicted as there was no replacement"):
+        return "NodeFailures"
+    if text.startswith("The ClusterQueue is stopped"):
+        return "ClusterQueueStopped"
+    why = str(a.get("deactivated") or "")
+    if "maximum execution time" in why:
+        return "MaximumExecutionTimeExceeded"
+    if "re-queuing retries" in why:
+        return "RequeuingLimitExceeded"
+    return "Deactivated"
+
+
+@hook("kueue_workload_message")
+def kueue_workload_message(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A Kueue message -> ``kueue.workload_condition``: reason (from the message; the record's
+    own ``reason:`` wins when the record is one condition), type (the record's ``type:``, else
+    Evicted, DeactivationTarget for deactivations), status, preemption_reason (InClusterQueue,
+    InCohortReclamation, InCohortFairSharing, InCohortReclaimWhileBorrowing), message."""
+    assert match is not None
+    a = draft.attributes
+    text = match.group(0).strip().rstrip("'\",")
+    human = a.pop("human", None)
+    if human:
+        for phrase, reason in _HUMAN_PREEMPTION.items():
+            if human.strip().startswith(phrase):
+                a["preemption_reason"] = reason
+                break
+    kind = _kueue_reason(text, a)
+    a.pop("deactivated", None)
+    if a.get("workload"):
+        a["workload"] = a["workload"].rstrip("'\",")
+    body = obs.body or ""
+    fields: dict[str, str] = {}
+    if body.count("\n") < 12:  # one condition (YAML item, JSON object, describe block), not a dump
+        for m in _FIELD.finditer(body):
+            fields.setdefault(m["key"].lower(), m["val"])
+    a["reason"] = fields.get("reason") or kind
+    a["type"] = fields.get("type") or ("DeactivationTarget" if text.startswith("The workload is deactivated") else "Evicted")
+    if fields.get("status"):
+        a["status"] = fields["status"]
+    a["message"] = text
+    return [draft]
+
+
+# --------------------------------------------------------------------------- pod messages, events
+
+
+@hook("k8s_pod_status_message")
+def k8s_pod_status_message(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """kubelet pod status messages -> ``k8s.pod_terminated`` (reason Evicted + resource or
+    condition, NodeShutdown, DeadlineExceeded)."""
+    a = draft.attributes
+    if "reason" not in a:
+        a["reason"] = "Evicted"
+    return [draft]
+
+
+#: Warning events that say something failed; Normal events only when they are a preemption
+_FAULT_REASONS = {"FailedScheduling", "Evicted", "Preempted", "OOMKilling", "SystemOOM", "BackOff",
+                  "FailedMount", "FailedAttachVolume", "NodeNotReady", "FailedCreatePodSandBox",
+                  "UnexpectedAdmissionError", "EvictionThresholdMet", "NodeHasInsufficientMemory",
+                  "NodeHasDiskPressure", "Rebooted", "BackoffLimitExceeded", "DeadlineExceeded",
+                  "FailedKillPod", "PodFailurePolicy"}
+_NORMAL_FAULTS = {"Preempted", "Evicted"}
+_EVENT_RESOURCE = re.compile(r"(?:Insufficient|unavailable for|low on resource:) (?P<res>[\w.\-]+(?:/[\w.\-]+)?)")
+
+
+@hook("k8s_event_row")
+def k8s_event_row(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A kubectl event row -> ``k8s.event`` (event_type, reason, age, source or object,
+    message, resource named by the message). Normal events other than Preempted/Evicted and
+    reasons outside the failure list give nothing."""
+    a = draft.attributes
+    for k in ("age", "event_type", "reason"):
+        v = a.pop(k + "2", None)
+        if v is not None:
+            a[k] = v
+    reason, etype = a.get("reason", ""), a.get("event_type", "")
+    if reason not in _FAULT_REASONS or (etype == "Normal" and reason not in _NORMAL_FAULTS):
+        return []
+    m = _EVENT_RESOURCE.search(str(a.get("message", "")))
+    if m:
+        a["resource"] = m["res"].rstrip(".,")
+    return [draft]
