@@ -90,6 +90,7 @@ class CauseRule:
     job_wide: bool = False
     text: str = ""
     classify: str = ""
+    symptom_only: bool = False
 
     def matches(self, event: Event) -> bool:
         if event.type != self.type:
@@ -139,7 +140,7 @@ def parse_causal_rules(data: dict[str, Any], name: str = "causal.yaml") -> Causa
         etype = when.pop("type", None)
         if etype not in EVENT_TYPES:
             raise CausalRulesError(f"{name}: {where}: unknown event type {etype!r}")
-        if not entry.get("classify"):
+        if not entry.get("classify") and not entry.get("symptom_only"):
             for key in ("code", "family", "domain", "weight"):
                 need(entry, key, where)
         causes.append(
@@ -154,6 +155,7 @@ def parse_causal_rules(data: dict[str, Any], name: str = "causal.yaml") -> Causa
                 job_wide=bool(entry.get("job_wide", False)),
                 text=entry.get("text", ""),
                 classify=entry.get("classify", ""),
+                symptom_only=bool(entry.get("symptom_only", False)),
             )
         )
     symptoms = {}
@@ -409,6 +411,8 @@ def propose(events: Sequence[Event], rules: CausalRules, start_ns: int | None = 
         for rule in rules.causes:
             if not rule.matches(event):
                 continue
+            if rule.symptom_only:
+                break
             if rule.classify == "xid":
                 code, family, domain, weight, text = classify_xid(event)
                 job_wide = False

@@ -13,6 +13,11 @@ existing hypothesis that it corroborates.
 * ``roce_gid_index`` -- NET/IB completion error 12 (transport retry counter exceeded) from the
   first connections of a job, with no link-down, module or async port event and ports read
   as ACTIVE, is the RoCE GID index misconfiguration (NCCL issue #426), not the fabric.
+* ``gdr_asymmetry`` -- NCCL's channel lines (``... via NET/IB/0/GDRDMA``) say per connection
+  whether the local side uses GPUDirect RDMA. When some hosts of a job use it and others never
+  do, those others lack the GPUDirect path (nvidia-peermem not loaded, or dma-buf unsupported):
+  a configuration fault that costs bandwidth, not a fabric fault (NCCL issue #897,
+  transport/net.cc prints the suffix from the local ``useGdr``).
 """
 
 from __future__ import annotations
@@ -116,4 +121,30 @@ def roce_gid_index(info, alloc: Allocation, events: Sequence[Event], hyps: list,
     )
     for e in errors:
         hyp.support.append((float(params.get("weight", 0.8)), "roce_gid_index", e))
+    return [hyp]
+
+
+@detector("gdr_asymmetry")
+def gdr_asymmetry(info, alloc: Allocation, events: Sequence[Event], hyps: list, params: dict) -> list:
+    from correlators.attribution import Hypothesis
+
+    by_host: dict[str, list[Event]] = {}
+    for e in events:
+        if e.type == "nccl.channel_transport" and e.host and isinstance(e.attributes.get("gdr"), bool):
+            by_host.setdefault(e.host, []).append(e)
+    with_gdr = {h for h, evs in by_host.items() if any(e.attributes["gdr"] for e in evs)}
+    without = sorted(h for h, evs in by_host.items() if not any(e.attributes["gdr"] for e in evs))
+    if not with_gdr or not without:
+        return []
+    weight = float(params.get("weight", 0.6))
+    hyp = Hypothesis(
+        code=params["code"],
+        family="config",
+        domain=params.get("domain", "config"),
+        text=params.get("text", params["code"]).format(hosts=", ".join(without), others=", ".join(sorted(with_gdr))),
+        job_wide=False,
+    )
+    for host in without:
+        for e in by_host[host]:
+            hyp.support.append((weight, "gdr_asymmetry", e))
     return [hyp]

@@ -292,6 +292,11 @@ EVENT_TYPES: dict[str, str] = {
     # --- glibc (vocabulary issue 9) ---
     "proc.heap_corruption": "glibc malloc integrity check or stack protector abort (the process "
     "gets SIGABRT). attrs: message (the check's text), process (older formats), library",
+    "host.service_failed": "a systemd unit failed to start or exited with an error (a symptom: "
+    "the unit's own log says why). attrs: unit, description, code, status, result",
+    "app.exception": "an uncaught Python exception no specific rule recognised (the last line "
+    "of a traceback). attrs: exception (qualified type), message, raised_in_source (the program's "
+    "own raise statement)",
     # --- unrecognised (vocabulary issue 9) ---
     "log.unrecognised": "a record at error severity that no rule matched "
     "(correlators/unrecognised.py). attrs: severity (nccl_warn|glog_error|kernel_err|"

@@ -436,6 +436,7 @@ def h200_rank_exception() -> None:
         "raise.py: rank 1 raises a RuntimeError; rank 0's barrier gets 'Connection closed by peer'",
         H200_CASE,
         domain="software",
+        root_cause="app.exception",
         culprit_hosts=["node-a01"],
         culprit_ranks=[1],
         quality_any_of=["definitive", "probable"],
@@ -446,7 +447,8 @@ def h200_rank_exception() -> None:
             "summary (with the error file's traceback) names rank 1 as root cause. The text mentions a CUDA "
             "error but it is a Python raise: the host's dmesg (collected at job end) has no Xid after "
             "01:29:29, 20 s before this job, so this is an application exception - domain software, "
-            "culprit rank 1. root_cause is left open (no fixed code for a plain Python exception)."
+            "culprit rank 1: app.exception (the uncaught RuntimeError on rank 1, raised by the program "
+            "itself), never app.cuda.*."
         ),
     )
 
@@ -848,6 +850,7 @@ def public_rc11() -> None:
         "rank 9 on node-a02 segfaults in libc; node-a01 logs NCCL 'Broken pipe' / 'Connection closed by remote peer'",
         src_url,
         domain_any_of=["software", "host"],
+        root_cause="proc.killed.sigsegv",
         culprit_hosts=["node-a02"],
         culprit_ranks=[9],
         quality_any_of=["definitive", "probable"],
@@ -859,7 +862,7 @@ def public_rc11() -> None:
             "node-a01's lines are verbatim with the anonymiser's placeholders made concrete (10.0.0.x -> "
             "node-a02's 10.0.0.12; the remote peer name, which the anonymiser collapsed to node-a01, -> "
             "node-a02). node-a02 logs the kernel segfault line for pid 12345 at 04:12:37 and torchrun "
-            "reports rank 9 (pid 12345) exitcode -11 (SIGSEGV). root_cause is left open (proc.* expected)."
+            "reports rank 9 (pid 12345) exitcode -11 (SIGSEGV): proc.killed.sigsegv."
         ),
     )
 
@@ -900,7 +903,7 @@ def public_rc39() -> None:
     b, src, _ = _pub(
         "public-rc39-ibv-reg-mr-memlock", "rc-39",
         "nccl-tests: NCCL WARN 'Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory' (memlock ulimit 8192 KB)",
-        domain="config", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        root_cause="config.memlock", domain="config", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
         notes="the WARN line is verbatim, prefixed with the NCCL 'host:pid:tid [dev]' header NCCL "
               "prints (the excerpt dropped it); the job ran on one host with NCCL_SHM_DISABLE=1 to force IB. "
               "ENOMEM from ibv_reg_mr is the locked-memory limit, not the HCA.")
@@ -915,7 +918,7 @@ def public_rc41() -> None:
     b, src, _ = _pub(
         "public-rc41-gdrdma-one-side-only", "rc-41",
         "2 nodes: rank 9's send channel uses NET/IB/0/GDRDMA, rank 2's receive side NET/IB/1 without GDRDMA (nvidia-peermem missing on node-a01)",
-        domain="config", culprit_hosts=["node-a01"], quality_any_of=["probable", "ambiguous", "insufficient"],
+        root_cause="config.gdr_missing", domain="config", culprit_hosts=["node-a01"], quality_any_of=["probable", "ambiguous", "insufficient"],
         notes="the two channel lines are verbatim, each prefixed with the NCCL header of the rank that "
               "prints it (rank 9 on node-a02 prints its [send] connection, rank 2 on node-a01 its [receive] "
               "connection) and 'NCCL INFO Channel 00/0 : '. GPUDirect RDMA is used on node-a02's side only: "
@@ -934,7 +937,7 @@ def public_rc43() -> None:
     b, src, _ = _pub(
         "public-rc43-net-ofi-register-memory", "rc-43",
         "EFA: 'NET/OFI Unable to register memory ... RC: -22' (NCCL >= 2.19 in the Python env vs an older Libfabric)",
-        domain="config", culprit_hosts=["node-a01", "node-a02"], quality_any_of=["definitive", "probable", "ambiguous"],
+        root_cause="config.version_skew", domain="config", culprit_hosts=["node-a01", "node-a02"], quality_any_of=["definitive", "probable", "ambiguous"],
         notes="the WARN and the bandwidth summary lines are verbatim; the WARN line is given on both "
               "hosts of the 16-rank job (every node with that image), with the NCCL header it carries in a "
               "full log. A software version skew, not an EFA fault.")
@@ -968,7 +971,7 @@ def public_rc47() -> None:
     b, src, _ = _pub(
         "public-rc47-nvls-dual-port-nccl-bug", "rc-47",
         "NCCL 2.18/2.19 NVLS bug on dual-port NICs: 'free(): invalid next size (fast)' and Fabric Manager multicast-team ERROR lines",
-        domain="software", quality_any_of=["probable", "ambiguous", "insufficient"],
+        root_cause="app.heap_corruption", domain="software", quality_any_of=["probable", "ambiguous", "insufficient"],
         notes="the glibc abort line and the three Fabric Manager lines are verbatim (fabricmanager.log "
               "in FM's own time format). The FM ERROR lines are a consequence of the NCCL bug, not an FM or "
               "NVSwitch fault; the heap-corruption abort in the NCCL process is the software signature.")
@@ -984,7 +987,7 @@ def public_rc49() -> None:
     b, src, _ = _pub(
         "public-rc49-system-not-yet-initialized", "rc-49",
         "nccl-tests after a reboot: 'Test CUDA failure common.cu:941 'system not yet initialized'' (nvidia-fabricmanager not enabled)",
-        domain="config", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        root_cause="config.cuda.system_not_ready", domain="config", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
         notes="the nccl-tests line is verbatim, logged once per rank of the rebooted host (here 2 of 8 "
               "shown, with the 'node-a01: ' prefix mpirun adds). cudaErrorSystemNotReady on an NVSwitch "
               "system means the Fabric Manager is not running: a node service left disabled.")
@@ -999,7 +1002,7 @@ def public_rc51() -> None:
     b, src, _ = _pub(
         "public-rc51-nvls-cuda-999-fabric-manager", "rc-51",
         "H200 NVLS: node-a02 'Cuda failure 999 unknown error' in transport/nvls.cc, node-a01 'invalid argument'; FM in a non-critical error state",
-        domain_any_of=["host", "gpu_hardware"], culprit_hosts=["node-a02"], quality_any_of=["probable", "ambiguous", "insufficient"],
+        root_cause="host.nvls", domain_any_of=["host", "gpu_hardware"], culprit_hosts=["node-a02"], quality_any_of=["probable", "ambiguous", "insufficient"],
         notes="the three lines are verbatim (the first NCCL WARN carries its unbalanced quote as "
               "printed); node-a02's line goes to node-a02's log, the other two to node-a01's. The failure "
               "originates where NVLS multicast setup got CUDA 999 (node-a02); node-a01's 'invalid argument' "
@@ -1034,7 +1037,7 @@ def public_rc56() -> None:
     b, src, _ = _pub(
         "public-rc56-cuda-uncorrectable-ecc", "rc-56",
         "PyTorch 'RuntimeError: CUDA error: uncorrectable ECC error encountered' on node-a01 (the node fails many users' jobs)",
-        domain="gpu_hardware", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        root_cause="gpu.cuda.ecc_uncorrectable", domain="gpu_hardware", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
         notes="the four PyTorch lines are verbatim, preceded by the traceback header PyTorch prints; the "
               "error names the GPU's memory, not the program.")
     start, end = t("2026-11-30T06:40:00Z"), t("2026-11-30T06:44:02Z")
@@ -1066,7 +1069,7 @@ def public_rc60() -> None:
     b, src, _ = _pub(
         "public-rc60-allocatable-gpu-7-of-8", "rc-60",
         "kubectl describe node: nvidia.com/gpu Capacity 8, Allocatable 7 after an Xid 94; device-plugin health log",
-        domain="gpu_hardware", culprit_hosts=["node-a01"], quality_any_of=["probable", "insufficient", "ambiguous"],
+        root_cause="gpu.capacity_drop", domain="gpu_hardware", culprit_hosts=["node-a01"], quality_any_of=["probable", "insufficient", "ambiguous"],
         notes="the describe-node excerpt and the device plugin line are verbatim. One GPU fewer than "
               "the node has points at that GPU's health event (contained ECC, Xid 94), not at the scheduler; "
               "the severity is low.")
@@ -1081,7 +1084,7 @@ def public_rc62() -> None:
     b, src, _ = _pub(
         "public-rc62-rminitadapter-failed", "rc-62",
         "'NVRM: RmInitAdapter failed! (0x26:0xffff:1127)' for GPU minor 0 at boot; containers given that GPU fail",
-        domain="gpu_hardware", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        root_cause="gpu.init_failed", domain="gpu_hardware", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
         notes="the raw dmesg lines are verbatim (the first one's head was cut in the thread), placed with "
               "the host's boot time.")
     boot = t("2026-11-30T06:59:20Z")
@@ -1095,7 +1098,7 @@ def public_rc63() -> None:
     b, src, _ = _pub(
         "public-rc63-nvml-driver-library-mismatch", "rc-63",
         "'Failed to initialize NVML: Driver/library version mismatch' after unattended-upgrade on a Slurm GPU node",
-        domain="config", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        root_cause="config.driver_mismatch", domain="config", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
         notes="nvidia-smi output, squeue output and the apt history entry are verbatim. A user-space / "
               "kernel driver skew from the package manager; running jobs are unaffected.")
     start, end = t("2021-04-24T07:00:00Z"), t("2021-04-24T07:00:04Z")
@@ -1111,7 +1114,7 @@ def public_rc64() -> None:
     b, src, _ = _pub(
         "public-rc64-mlx4-hca-firmware", "rc-64",
         "InfiniBand not initialised on node-a45: ibstatus 'sys files not found', mlx4_core 'command 0x5a failed: fw status = 0x2'",
-        domain="fabric", culprit_hosts=["node-a45"], quality_any_of=["definitive", "probable", "ambiguous"],
+        root_cause="fabric.hca.", domain="fabric", culprit_hosts=["node-a45"], quality_any_of=["definitive", "probable", "ambiguous"],
         notes="the ibstatus session and the raw dmesg lines of two boots are verbatim; the node's HCA "
               "firmware differs from the others' (fixed by a firmware update).")
     boot = t("2026-11-30T07:10:00Z")
@@ -1143,7 +1146,7 @@ def public_rc68() -> None:
     b, src, _ = _pub(
         "public-rc68-ray-memory-monitor-kill", "rc-68",
         "Ray's memory monitor kills a worker at 0.952 > 0.95 of node memory",
-        domain="host", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        root_cause="host.oom", domain="host", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
         notes="the raylet message is verbatim (<node-id>, <task-id>, <worker-id> filled). The killed task "
               "is chosen by recency; the node ran out of memory.")
     start, end = t("2023-02-20T10:00:00Z"), t("2023-02-20T10:40:00Z")
@@ -1173,7 +1176,7 @@ def public_rc70() -> None:
     b, src, _ = _pub(
         "public-rc70-bogus-1eb-oom-after-timeout", "rc-70",
         "NCCL broadcast watchdog timeout, then 'CUDA out of memory. Tried to allocate more than 1EB memory': the OOM is a symptom",
-        domain="unknown", quality_any_of=["insufficient", "probable", "ambiguous"],
+        root_cause="unknown", domain="unknown", quality_any_of=["insufficient", "probable", "ambiguous"],
         notes="the OOM line is verbatim; the watchdog timeouts of the two ranks before it are written "
               "in PyTorch 2.x's format. A >1 EB allocation after an aborted collective is a garbage size, not "
               "GPU memory exhaustion; the timeout itself stays unexplained.")
@@ -1194,7 +1197,7 @@ def public_rc75() -> None:
     b, src, _ = _pub(
         "public-rc75-hung-task-nfs", "rc-75",
         "kernel 'INFO: task strat1_sim:78808 blocked for more than 120 seconds' writing to the shared NFS home",
-        domain_any_of=["storage", "host"], culprit_hosts=["node-a01"],
+        root_cause="host.hung_task", domain_any_of=["storage", "host"], culprit_hosts=["node-a01"],
         quality_any_of=["probable", "insufficient", "ambiguous"],
         notes="the four syslog lines are verbatim (grep's 'messages:' prefix kept); the year comes from "
               "the workload window. Tentative in the thread: a D-state task on NFS.")
@@ -1208,7 +1211,7 @@ def public_rc76() -> None:
     b, src, _ = _pub(
         "public-rc76-slurmd-gres-conf-dev-nvidia0", "rc-76",
         "slurmd will not start: 'fatal: can't stat gres.conf file /dev/nvidia0: No such file or directory'",
-        domain="config", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
+        root_cause="config.slurm_gres_file", domain="config", culprit_hosts=["node-a01"], quality_any_of=["definitive", "probable"],
         notes="the journal lines are verbatim (journalctl short format, year from the workload window). "
               "GRES configuration versus device nodes at boot; no NVRM probe error is present.")
     start, end = t("2026-02-02T09:51:00Z"), t("2026-02-02T09:55:00Z")
@@ -1221,7 +1224,7 @@ def public_rc77() -> None:
     b, src, _ = _pub(
         "public-rc77-slurm-time-limit", "rc-77",
         "slurmstepd '*** STEP 1000001.0 ON node-a01 CANCELLED AT 2025-01-10T15:27:25 DUE TO TIME LIMIT ***'; Lightning 'Bypassing SIGTERM'",
-        domain="scheduler", quality_any_of=["definitive", "probable"],
+        root_cause="sched.time_limit", domain="scheduler", quality_any_of=["definitive", "probable"],
         notes="the four lines are verbatim (job output file). The job's time limit ended it; no node is "
               "at fault.")
     start, end = t("2025-01-10T13:27:20Z"), t("2025-01-10T15:27:58Z")

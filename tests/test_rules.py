@@ -118,43 +118,72 @@ def extract_file(path: Path) -> list:
 
 
 #: file (relative to fixtures/real) -> expected multiset of event types. Files with no fault
-#: (healthy NCCL INFO output, nvidia-smi tables, dcgmi diag, ibqueryerrors) expect nothing.
+#: (healthy NCCL INFO output, nvidia-smi tables, dcgmi diag, ibqueryerrors) expect nothing;
+#: ``log.unrecognised`` counts the error-severity lines no rule knows (correlators/unrecognised.py).
 REAL_EXPECTED: dict[str, dict[str, int]] = {
     "h200-2026-11/app-cupy-illegal-address.log": {"cuda.error": 3},
     "h200-2026-11/app-cupy-misaligned-address.log": {"cuda.error": 3},
     "h200-2026-11/app-cupy-trap.log": {"cuda.error": 3},
     "h200-2026-11/app-torch-cuda-oom.log": {"cuda.error": 1},
     "h200-2026-11/app-torch-device-assert.log": {"cuda.error": 2},
+    "h200-2026-11/dmesg-T-second-boot.log": {"gpu.xid": 7},
     "h200-2026-11/dmesg-T.log": {"gpu.xid": 2},
     "h200-2026-11/dmesg-raw.log": {"gpu.xid": 2},
-    "h200-2026-11/dmesg-T-second-boot.log": {"gpu.xid": 7},
-    "h200-2026-11/nccl-bad-socket-ifname.log": {"config.no_socket_interface": 2, "nccl.invalid_usage": 1},
+    "h200-2026-11/nccl-bad-socket-ifname.log": {
+        "config.no_socket_interface": 2, "nccl.invalid_usage": 1},
     "h200-2026-11/nccl-debug-info-single-rank.log": {},
     "h200-2026-11/torchrun-nccl-duplicate-gpu.log": {
-        "config.duplicate_gpu": 4, "nccl.invalid_usage": 2, "torchrun.child_failed": 2},
+        "config.duplicate_gpu": 4, "nccl.invalid_usage": 2, "proc.exited": 1, "torchrun.child_failed": 2, "torchrun.worker_group_failed": 1},
     "h200-2026-11/torchrun-rank-sigkill.log": {
-        "net.connection_reset": 1, "torchrun.closing_signal": 1, "proc.killed": 1, "torchrun.child_failed": 2},
+        "log.unrecognised": 1, "net.connection_reset": 1, "proc.killed": 1, "torchrun.child_failed": 2, "torchrun.closing_signal": 1, "torchrun.worker_group_failed": 1},
     "h200-2026-11/torchrun-record-error-file.log": {
-        "cuda.error": 1, "net.connection_reset": 1, "torchrun.closing_signal": 1, "torchrun.child_failed": 2},
-    "public/rc-01/lines.log": {"nccl.ib_completion_error": 1, "fabric.port_state": 1},
+        "app.exception": 1, "net.connection_reset": 1, "proc.exited": 1, "torchrun.child_failed": 2, "torchrun.closing_signal": 1, "torchrun.worker_group_failed": 1},
+    "public/rc-01/lines.log": {"fabric.port_state": 1, "nccl.ib_completion_error": 1},
     "public/rc-04/lines.log": {"nccl.remote_error": 1, "net.connection_reset": 1},
     "public/rc-05/lines.log": {"config.shm_alloc_failed": 2},
     "public/rc-07/lines.log": {"config.acs_enabled": 1, "nccl.ib_completion_error": 1},
-    "public/rc-09/lines.log": {"nccl.invalid_usage": 1, "config.duplicate_gpu": 2},
-    "public/rc-11/lines.log": {"net.connection_reset": 2},
+    "public/rc-09/lines.log": {"config.duplicate_gpu": 2, "nccl.invalid_usage": 1},
+    "public/rc-11/lines.log": {"nccl.warn": 1, "net.connection_reset": 2},
     "public/rc-13/template-lines.log": {"gpu.xid": 4},
-    "public/rc-14/lines.log": {"gpu.xid": 1, "cuda.error": 1},
-    "public/rc-15/lines.log": {"pcie.aer_corrected": 1, "pcie.aer_uncorrected": 1, "gpu.xid": 1},
-    "public/rc-17/lines.log": {"gpu.xid": 1, "gpu.fell_off_bus": 1},
+    "public/rc-14/lines.log": {"cuda.error": 1, "gpu.xid": 1},
+    "public/rc-15/lines.log": {"gpu.xid": 1, "pcie.aer_corrected": 3, "pcie.aer_uncorrected": 4},
+    "public/rc-17/lines.log": {"gpu.fell_off_bus": 1, "gpu.xid": 1, "log.unrecognised": 1},
     "public/rc-18/lines.log": {"gpu.xid": 4},
     "public/rc-21/template-lines.log": {},  # "PCI:0000:xx:00" is a template placeholder
-    "public/rc-25/lines.log": {"gpu.fell_off_bus": 1},
-    "public/rc-27/lines.log": {},
+    "public/rc-25/lines.log": {"gpu.fell_off_bus": 1, "gpu.init_failed": 1},
+    "public/rc-27/lines.log": {"log.unrecognised": 1},  # ibqueryerrors' timeout on a powered-off port: no fault, shown as unrecognised
     "public/rc-28/lines.log": {"sched.node_state": 1, "sched.prolog_epilog_error": 1},
     "public/rc-33/lines.log": {},
     "public/rc-35/lines.log": {},
     "public/rc-37/lines.log": {},
-    "public/formats/mlx5-link-events.log": {"fabric.module_event": 1, "fabric.link_up": 1},
+    "public/rc-39/lines.log": {"config.memlock": 1},
+    "public/rc-41/lines.log": {"nccl.channel_transport": 2},
+    "public/rc-43/lines.log": {"config.net_plugin": 1},
+    "public/rc-45/lines.log": {
+        "config.no_socket_interface": 1, "log.unrecognised": 1, "nccl.invalid_usage": 1},
+    "public/rc-47/lines.log": {"fm.error": 2, "proc.heap_corruption": 1},
+    "public/rc-49/lines.log": {"cuda.error": 1},
+    "public/rc-51/lines.log": {"cuda.error": 3},
+    "public/rc-53/lines.log": {"gpu.sxid": 2, "gpu.xid": 7},
+    "public/rc-56/lines.log": {"cuda.error": 1},
+    "public/rc-58/lines.log": {"gpu.fell_off_bus": 1, "gpu.xid": 1, "nvml.error": 1},
+    "public/rc-60/lines.log": {"k8s.gpu_capacity": 1},
+    "public/rc-62/lines.log": {"gpu.init_failed": 8},
+    "public/rc-63/lines.log": {"nvml.error": 1},
+    "public/rc-64/lines.log": {"nic.cmd_error": 1, "rdma.device_error": 1},
+    "public/rc-66/lines.log": {
+        "host.oom_kill": 1, "proc.killed": 1, "sched.step_cancelled": 1, "sched.task_exit": 1},
+    "public/rc-68/lines.log": {"host.oom_kill": 1},
+    "public/rc-69/lines.log": {"cuda.error": 1, "torchrun.closing_signal": 1},
+    "public/rc-70/lines.log": {"cuda.error": 1},
+    "public/rc-71/lines.log": {},  # the case holds template lines only
+    "public/rc-71/template-lines.log": {"log.unrecognised": 1, "nccl.watchdog_timeout": 1},
+    "public/rc-73/lines.log": {},  # the case holds template lines only
+    "public/rc-73/template-lines.log": {"nccl.watchdog_timeout": 1, "os.error": 2},
+    "public/rc-75/lines.log": {"host.hung_task": 1},
+    "public/rc-76/lines.log": {"host.service_failed": 3, "sched.config_error": 2},
+    "public/rc-77/lines.log": {"proc.signal_received": 2, "sched.step_cancelled": 2},
+    "public/formats/mlx5-link-events.log": {"fabric.link_up": 1, "fabric.module_event": 1},
     "public/formats/nvlink-xid-144-145-149-94.log": {"gpu.xid": 4},
     "public/formats/pytorch-heartbeat-monitor.log": {"nccl.heartbeat_timeout": 2},
     "public/formats/xid-13-109.log": {"gpu.xid": 2},

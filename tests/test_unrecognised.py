@@ -52,11 +52,14 @@ def test_severity_markers_from_their_formats() -> None:
 
 
 def test_unrecognised_event_only_when_no_rule_matches() -> None:
-    (ev,) = PACK.extract(obs_for("node-a01:2331:2390 [3] misc/foo.cc:77 NCCL WARN Something new went wrong"))
+    line = "[rank2]:[E1130 01:20:31.299000000 Frob.cpp:12] [PG ID 0 PG GUID 0 Rank 2] an unseen message"
+    (ev,) = PACK.extract(obs_for(line))
     assert ev.type == "log.unrecognised" and ev.rule == "unrecognised@1"
-    assert ev.attributes == {"severity": "nccl_warn",
-                             "text": "node-a01:2331:2390 [3] misc/foo.cc:77 NCCL WARN Something new went wrong"}
-    assert ev.host == "node-a01" and ev.gpu is not None and ev.gpu.index == 3
+    assert ev.attributes == {"severity": "glog_error", "text": line}
+    assert ev.rank == 2
+    # an NCCL WARN no specific rule knows is still NCCL's: the nccl.warn fallback keeps it
+    (warn,) = PACK.extract(obs_for("node-a01:2331:2390 [3] misc/foo.cc:77 NCCL WARN Something new went wrong"))
+    assert warn.type == "nccl.warn" and warn.host == "node-a01" and warn.gpu.index == 3
     known = PACK.extract(obs_for("NVRM: Xid (PCI:0000:02:00): 79, pid=0, GPU has fallen off the bus."))
     assert [e.type for e in known] == ["gpu.xid"]
     # a text is truncated, never interpreted

@@ -30,6 +30,7 @@ Rule files (``correlators/rules/<domain>.yaml``)::
         backdate_ms: ran_for_ms        # began_at = at - attributes[ran_for_ms] * 1e6
         unless: ["traps: "]            # skip the record when it holds any of these literals
         exclusive: true                # when this rule yields events, no other rule runs on the record
+        fallback: true                 # runs only when no other rule yielded an event (catch-alls)
         code: xid_catalog              # optional hook in correlators/rules/code.py
         examples:
           - line: "NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus."
@@ -117,7 +118,7 @@ FIELD_TYPES = ("str", "int", "float", "hex", "bool", "present", "signal", "signa
                "bytes", "lower")
 _RULE_KEYS = {"id", "version", "source", "kind", "keywords", "pattern", "event", "match",
               "fields", "attributes", "backdate_ms", "unless", "exclusive", "code", "examples",
-              "when", "when_any", "flags", "note"}
+              "when", "when_any", "flags", "note", "fallback"}
 _MISSING = object()
 
 
@@ -184,6 +185,7 @@ class Rule:
     backdate_ms: str | None = None
     unless: tuple[str, ...] = ()
     exclusive: bool = False
+    fallback: bool = False
     code: str | None = None
     when: tuple[Condition, ...] = ()
     when_any: tuple[Condition, ...] = ()
@@ -337,8 +339,9 @@ class RulePack:
         if not body or self._prefilter.search(body) is None:
             return []
         out: list[Event] = []
-        for rule in self._rules_hit(body):
-            if rule.unless and any(u in body for u in rule.unless):
+        hit = self._rules_hit(body)
+        for rule in hit:
+            if rule.fallback or (rule.unless and any(u in body for u in rule.unless)):
                 continue
             drafts = self._apply_log(rule, obs, body)
             if not drafts:
@@ -347,6 +350,9 @@ class RulePack:
             if rule.exclusive:
                 return events
             out.extend(events)
+        for rule in hit if not out else ():
+            if rule.fallback and not (rule.unless and any(u in body for u in rule.unless)):
+                out.extend(self._build(rule, d, obs) for d in self._apply_log(rule, obs, body))
         if not out:
             severity = _unrecognised.severity_of(body)
             if severity is not None:
@@ -604,7 +610,7 @@ def _parse_rule(file: str, raw: Any, pos: int) -> Rule:
                   event=events[0], events=events, attributes=attrs, code=code,
                   examples=_examples(file, rid, raw.get("examples"), kind == "telemetry"))
     if kind == "telemetry":
-        for key in ("pattern", "keywords", "match", "backdate_ms", "exclusive"):
+        for key in ("pattern", "keywords", "match", "backdate_ms", "exclusive", "fallback"):
             if key in raw:
                 raise _err(file, rid, key, "not allowed in a telemetry rule")
         when = _conditions(file, rid, "when", raw.get("when"))
@@ -646,7 +652,7 @@ def _parse_rule(file: str, raw: Any, pos: int) -> Rule:
         raise _err(file, rid, "backdate_ms", f"no attribute {backdate!r} among the fields")
     return Rule(**common, keywords=tuple(kws), pattern=regex, match_all=match == "all",
                 fields=fields, backdate_ms=backdate, unless=tuple(unless),
-                exclusive=bool(raw.get("exclusive", False)))
+                exclusive=bool(raw.get("exclusive", False)), fallback=bool(raw.get("fallback", False)))
 
 
 def _load_file(path: Path) -> list[Rule]:
