@@ -21,9 +21,10 @@ EVENT_TYPES: dict[str, str] = {
     "gpu.sxid": "NVSwitch SXID line. attrs: sxid, code (NVSWITCH_ERR_* name), severity "
     "(fatal|non-fatal|correctable), switch, device, engine_instance, subengine_instance, record "
     "(report|error_log|data), data, link, detail",
-    "pcie.aer_corrected": "PCIe AER corrected error. attrs: device, error, error_type",
+    "pcie.aer_corrected": "PCIe AER corrected error (bit line, header or status line). attrs: "
+    "device, error, error_type, errors (decoded status bits), agent, multiple (bool), stage",
     "pcie.aer_uncorrected": "PCIe AER uncorrected error. attrs: device, error (Surprise Down "
-    "Error, Completion Timeout, ...), fatal (bool), error_type",
+    "Error, Completion Timeout, ...), fatal (bool), error_type, errors, agent, multiple, stage",
     "telemetry.ecc_uncorrected": "uncorrectable ECC count > 0 in telemetry. attrs: count",
     "telemetry.ecc_corrected": "correctable ECC count > 0 in telemetry. attrs: count",
     "telemetry.remapped_rows": "row remapping pending/failed or uncorrectable remapped rows. "
@@ -53,8 +54,12 @@ EVENT_TYPES: dict[str, str] = {
     "config.no_socket_interface": "NCCL bootstrap found no socket interface (bad "
     "NCCL_SOCKET_IFNAME)",
     "config.acs_enabled": "PCIe ACS redirect enabled (breaks GPUDirect RDMA)",
-    "cuda.error": "CUDA error in an application. attrs: error (illegal_address|"
-    "device_assert|out_of_memory|launch_failed|misaligned_address|other), text",
+    "cuda.error": "CUDA runtime/driver error, whoever prints it (correlators/rules/cuda.yaml, "
+    "cuda-errors.csv). attrs: error (short name: illegal_address, device_assert, out_of_memory, "
+    "launch_failed, misaligned_address, ecc_uncorrectable, system_not_ready, ...), cuda_error "
+    "(cudaErrorXxx), driver_error (CUDA_ERROR_XXX), cuda_errno, fault_class (gpu_hardware|"
+    "gpu_software|config|app|unknown), printed_errno, emitter, site, nccl_transport, absurd_size, "
+    "memory_fraction_limit, framing, text",
     "gloo.timeout": "gloo collective timed out. attrs: timeout_ms",
     "rdzv.timeout": "rendezvous timed out. attrs: joined, expected",
     "torchrun.child_failed": "one entry of a torchrun ChildFailedError summary. attrs: "
@@ -62,10 +67,13 @@ EVENT_TYPES: dict[str, str] = {
     "torchrun.closing_signal": "torchrun sent a closing signal to its own child. attrs: pid, "
     "signal",
     # --- host -------------------------------------------------------------------------------
-    "host.oom_kill": "kernel OOM killer. attrs: pid, process",
+    "host.oom_kill": "a process killed for memory: kernel OOM killer (global or memcg), "
+    "slurmstepd's cgroup report, Ray's memory monitor. attrs: pid, process, source "
+    "(kernel|slurm|ray), cgroup (bool), constraint, step",
     "proc.killed": "a process killed by a signal. attrs: pid, signal, signal_name, "
-    "local_rank",
-    "host.hard_lockup": "kernel hard/soft lockup. attrs: cpu, kind",
+    "local_rank, trap, object (the library of a segfault)",
+    "host.hard_lockup": "kernel hard/soft lockup, RCU stall, workqueue lockup. attrs: cpu, kind "
+    "(hard|soft|rcu_stall|workqueue), stuck_s, process, pid",
     "host.kernel_oops": "kernel oops / general protection fault / BUG. attrs: detail",
     "fabric.link_down": "a link went down. Host side (mlx5/NIC driver): device, netdev, driver. "
     "Switch side (Onyx, Cumulus, SONiC, UFM lines): port (topology switch_port form: IB port "
@@ -92,13 +100,6 @@ EVENT_TYPES: dict[str, str] = {
     "sched.step_cancelled": "job step cancelled. attrs: step, reason",
     "sched.prolog_epilog_error": "prolog/epilog/SPANK plugin error on a node. attrs: detail",
     # --- cuda / nvml / nvidia-smi / device plugin (vocabulary issue 9) ---
-    # cuda.error (above) also carries, from correlators/rules/cuda.yaml: cuda_error (runtime enum
-    # name, cudaErrorIllegalAddress), driver_error (CUDA_ERROR_ILLEGAL_ADDRESS), cuda_errno (int),
-    # fault_class (gpu_hardware|gpu_software|config|app|unknown), printed_errno (a number printed
-    # that differs: CUDA <= 10.0), emitter (nccl|nccl-tests|hpl|pytorch) and site (file:line of
-    # the caller), absurd_size (bool: an allocation of >= 1 EiB, a symptom), memory_fraction_limit,
-    # framing; `error` is the short name of cuda-errors.csv (illegal_address, device_assert,
-    # out_of_memory, launch_failed, misaligned_address, ecc_uncorrectable, system_not_ready, ...).
     "cuda.library_error": "a CUDA library returned an error status (cuBLAS, cuDNN, cuFFT, "
     "cuSOLVER, cuSPARSE, cuRAND). attrs: library (cublas|cudnn|...), status (enum name, "
     "CUBLAS_STATUS_EXECUTION_FAILED), error (execution_failed|out_of_memory|not_initialized|"
