@@ -142,7 +142,7 @@ def floor_once(bundle: Path) -> dict:
 
     import re
 
-    pattern = "|".join(re.escape(k) for k in load_rule_pack().keywords)
+    pattern = "|".join(re.escape(k) for k in load_rule_pack().prefilter_keywords)
     t0 = time.perf_counter()
     lines = matched = 0
     for path in sorted((bundle / "logs").rglob("*")):

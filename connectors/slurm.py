@@ -86,6 +86,10 @@ _ORDER = {"PENDING": 0, "RUNNING": 1}
 _NS = 1_000_000_000
 
 
+
+#: sacct --json's error number for a query that matched no job (Slurm 22.05 slurmdb_jobs_get).
+NOTHING_FOUND = 9003
+
 class SlurmError(RuntimeError):
     """A Slurm command failed (not found, non-zero exit, timeout) or printed output that is not
     the documented format. The message has the command and the end of its stderr."""
@@ -284,6 +288,9 @@ class SlurmConnector:
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise SlurmError(f"sacct --json: not the 22.05 JSON document ({exc}): {out[:200]!r}") from exc
         for err in doc.get("errors") or []:
+            # "Nothing found" (9003) is an empty window, not a failure
+            if isinstance(err, dict) and err.get("error_number") == NOTHING_FOUND:
+                continue
             raise SlurmError(f"sacct --json reported an error: {err}")
         text = self._run([self.sacct, "-P", "-n", "--allusers", "-S", start, "-E", end,
                           "-o", "JobID,ExitCode"])

@@ -46,6 +46,14 @@ import yaml
 from correlators import ENGINE_VERSION
 from correlators import xid as xid_catalog
 from correlators.enrich import Allocation, normalise_pci
+from correlators.explain import (
+    cause_sentence,
+    coverage_gaps,
+    explained_sentence,
+    unexplained_groups,
+    unexplained_sentence,
+)
+from correlators.repetition import clock
 from correlators.unrecognised import EVENT_TYPE as UNRECOGNISED, mine_templates
 from schemas.bundle import WorkloadSpec
 from schemas.records import (
@@ -122,6 +130,8 @@ class CausalRules:
     symptoms: dict[str, SymptomRule]
     detectors: dict[str, dict[str, Any]]
     unrecognised_near_ns: int = 120 * NS
+    #: the ``repetition``, ``gpu_count`` and ``quality`` blocks of causal.yaml, as written
+    sections: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_causal_rules(data: dict[str, Any], name: str = "causal.yaml") -> CausalRules:
@@ -140,6 +150,8 @@ def parse_causal_rules(data: dict[str, Any], name: str = "causal.yaml") -> Causa
         etype = when.pop("type", None)
         if etype not in EVENT_TYPES:
             raise CausalRulesError(f"{name}: {where}: unknown event type {etype!r}")
+        if entry.get("classify") == "gpu_count" and "gpu_count" not in data:
+            raise CausalRulesError(f"{name}: {where}: classify gpu_count needs the top-level gpu_count block")
         if not entry.get("classify") and not entry.get("symptom_only"):
             for key in ("code", "family", "domain", "weight"):
                 need(entry, key, where)
@@ -181,6 +193,7 @@ def parse_causal_rules(data: dict[str, Any], name: str = "causal.yaml") -> Causa
         symptoms=symptoms,
         detectors={d["id"]: dict(d) for d in data.get("detectors", [])},
         unrecognised_near_ns=int(float(data.get("unrecognised", {}).get("near_s", 120)) * NS),
+        sections={k: data[k] for k in ("repetition", "gpu_count", "quality") if k in data},
     )
 
 
@@ -312,6 +325,14 @@ class Hypothesis:
     derived_at: int | None = None
     derived_weight: float = 0.0
     explained: dict[str, Event] = field(default_factory=dict)
+    #: sentences for the verdict's ``reasoning`` when this hypothesis wins (a detector's chain)
+    reasons: list[str] = field(default_factory=list)
+    #: codes of the weaker hypotheses this one absorbed (their events are its symptoms)
+    absorbed: list[str] = field(default_factory=list)
+    #: events shown as context when this hypothesis wins (earlier occurrences from history)
+    context: list[Event] = field(default_factory=list)
+    #: alternatives to list when this hypothesis wins: (code, domain, text, score, hosts, ranks)
+    side_alternatives: list[tuple[str, str, str, float, tuple[str, ...], tuple[int, ...]]] = field(default_factory=list)
 
     @property
     def strength(self) -> float:
@@ -407,14 +428,22 @@ def propose(events: Sequence[Event], rules: CausalRules, start_ns: int | None = 
     transport level: no timestamp anywhere near it) counts at half weight: its place in the
     timeline is a guess. Before ``start_ns`` only strong, persistent faults count."""
     by_key: dict[tuple[str, str], Hypothesis] = {}
+    by_type: dict[str, list[CauseRule]] = {}
+    for rule in rules.causes:  # file order kept within a type: the first match wins
+        by_type.setdefault(rule.type, []).append(rule)
     for event in events:
-        for rule in rules.causes:
+        for rule in by_type.get(event.type, ()):
             if not rule.matches(event):
                 continue
             if rule.symptom_only:
                 break
             if rule.classify == "xid":
                 code, family, domain, weight, text = classify_xid(event)
+                job_wide = False
+            elif rule.classify == "gpu_count":
+                from correlators.repetition import classify_gpu_count
+
+                code, family, domain, weight, text = classify_gpu_count(event, rules.sections["gpu_count"])
                 job_wide = False
             else:
                 code, family, domain, weight = rule.code, rule.family, rule.domain, rule.weight
@@ -542,8 +571,12 @@ def node_coverage(
                 )
             )
         else:
+            # "silent" (input present, no event from the node) is negative evidence the
+            # waited_on detector uses; "empty" above is no input at all
             out.append(CoverageEntry(source=f"host:{node}", status="present", records=records,
-                                     events=events, unrecognised=unknown))
+                                     events=events, unrecognised=unknown,
+                                     detail="" if events or node in hosts_with_events
+                                     else "silent: its sources were read and hold no event"))
     return out
 
 
@@ -556,8 +589,13 @@ def decide(
     ruleset_version: str,
     rules: CausalRules | None = None,
     revision: int = 1,
+    history: Iterable[Event] = (),
 ) -> Attribution:
     """Decide the verdict of one workload attempt.
+
+    ``history`` (optional) holds events of earlier jobs on the same nodes (a bundle's
+    ``workloads/``, a stream's stored events of those nodes); it only counts repetitions of
+    application-class XIDs on a GPU (:mod:`correlators.repetition`), never causes or symptoms.
 
     ``events`` must already be enriched (:meth:`Allocation.enrich`); duplicates (same
     ``event_id``) collapse and order does not matter. ``coverage`` is the per-source coverage
@@ -566,11 +604,14 @@ def decide(
     ``decided_at`` is the window end (event time). Pure: no I/O, no clock.
     """
     from correlators.detectors import run_detectors
+    from correlators.pids import assign_ranks
 
     rules = rules or default_causal_rules()
     lo = info.start_ns - rules.before_start_ns
     hi = (info.end_ns if info.end_ns is not None else math.inf) + rules.after_end_ns
     all_events = {e.event_id: e for e in events}
+    # a kernel/driver line's pid= names a rank when the launcher or the logs state it
+    all_events = assign_ranks(alloc, all_events)
     ordered = sorted((e for e in all_events.values() if lo <= e.at <= hi), key=_event_sort_key)
     # error lines no rule knows are neither causes nor symptoms: they are reported, and keep
     # a verdict from definitive when they sit near its cause
@@ -581,7 +622,9 @@ def decide(
     # symptom: earlier lines of the same host log belong to earlier processes
     start = info.start_ns - rules.skew_ns
     hyps = propose(ordered, rules, start_ns=info.start_ns)
-    hyps += run_detectors(info, alloc, ordered, hyps, rules)
+    hyps += run_detectors(info, alloc, ordered, hyps, rules, coverage=coverage)
+    # the same application-class XID on one GPU from several processes: the GPU
+    hyps += _repetition_hypotheses(info, alloc, ordered, list(history), hyps, rules)
 
     # absorption: a weaker hypothesis whose every event a stronger one explains is a symptom
     hyps.sort(key=lambda h: (-h.strength, h.at, h.code))
@@ -602,6 +645,7 @@ def decide(
             continue
         for event in hyp.events:
             absorber.explained[event.event_id] = event
+        absorber.absorbed.append(hyp.code)
         if hyp.family == absorber.family:
             absorber.extra_ranks |= hyp.extra_ranks
 
@@ -656,8 +700,16 @@ def decide(
     if not scored:
         base["unrecognised"] = unrecognised_templates(unknown_lines)
         outcome = _outcome(info.state, False, ordered)
+        reasoning = ["no event in the window is a cause any rule knows"]
+        if symptom_pool:
+            reasoning.append(f"the inputs hold symptoms only: {_symptom_counts(symptom_pool)}")
+        gaps = coverage_gaps(coverage_all)
+        if gaps:
+            reasoning.append("the input is incomplete: " + ", ".join(gaps[:4]))
         return Attribution(
             **base,
+            unexplained=unexplained_groups(symptom_pool, set(), set()),
+            reasoning=reasoning,
             outcome=outcome,
             domain="unknown",
             root_cause=RootCause(
@@ -688,13 +740,31 @@ def decide(
 
     near = [e for e in unknown_lines if abs(e.effective_at - winner.at) <= rules.unrecognised_near_ns]
     base["unrecognised"] = unrecognised_templates(unknown_lines, near)
-    if near and quality == "definitive":
-        quality = "probable"
+    # definitive needs more than confidence (causal.yaml `quality`): each unmet condition is
+    # a reason, and the first one makes the verdict probable
+    not_definitive: list[str] = []
+    if near:
+        not_definitive.append(f"{len(near)} error line(s) no rule knows sit near the cause")
     # a cause whose every supporting line lacks a time of its own (inherited from a
     # neighbour, or the transport's) is not placed well enough to be definitive
-    if quality == "definitive" and winner.support and max(
-        e.time_quality for e in winner.events
-    ) <= TIME_QUALITY_INHERITED:
+    dated = not winner.support or max(e.time_quality for e in winner.events) > TIME_QUALITY_INHERITED
+    if not dated:
+        not_definitive.append("the deciding line has no timestamp of its own")
+    if info.end_ns is not None and winner.at > info.end_ns + rules.skew_ns:
+        not_definitive.append(f"its cause at {clock(winner.at)} comes after the workload ended "
+                              f"({clock(info.end_ns)})")
+    gaps = coverage_gaps(coverage_all)
+    if gaps:
+        not_definitive.append("the input is incomplete: " + ", ".join(gaps[:4]))
+    competing_ratio = float(rules.sections.get("quality", {}).get("competing_ratio", 0.5))
+    rivals = [(sc, h) for (sc, _), h in scored[1:] if h.domain != winner.domain and sc >= competing_ratio * win_score]
+    if rivals:
+        sc, h = rivals[0]
+        not_definitive.append(f"{h.code} ({h.domain}) competes at {sc / win_score:.2f} of its score")
+    if winner.side_alternatives:
+        # a pattern (a repeat) that names its own alternative is for diagnostics to confirm
+        not_definitive.append(f"{winner.side_alternatives[0][0]} remains a fitting alternative")
+    if quality == "definitive" and not_definitive:
         quality = "probable"
 
     causes = sorted(winner.events, key=_event_sort_key)
@@ -702,7 +772,11 @@ def decide(
     symptom_ids = {e.event_id for e in symptoms}
     cause_ids = {e.event_id for e in causes}
     context = [e for e in ordered if e.event_id not in symptom_ids and e.event_id not in cause_ids]
+    in_window = {e.event_id for e in ordered}
+    context = sorted(context + [e for e in winner.context if e.event_id not in in_window], key=_event_sort_key)
     primary = _primary(winner) if winner.support else None
+    own_ids = {e.event_id for e in winner.events}
+    unexplained = unexplained_groups(symptom_pool, own_ids, symptom_ids)
     alternatives = [
         Alternative(
             code=h.code,
@@ -715,6 +789,10 @@ def decide(
         for (s, _), h in scored[1:6]
         if s >= 0.3 * win_score
     ]
+    for code, domain, text, alt_score, hosts, ranks in winner.side_alternatives:
+        if all(a.code != code for a in alternatives):
+            alternatives.append(Alternative(code=code, domain=domain, text=text, score=round(alt_score, 4),
+                                            hosts=list(hosts), ranks=list(ranks)))
     if near:
         alternatives.append(Alternative(
             code=UNRECOGNISED,
@@ -725,8 +803,35 @@ def decide(
             hosts=sorted({e.host for e in near if e.host}),
             ranks=sorted({e.rank for e in near if e.rank is not None}),
         ))
+    reasoning = [cause_sentence(winner.code, winner.domain, winner.text, primary, winner.at,
+                                sorted(winner.hosts), summarise(primary) if primary else "", dated)]
+    reasoning += winner.reasons
+    reasoning.append(explained_sentence(symptoms))
+    left = unexplained_sentence(unexplained)
+    if left:
+        reasoning.append(left)
+    if winner.absorbed:
+        reasoning.append("absorbed as its consequences: " + ", ".join(sorted(set(winner.absorbed))))
+    listed = [a for a in alternatives if a.code != UNRECOGNISED]
+    if listed:
+        reasoning.append("alternatives: " + "; ".join(
+            f"{a.code} ({a.domain}, {a.score / win_score:.2f} of its score)" for a in listed[:4]))
+    else:
+        reasoning.append("no other cause fits")
+    if quality == "definitive":
+        reasoning.append(f"quality definitive: confidence {confidence:.2f}, a dated cause that fits the "
+                         "failure, complete input, no competing cause, no unknown error line near it")
+    elif quality == "ambiguous":
+        reasoning.append(f"quality ambiguous: {scored[1][1].code} scores {rival:.2f} of the winner "
+                         f"(>= {rules.ambiguity_ratio})")
+    else:
+        why = [f"confidence {confidence:.2f}" + (" below 0.8" if confidence < 0.8 else "")]
+        why += not_definitive
+        reasoning.append(f"quality {quality}, not definitive: " + "; ".join(why))
     return Attribution(
         **base,
+        unexplained=unexplained,
+        reasoning=reasoning,
         outcome=_outcome(info.state, True, ordered),
         domain=winner.domain,
         root_cause=RootCause(
@@ -747,6 +852,85 @@ def decide(
         alternatives=alternatives,
         incident_id=primary.attributes.get("incident_id") if primary else None,
     )
+
+
+def _symptom_counts(events: Sequence[Event]) -> str:
+    from correlators.explain import explained_sentence
+
+    return explained_sentence(events).split(": ", 1)[1]
+
+
+def _repetition_hypotheses(
+    info: WorkloadInfo,
+    alloc: Allocation,
+    ordered: Sequence[Event],
+    history: Sequence[Event],
+    hyps: Sequence[Hypothesis],
+    rules: CausalRules,
+) -> list[Hypothesis]:
+    """``gpu.xid.<N>.repeated`` hypotheses for application-class XIDs this job logged on a GPU
+    that earlier processes or jobs logged too (:mod:`correlators.repetition`, causal.yaml
+    ``repetition``), with the application hypotheses of that host as their alternatives. The
+    same XID on every GPU of the node instead adds the driver as an alternative (and a reason)
+    to the application hypotheses of that host. Mutates ``hyps`` only to add those."""
+    from correlators.repetition import DEFAULT_REPETITION, find_repetitions
+
+    params = {**DEFAULT_REPETITION, **rules.sections.get("repetition", {})}
+    reps = find_repetitions(ordered, history, workload_id=info.workload_id, start_ns=info.start_ns,
+                            end_ns=info.end_ns, skew_ns=rules.skew_ns, alloc=alloc, params=params)
+    out: dict[tuple[str, str], Hypothesis] = {}
+    window_h = round(float(params["window_s"]) / 3600, 1)
+    # several codes repeated on one GPU are one hypothesis, named by the most repeated code
+    reps = sorted(reps, key=lambda r: (r.host, r.gpu, -len(r.processes), r.xid))
+    for rep in reps:
+        gpu = rep.gpu.lstrip("#")
+        apps = [h for h in hyps if h.family == "app" and rep.host in h.hosts]
+        ranks = tuple(sorted({e.rank for e in rep.own if e.rank is not None}))
+        if rep.node_wide:
+            text = _FMT.format(str(params.get("driver_text", "XID {xid} on every GPU of {host}")),
+                               xid=rep.xid, host=rep.host, gpus=", ".join(g.lstrip("#") for g in rep.gpus_hit))
+            for hyp in apps:
+                hyp.side_alternatives.append((_FMT.format(str(params.get("driver_code", "gpu.driver.xid_{xid}_all_gpus")),
+                                                          xid=rep.xid),
+                                              "gpu_software", text,
+                                              hyp.strength * float(params["driver_alternative_weight"]),
+                                              (rep.host,), ()))
+                hyp.reasons.append(f"XID {rep.xid} hit all {len(rep.gpus_hit)} GPUs of {rep.host} at once: "
+                                   "not one GPU's fault, so the repetition does not point at a GPU")
+            continue
+        if not rep.repeated(params):
+            continue
+        text = _FMT.format(str(params.get("text", "XID {xid} repeated on GPU {gpu} of {host}")), xid=rep.xid,
+                           gpu=gpu, host=rep.host, n=len(rep.processes), window_h=window_h,
+                           processes=", ".join(rep.processes))
+        code = _FMT.format(str(params.get("code", "gpu.xid.{xid}.repeated")), xid=rep.xid)
+        hyp = out.get((rep.host, rep.gpu))
+        if hyp is None:
+            hyp = out[(rep.host, rep.gpu)] = Hypothesis(code=code, family="gpu", domain="gpu_hardware",
+                                                        text=text, job_wide=False)
+        weight = rep.weight(params)
+        hyp.support += [(weight, f"xid_repeat:{code}", e) for e in rep.own]
+        hyp.context += list(rep.earlier)
+        first = min(rep.earlier, key=lambda e: (e.at, e.event_id)) if rep.earlier else None
+        hyp.reasons.append(
+            f"XID {rep.xid} on GPU {gpu} of {rep.host} came from {len(rep.processes)} processes "
+            f"({', '.join(rep.processes)})"
+            + (f", the first at {clock(first.at)}" if first else "")
+            + f", within {window_h} h: NVIDIA's XID catalog"
+            + (f" (WORKFLOW_XID_{rep.xid})" if rep.xid in (13, 31) else "")
+            + " and NVSentinel read a "
+            "repeat on one GPU as the GPU, so the application is only the alternative")
+        named = {a[0] for a in hyp.side_alternatives}
+        for app in apps:
+            if app.code not in named:
+                hyp.side_alternatives.append((app.code, app.domain, app.text, app.strength,
+                                              tuple(sorted(app.hosts)), tuple(sorted(_ranks(app)))))
+        if not apps and f"app.xid.{rep.xid}" not in named:
+            hyp.side_alternatives.append((f"app.xid.{rep.xid}", "software",
+                                          _FMT.format(str(params.get("app_text", "the application faulted")),
+                                                      xid=rep.xid, gpu=gpu, host=rep.host),
+                                          0.5 * weight, (rep.host,), ranks))
+    return [out[k] for k in sorted(out)]
 
 
 #: Templates of unrecognised lines listed on a verdict (the most frequent first).

@@ -4,12 +4,16 @@ Each detector is registered under the id its ``detectors`` entry in ``causal.yam
 reads its parameters from there. A detector returns hypotheses, or folds its finding into an
 existing hypothesis that it corroborates.
 
-* ``stalled_rank`` -- when every rank but a few logs a PyTorch NCCL watchdog timeout, the
-  silent ranks are the ones that stalled: they never entered the collective the others wait
-  for. torchrun's "Root Cause (first observed failure)" names whichever rank *exited* first,
-  which is one of the waiting ranks in that case (PyTorch elastic docs; seen in the wild).
-  When a hardware/host hypothesis already names a silent rank's host, the silent ranks become
-  its culprit ranks instead of a rival cause.
+* ``waited_on`` -- waiting-for-peer evidence in any backend (NCCL watchdog, gloo, TCPStore,
+  elastic rendezvous): the suspects are the members the others waited on -- named by the
+  waits (peer rank, peer address -> host), or silent while every other member reported (the
+  stalled rank: when every rank but a few logs a watchdog timeout, the silent ones never
+  entered the collective; in a 2-member group the one that did not time out), or, for a
+  store/rendezvous short of clients, the nodes of the allocation that never logged. torchrun's
+  "Root Cause (first observed failure)" names whichever rank *exited* first, one of the waiting
+  ranks in that case (PyTorch elastic docs; seen in the wild): context, never the deciding
+  evidence. When a hardware/host hypothesis already names a suspect, the suspects become its
+  culprit ranks instead of a rival cause.
 * ``roce_gid_index`` -- NET/IB completion error 12 (transport retry counter exceeded) from the
   first connections of a job, with no link-down, module or async port event and ports read
   as ACTIVE, is the RoCE GID index misconfiguration (NCCL issue #426), not the fabric.
@@ -41,51 +45,200 @@ def detector(name: str) -> Callable[[Detector], Detector]:
     return wrap
 
 
-def run_detectors(info, alloc: Allocation, events: Sequence[Event], hyps: list, rules) -> list:
-    """Run every detector configured in the causal rules; returns new hypotheses."""
+def run_detectors(info, alloc: Allocation, events: Sequence[Event], hyps: list, rules, coverage: Sequence = ()) -> list:
+    """Run every detector configured in the causal rules; returns new hypotheses. Detectors
+    that take ``coverage`` (the per-source coverage entries) get it: negative evidence needs to
+    tell a node without input from a silent one."""
+    import inspect
+
     out = []
     for name in sorted(rules.detectors):
         fn = _REGISTRY.get(name)
         if fn is None:
             raise KeyError(f"causal.yaml names detector {name!r}, which no code registers")
-        out.extend(fn(info, alloc, events, hyps, rules.detectors[name]))
+        if "coverage" in inspect.signature(fn).parameters:
+            out.extend(fn(info, alloc, events, hyps, rules.detectors[name], coverage=coverage))
+        else:
+            out.extend(fn(info, alloc, events, hyps, rules.detectors[name]))
     return out
 
 
-@detector("stalled_rank")
-def stalled_rank(info, alloc: Allocation, events: Sequence[Event], hyps: list, params: dict) -> list:
+#: Launcher-side records about a rank (written by torchrun / the scheduler, not by the rank):
+#: they say nothing of whether the rank itself was still logging.
+LAUNCHER_TYPES = ("torchrun.", "sched.", "proc.killed", "proc.exited", "proc.signal_received", "k8s.", "kueue.")
+#: Failures of a waiting rank that its wait explains (it exited because it timed out): context,
+#: never evidence against it (torchrun's "first observed failure" is one of them).
+CONSEQUENCE_TYPES = ("torchrun.child_failed", "proc.exited", "proc.killed", "app.exception", "nccl.comm_aborted")
+
+
+def _is_wait(e: Event, params: dict) -> bool:
+    """A line that says its rank/host was waiting on another member and gave up."""
+    if e.type not in params.get("wait_types", ()):
+        return False
+    if e.type == "store.error":
+        return e.attributes.get("reason") in ("closed", "reset", "refused", "broken_pipe")
+    if e.type == "nccl.comm_aborted":
+        return e.attributes.get("reason_kind") == "timeout"
+    return True
+
+
+def host_presence(info, alloc: Allocation, events: Sequence[Event], coverage: Sequence = ()) -> dict[str, dict]:
+    """Negative evidence per node of the allocation: ``{host: {"input": bool, "last_at": ns or
+    None, "lines": n}}``. ``input`` is whether some source (``file:logs/<host>/...``,
+    ``file:metrics/<host>/...`` or ``host:<host>``) with records covers the node: a node with
+    input and no line is *silent*; one without input is *no input* (its silence proves
+    nothing). ``last_at`` is the node's own last event (launcher summaries read from another
+    host's log do not count)."""
+    sourced: set[str] = set()
+    for c in coverage:
+        parts = c.source.split("/")
+        host = None
+        if c.source.startswith("host:"):
+            host = c.source[5:]
+        elif len(parts) >= 3 and parts[0] in ("file:logs", "file:metrics"):
+            host = parts[1]
+        if host and (c.records or c.status == "present"):
+            sourced.add(host)
+    times: dict[str, list[int]] = {}
+    for e in events:
+        times.setdefault(e.host, []).append(e.at)
+    out: dict[str, dict] = {}
+    for host in sorted(set(info.nodes) | {h for h, _ in alloc.ranks.values()}):
+        own = times.get(host, [])
+        out[host] = {"input": host in sourced or bool(own), "last_at": max(own) if own else None, "lines": len(own)}
+    return out
+
+
+def _clock(ns: int) -> str:
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(ns / 1e9, _dt.timezone.utc).strftime("%H:%M:%S")
+
+
+@detector("waited_on")
+def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, params: dict, coverage: Sequence = ()) -> list:
+    """Waiting-for-peer evidence, one rule for every backend (NCCL watchdog, gloo, TCPStore,
+    elastic rendezvous): the suspects are the members the others waited on.
+
+    * **named**: a wait names its peer (``peer_rank``; ``peer`` address -> ``peer_host``
+      through the allocation) that did not itself report waiting;
+    * **silent**: every member but a few (``max_silent_fraction``, at least one; in a 2-member
+      group the one) reported a wait and the rest said nothing -- the stalled-rank case;
+    * **never joined**: a store/rendezvous timed out with ``joined < expected`` and nodes of
+      the allocation produced no line at all: those nodes (host, with scheduler and config as
+      alternatives); a node without any input source weighs less (no input is not silence).
+
+    A waiter's own exit (SIGABRT from its watchdog, an exception, torchrun's "first observed
+    failure") is a consequence of its wait: the suspect outweighs it. A strong cause already on
+    the suspect (an XID, OOM kill or SIGKILL of that rank or host) gets the suspect ranks
+    instead of a rival hypothesis."""
     from correlators.attribution import Hypothesis, _render
 
-    all_ranks = set(alloc.ranks)
-    timeouts = [e for e in events if e.type == "nccl.watchdog_timeout" and e.rank is not None]
-    timed_out = {e.rank for e in timeouts}
-    if len(all_ranks) < 2 or not timed_out:
+    waits = [e for e in events if _is_wait(e, params)]
+    if not waits:
         return []
-    silent = sorted(all_ranks - timed_out)
-    limit = max(1, int(len(all_ranks) * float(params.get("max_silent_fraction", 0.25))))
-    if not silent or len(silent) > limit or len(timed_out) < len(all_ranks) / 2:
-        return []
-    silent_hosts = {alloc.ranks[r][0] for r in silent}
-    began = min(e.effective_at for e in timeouts)
-    # corroboration: a strong cause on the silent ranks' host(s) gets them as culprit ranks
-    for hyp in hyps:
-        if hyp.family in ("gpu", "host", "killed", "app", "fabric") and silent_hosts <= hyp.hosts:
-            if hyp.strength >= float(params.get("weight", 0.6)):
-                hyp.extra_ranks |= set(silent)
+    presence = host_presence(info, alloc, events, coverage)
+    weight = float(params.get("weight", 0.6))
+    members = sorted(alloc.ranks)
+    waiters = {e.rank for e in waits if e.rank is not None}
+    waiter_hosts = {e.host for e in waits if e.host and e.host != "_scheduler"}
+    began = min(e.effective_at for e in waits)
+    nccl = any(e.type == "nccl.watchdog_timeout" for e in waits)
+    # the last own line of each rank (launcher records about it excluded)
+    last: dict[int, int] = {}
+    for e in events:
+        if e.rank is not None and not e.type.startswith(LAUNCHER_TYPES):
+            last[e.rank] = max(last.get(e.rank, e.at), e.at)
+
+    def ranks_of(hyp) -> set[int]:
+        return {e.rank for e in hyp.events if e.rank is not None} | hyp.extra_ranks
+
+    # -- 1. whom the waits name
+    named_ranks = {e.attributes.get("peer_rank") for e in waits} - {None}
+    named_ranks = {r for r in named_ranks if isinstance(r, int) and r in alloc.ranks and r not in waiters}
+    named_hosts = {e.attributes.get("peer_host") for e in waits} - {None}
+    named_hosts = {h for h in named_hosts if h not in waiter_hosts}
+    # -- 2. who stayed silent while the rest reported
+    silent: list[int] = []
+    if len(members) >= 2 and waiters:
+        quiet = [r for r in members if r not in waiters]
+        limit = max(1, int(len(members) * float(params.get("max_silent_fraction", 0.25))))
+        if quiet and len(quiet) <= limit and len(waiters) >= len(members) / 2:
+            silent = quiet
+    # a waiter's own failure records are explained by its wait: a suspect outweighs them
+    consequences = [
+        h.strength for h in hyps
+        if h.family in ("app", "killed") and h.support
+        and all(e.type in CONSEQUENCE_TYPES and e.rank in waiters and e.attributes.get("signal") != 9 for e in h.events)
+    ]
+    outweigh = max([0.0] + [min(0.9, c + float(params.get("consequence_margin", 0.05))) for c in consequences])
+    suspects = sorted(set(silent) | named_ranks)
+    suspect_hosts = {alloc.ranks[r][0] for r in suspects} | named_hosts
+    out: list = []
+    if suspects or suspect_hosts:
+        # corroboration: a strong cause on a suspect rank (or on its host, not on a waiter)
+        for hyp in hyps:
+            if hyp.family not in ("gpu", "host", "killed", "app", "fabric", "rack") or hyp.strength < weight:
+                continue
+            hr = ranks_of(hyp)
+            on_rank = bool(hr & set(suspects))
+            on_host = suspect_hosts <= hyp.hosts and not (hr & waiters)
+            if on_rank or on_host:
+                hyp.extra_ranks |= set(suspects)
                 return []
-    hosts = sorted(silent_hosts)
-    hyp = Hypothesis(
-        code=params["code"],
-        family="stall",
-        domain=params.get("domain", "unknown"),
-        text=_render(params.get("text", params["code"]), None, ranks=", ".join(map(str, silent)), hosts=", ".join(hosts)),
-        job_wide=False,
-        extra_ranks=set(silent),
-        extra_hosts=set(hosts),
-        derived_at=began,
-        derived_weight=float(params.get("weight", 0.6)),
-    )
-    return [hyp]
+        strength = max(weight, outweigh)
+        how = []
+        if silent:
+            after = [last[r] for r in silent if r in last]
+            how.append(
+                f"rank(s) {', '.join(map(str, silent))} never reported the wait that "
+                f"{len(waiters)} other member(s) did"
+                + (f"; last line at {_clock(max(after))}" if after else "; no line of their own")
+            )
+        if named_ranks or named_hosts:
+            how.append("the waiting members named " + ", ".join(
+                [f"rank {r}" for r in sorted(named_ranks)] + [f"host {h}" for h in sorted(named_hosts)]))
+        hosts = sorted(suspect_hosts)
+        if silent:
+            code = params["code"] if nccl else params.get("code_other", params["code"])
+        else:
+            code = params.get("code_named", params["code"])
+        text = _render(params.get("text", code), None, ranks=", ".join(map(str, suspects)) or "?",
+                       hosts=", ".join(hosts), how="; ".join(how), at=_clock(began))
+        out.append(Hypothesis(code=code, family="stall", domain=params.get("domain", "unknown"), text=text,
+                              job_wide=False, extra_ranks=set(suspects), extra_hosts=set(hosts),
+                              derived_at=began, derived_weight=round(strength, 6)))
+    # -- 3. a store/rendezvous that timed out short of members: the nodes that never logged
+    short = [e for e in waits if e.type in ("rdzv.timeout", "store.timeout")
+             and isinstance(e.attributes.get("joined"), int) and isinstance(e.attributes.get("expected"), int)
+             and e.attributes["joined"] < e.attributes["expected"]]
+    rdzv = params.get("never_joined") or {}
+    if short and rdzv and not out:
+        e0 = min(short, key=lambda e: (e.effective_at, e.event_id))
+        missing = e0.attributes["expected"] - e0.attributes["joined"]
+        absent = sorted(h for h, p in presence.items() if p["lines"] == 0)
+        silent_hosts = [h for h in absent if p_input(presence, h)]
+        blind = [h for h in absent if not p_input(presence, h)]
+        hosts = silent_hosts if silent_hosts else blind
+        if hosts and len(hosts) <= missing:
+            w = float(rdzv.get("weight", 0.6)) if silent_hosts else float(rdzv.get("no_input_weight", 0.4))
+            w = max(w, outweigh)
+            ranks = sorted(r for r, (h, _) in alloc.ranks.items() if h in hosts)
+            seen = "logged nothing although its logs were collected" if silent_hosts else "has no input source (its logs were not collected)"
+            values = dict(hosts=", ".join(hosts), joined=e0.attributes["joined"], expected=e0.attributes["expected"],
+                          seen=seen, at=_clock(e0.at))
+            for alt in [rdzv] + list(rdzv.get("alternatives", ())):
+                scale = float(alt.get("weight", w)) / float(rdzv.get("weight", 0.6)) if alt is not rdzv else 1.0
+                out.append(Hypothesis(
+                    code=alt["code"], family="absent", domain=alt.get("domain", "unknown"),
+                    text=_render(alt.get("text", alt["code"]), None, **values), job_wide=False,
+                    extra_ranks=set(ranks), extra_hosts=set(hosts), derived_at=e0.effective_at,
+                    derived_weight=round(w * scale, 6)))
+    return out
+
+
+def p_input(presence: dict, host: str) -> bool:
+    return bool(presence.get(host, {}).get("input"))
 
 
 @detector("roce_gid_index")

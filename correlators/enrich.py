@@ -43,7 +43,9 @@ class Allocation:
     """Host/rank/GPU facts of one workload attempt.
 
     ``ranks``: rank -> (host, gpu index or None); ``ips``: address -> host;
-    ``gpus``: (host, normalised PCI bus id) -> GPU index, learned from telemetry.
+    ``gpus``: (host, normalised PCI bus id) -> GPU index, learned from telemetry;
+    ``pids``: (host, pid) -> rank from ``ranks.<N>.pid`` (``correlators.pids`` adds what the
+    logs state).
     """
 
     workload_id: str
@@ -51,13 +53,16 @@ class Allocation:
     ranks: dict[int, tuple[str, int | None]] = field(default_factory=dict)
     ips: dict[str, str] = field(default_factory=dict)
     gpus: dict[tuple[str, str], int] = field(default_factory=dict)
+    pids: dict[tuple[str, int], int] = field(default_factory=dict)
 
     @classmethod
     def from_workload(cls, spec: WorkloadSpec) -> "Allocation":
         """Build the table from ``workload.yaml``."""
-        ranks = {r: (slot.host, slot.gpu) for r, slot in spec.rank_map().items()}
+        slots = spec.rank_map()
+        ranks = {r: (slot.host, slot.gpu) for r, slot in slots.items()}
         ips = {facts.ip: host for host, facts in spec.hosts.items() if facts.ip}
-        return cls(workload_id=spec.workload_id, cluster=spec.cluster, ranks=ranks, ips=ips)
+        pids = {(slot.host, slot.pid): r for r, slot in slots.items() if slot.pid}
+        return cls(workload_id=spec.workload_id, cluster=spec.cluster, ranks=ranks, ips=ips, pids=pids)
 
     def __post_init__(self) -> None:
         self._by_host_gpu: dict[tuple[str, int], int] = {}

@@ -298,6 +298,9 @@ EVENT_TYPES: dict[str, str] = {
     "app.exception": "an uncaught Python exception no specific rule recognised (the last line "
     "of a traceback). attrs: exception (qualified type), message, raised_in_source (the program's "
     "own raise statement)",
+    # Any type (issue 10): nccl_pid (int) on an event read from a line with NCCL's
+    # "host:pid:tid [dev]" prefix; rank_from='pid' when correlators/pids.py gave a pid-bearing
+    # event (host.oom_kill, gpu.xid, proc.*) its rank from what the allocation/logs state.
     # --- unrecognised (vocabulary issue 9) ---
     "log.unrecognised": "a record at error severity that no rule matched "
     "(correlators/unrecognised.py). attrs: severity (nccl_warn|glog_error|kernel_err|"

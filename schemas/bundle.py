@@ -243,7 +243,20 @@ class ExpectedIncident(_Spec):
 
 
 class ExpectedSpec(_Spec):
-    """``expected.yaml``: what a correct verdict says. Every field given must match."""
+    """``expected.yaml``: what a correct verdict says. Every field given must match
+    (``faultstream score`` reports each one that does not, with the reason):
+
+    * ``domain`` (equal) or ``domain_any_of`` (one of);
+    * ``root_cause``: a prefix of the verdict's root-cause code (``gpu.xid`` matches
+      ``gpu.xid.79``; a full code matches only itself and its dotted extensions);
+    * ``culprit_hosts`` / ``culprit_ranks`` / ``culprit_ports``: set equality with the
+      verdict's culprits (``[]`` = it must name none);
+    * ``quality_any_of``: the verdict's quality is one of these;
+    * ``alternatives``: codes or code prefixes the verdict must list among its
+      ``alternatives``, each matched by at least one of them (``[app.xid]`` is met by an
+      alternative ``app.xid.31``); ``[]`` = it must list none;
+    * ``incident`` / ``incidents``: the cross-workload incident (see :class:`ExpectedIncident`).
+    """
 
     domain: Domain | None = None
     domain_any_of: list[Domain] | None = None
@@ -252,6 +265,7 @@ class ExpectedSpec(_Spec):
     culprit_ranks: list[int] | None = None
     culprit_ports: list[str] | None = None
     quality_any_of: list[Quality] | None = None
+    alternatives: list[str] | None = None
     incident: ExpectedIncident | None = None
     incidents: int | None = Field(default=None, ge=0)
     notes: str = ""

@@ -349,6 +349,19 @@ class UnrecognisedTemplate(_Record):
     near_cause: bool = False
 
 
+class UnexplainedSymptoms(_Record):
+    """Symptoms of one event type that the decided cause does not explain (wrong host, outside
+    its time relation, or a type it cannot cause): how many, on which hosts and ranks, and the
+    first one's effective time (UTC ns). A verdict that lists these explains only part of what
+    went wrong."""
+
+    type: str
+    count: int = Field(ge=1)
+    hosts: list[str] = Field(default_factory=list)
+    ranks: list[int] = Field(default_factory=list)
+    first_at: int
+
+
 class Attribution(_Record):
     """The verdict for one scope.
 
@@ -361,6 +374,12 @@ class Attribution(_Record):
     ``incident_id`` links verdicts of one fault across workloads (a flapping switch port that
     broke two jobs): each workload verdict and the fabric verdict carry it, and the incident's
     own verdict (scope ``incident``) lists their attribution ids in ``members``.
+
+    ``reasoning`` is the chain the verdict used, as short sentences in a fixed order (the
+    cause and when, what it explains and leaves unexplained, what it absorbed, repetition on
+    a GPU, rivals, and why the quality is what it is); like the rest of the verdict it is a
+    pure function of the sorted events. ``unexplained`` lists, by event type, the symptoms the
+    cause leaves unexplained (empty when it explains them all).
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -380,6 +399,8 @@ class Attribution(_Record):
     alternatives: list[Alternative] = Field(default_factory=list)
     coverage: list[CoverageEntry] = Field(default_factory=list)
     unrecognised: list[UnrecognisedTemplate] = Field(default_factory=list)
+    unexplained: list[UnexplainedSymptoms] = Field(default_factory=list)
+    reasoning: list[str] = Field(default_factory=list)
     incident_id: str | None = None
     members: list[str] = Field(default_factory=list)
     final: bool = True

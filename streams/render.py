@@ -12,7 +12,9 @@
    knows); ``failed`` is red, ``empty`` and ``lagging`` yellow; then the unrecognised error
    lines as templates ("4 error lines no rule knows, 2 templates: ..."), those near the cause
    marked;
-6. the evidence timeline -- UTC time to the millisecond (``2026-11-30 01:21:04.123``), role
+6. the reasoning -- the verdict's chain as numbered sentences (``reasoning``), then the
+   symptoms its cause leaves unexplained (``unexplained``) when there are any;
+7. the evidence timeline -- UTC time to the millisecond (``2026-11-30 01:21:04.123``), role
    (cause / symptom / context), event type, host, rank, summary. Beyond ``max_timeline``
    rows it keeps every cause, then the earliest symptoms (at least half of what is left),
    then the earliest of the rest, shows them in time order and ends with
@@ -240,6 +242,27 @@ def _unrecognised(att: Attribution) -> Any:
     return Group(head, table)
 
 
+def _reasoning(att: Attribution) -> Any:
+    """The reasoning chain and the unexplained symptoms, or None when the verdict has neither."""
+    if not att.reasoning and not att.unexplained:
+        return None
+    parts: list[Any] = [Text("Reasoning", style="bold")]
+    for i, sentence in enumerate(att.reasoning, 1):
+        parts.append(Text(f"{i}. {sentence}"))
+    if att.unexplained:
+        table = Table(title="Left unexplained", title_justify="left", title_style="bold yellow",
+                      box=box.SIMPLE_HEAD)
+        table.add_column("type")
+        table.add_column("events", justify="right")
+        table.add_column("hosts")
+        table.add_column("ranks")
+        table.add_column("first (UTC)", no_wrap=True)
+        for u in att.unexplained:
+            _row(table, u.type, str(u.count), ", ".join(u.hosts), format_ranks(u.ranks), format_ns(u.first_at))
+        parts.append(table)
+    return Group(*parts)
+
+
 def _select_timeline(items: Sequence[EvidenceItem], max_rows: int) -> list[EvidenceItem]:
     """The rows to show: all if they fit, else causes, then the earliest symptoms (at least
     half of the rows left), then the earliest of the rest; returned in time order."""
@@ -302,6 +325,9 @@ def render_attribution(att: Attribution, console: Console, *, max_timeline: int 
     unknown = _unrecognised(att)
     if unknown is not None:
         console.print(unknown)
+    reasoning = _reasoning(att)
+    if reasoning is not None:
+        console.print(reasoning)
     console.print(_timeline(att, max_timeline))
 
 

@@ -65,7 +65,8 @@ def decide_workloads(
        (``workload_id``), enriched with its allocation, plus the fault events relevant to it
        (:func:`correlators.fabric.relevant`). The events themselves are not rewritten with
        topology facts, so a stream worker that learns the topology late still gives the same
-       event ids.
+       event ids. The other workloads' earlier events on its nodes are its ``history``
+       (repeated XIDs on a GPU across jobs).
     3. :func:`correlators.fabric.assemble` gives each fault its fabric and incident verdicts.
 
     Returns (verdicts in the order of :class:`ReplayResult`, faults, enriched events). The
@@ -84,9 +85,13 @@ def decide_workloads(
         enriched.update((e.event_id, e) for e in own)
         linked = workload_faults(faults, spec.nodes, spec.start_ns, spec.end_ns,
                                  rules.before_start_ns, rules.after_end_ns)
+        # earlier jobs' lines on the same nodes: the history a repeated XID is counted in
+        nodes = set(spec.nodes)
+        history = [e for e in events if e.workload_id != spec.workload_id and e.host in nodes
+                   and e.at < spec.start_ns]
         verdicts.append(decide(
             WorkloadInfo.from_spec(spec), alloc, own + linked, connector.coverage_for(spec.workload_id),
-            ruleset_version=ruleset_version,
+            ruleset_version=ruleset_version, history=history,
         ))
     for event in events:
         if event.workload_id is None:
@@ -152,15 +157,17 @@ class ScoreRow:
 
 
 def score(att: Attribution, exp: ExpectedSpec, bundle: str, all_verdicts: Sequence[Attribution] = ()) -> ScoreRow:
-    """Compare a verdict with expected.yaml (BUNDLE.md: root_cause is a prefix of the code;
-    culprit lists must be equal as sets). ``incidents`` counts the incident verdicts among
+    """Compare a verdict with expected.yaml: every field it gives is checked
+    (:class:`schemas.bundle.ExpectedSpec`; BUNDLE.md: root_cause is a prefix of the code;
+    culprit lists must be equal as sets; each expected alternative a prefix of a listed
+    alternative's code). Each failed check is one miss with its reason. ``incidents`` counts the incident verdicts among
     ``all_verdicts``; ``incident`` is checked against the incident the workload verdict names."""
     misses = []
     if exp.domain and att.domain != exp.domain:
         misses.append(f"domain {att.domain} != {exp.domain}")
     if exp.domain_any_of and att.domain not in exp.domain_any_of:
         misses.append(f"domain {att.domain} not in {exp.domain_any_of}")
-    if exp.root_cause and not att.root_cause.code.startswith(exp.root_cause):
+    if exp.root_cause and not _code_matches(att.root_cause.code, exp.root_cause):
         misses.append(f"root cause {att.root_cause.code} !~ {exp.root_cause}")
     misses += _set_misses("", [
         ("hosts", att.culprits.hosts, exp.culprit_hosts),
@@ -169,6 +176,13 @@ def score(att: Attribution, exp: ExpectedSpec, bundle: str, all_verdicts: Sequen
     ])
     if exp.quality_any_of and att.quality not in exp.quality_any_of:
         misses.append(f"quality {att.quality} not in {exp.quality_any_of}")
+    if exp.alternatives is not None:
+        listed = sorted(a.code for a in att.alternatives)
+        if not exp.alternatives and listed:
+            misses.append(f"alternatives {listed} listed, none expected")
+        for want in exp.alternatives:
+            if not any(_code_matches(code, want) for code in listed):
+                misses.append(f"alternative {want} not among {listed}")
     incidents = [v for v in all_verdicts if v.scope.kind == "incident"]
     if exp.incidents is not None and len(incidents) != exp.incidents:
         misses.append(f"{len(incidents)} incident(s) != {exp.incidents}")
@@ -177,6 +191,11 @@ def score(att: Attribution, exp: ExpectedSpec, bundle: str, all_verdicts: Sequen
     want = exp.root_cause or exp.domain or "/".join(exp.domain_any_of or []) or "?"
     got = f"{att.root_cause.code} ({att.domain}, {att.quality})"
     return ScoreRow(bundle=bundle, expected=want, got=got, misses=tuple(misses))
+
+
+def _code_matches(code: str, want: str) -> bool:
+    """``want`` is a prefix of ``code`` (BUNDLE.md: ``gpu.xid`` matches ``gpu.xid.79``)."""
+    return code.startswith(want)
 
 
 def _set_misses(prefix: str, checks: Sequence[tuple[str, Sequence, Sequence | None]]) -> list[str]:

@@ -387,3 +387,21 @@ def test_cursor_of_another_cluster_is_refused(tmp_path):
     store.save({"version": 1, "cluster": "other", "since": 1, "jobs": {}, "nodes": {}})
     with pytest.raises(SlurmError, match="other"):
         SlurmConnector("fs-test", cursor=store).poll()
+
+
+def test_sacct_nothing_found_is_an_empty_window(tmp_path):
+    """sacct --json on a window with no job: 'Nothing found' (error 9003), as slurmdbd 22.05
+    answered on a fresh cluster in CI; the connector reads it as no jobs, not a failure."""
+    reply = {"meta": {"Slurm": {"release": "22.05.8"}}, "jobs": [], "errors": [
+        {"description": "Nothing found", "error_number": 9003, "error": "Nothing found with query",
+         "source": "slurmdb_jobs_get"}]}
+    fake = tmp_path / "sacct"
+    fake.write_text("#!/bin/sh\ncase \"$*\" in *--json*) cat \"$(dirname \"$0\")/reply.json\";; esac\n")
+    fake.chmod(0o755)
+    (tmp_path / "reply.json").write_text(json.dumps(reply))
+    conn = SlurmConnector("fs-test", cursor=CursorStore(tmp_path / "c.json"), sacct=str(fake))
+    assert conn.fetch_jobs("2026-11-30T00:00:00", "2026-11-30T00:01:00") == ([], {})
+    reply["errors"][0]["error_number"] = 1
+    (tmp_path / "reply.json").write_text(json.dumps(reply))
+    with pytest.raises(SlurmError, match="reported an error"):
+        conn.fetch_jobs("2026-11-30T00:00:00", "2026-11-30T00:01:00")

@@ -24,7 +24,14 @@ from confluent_kafka import Consumer, Producer
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "incidents"
-BUNDLES = sorted(p.parent for p in EXAMPLES.glob("*/expected.yaml"))
+#: Bundles whose replay verdict uses what the stream cannot see yet, with the reason; they are
+#: not published (README, "Node history").
+REPLAY_ONLY = {
+    "history-xid31-repeated-across-jobs": "the same XID on the same GPU in an earlier job of the "
+    "bundle: replay passes the node's earlier events to decide(history=...); the worker keeps no "
+    "per-node history store yet, so it decides the application",
+}
+BUNDLES = sorted(p.parent for p in EXAMPLES.glob("*/expected.yaml") if p.parent.name not in REPLAY_ONLY)
 # the worker's internal topics and tables get 4 partitions: unlike the catalogue's 3-partition
 # topology and remediation-commands topics, as in a default deployment (12 vs 3), so a table
 # written from a stream of a topic with another partition count fails here too

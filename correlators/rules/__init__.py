@@ -65,8 +65,8 @@ an ERROR level token, a Python exception line, failure words) yields one ``log.u
 event (attributes ``severity``, ``text``: the error line, truncated), rule
 ``unrecognised@1``, so nothing at error severity is silently dropped by either driver.
 
-Speed: rules are indexed by keyword; a record is only tried against the rules whose keywords
-occur in it, and a single prefilter regex (rule keywords plus the error-severity literals)
+Speed: rules are indexed by keyword (an Aho-Corasick automaton, pyahocorasick); a record is
+only tried against the rules whose keywords occur in it, and a single prefilter regex (rule keywords plus the error-severity literals)
 rejects records that hold neither.
 """
 
@@ -82,6 +82,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+import ahocorasick
 import yaml
 
 from correlators import unrecognised as _unrecognised
@@ -240,7 +241,7 @@ def _convert(value: str | None, spec: FieldSpec) -> Any:
 _LINE_CTX = re.compile(
     r"(?:\[rank(?P<rank>\d+)\]:\s?|\[\d+,(?P<mpi_rank>\d+)\]<std\w+>:)?"
     r"(?:\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\] )?"
-    r"(?:(?P<nccl_host>[\w.-]+):\d+:\d+ \[(?P<dev>\d+)\] "
+    r"(?:(?P<nccl_host>[\w.-]+):(?P<nccl_pid>\d+):\d+ \[(?P<dev>\d+)\] "
     r"|(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT[\d:.,+\-Z]+) "
     r"(?P<sys_host>[\w.-]+) [\w.\-/]+(?:\[\d+\])?: )?"
 )
@@ -257,6 +258,13 @@ def _line_context(body: str, pos: int) -> tuple[int | None, int | None, str | No
     host = m["nccl_host"] or m["sys_host"]
     dev = int(m["dev"]) if m["dev"] else None
     return rank, mpi, host, dev
+
+
+def _nccl_pid(body: str, pos: int) -> int | None:
+    """The pid of NCCL's ``host:pid:tid [dev]`` prefix on the line holding ``pos``, if any."""
+    start = body.rfind("\n", 0, pos) + 1
+    m = _LINE_CTX.match(body, start)
+    return int(m["nccl_pid"]) if m is not None and m["nccl_pid"] else None
 
 
 # ----------------------------------------------------------------------------- the pack
@@ -301,6 +309,13 @@ class RulePack:
         self._index: tuple[tuple[str, tuple[int, ...]], ...] = tuple(
             (kw, tuple(ix)) for kw, ix in sorted(index.items(), key=lambda kv: (-len(kv[0]), kv[0]))
         )
+        # one Aho-Corasick pass (pyahocorasick, C) finds every keyword a record holds, whatever
+        # the size of the pack
+        self._automaton = ahocorasick.Automaton()
+        for kw, ix in self._index:
+            self._automaton.add_word(kw, ix)
+        if index:
+            self._automaton.make_automaton()
         self.prefilter_keywords: tuple[str, ...] = tuple(sorted(set(self.keywords) | set(_unrecognised.PREFILTER_LITERALS)))
         self._prefilter = _trie_regex(self.prefilter_keywords)
         self._unrecognised_rule = Rule(
@@ -318,10 +333,11 @@ class RulePack:
         return self._rules_hit(body)
 
     def _rules_hit(self, body: str) -> list[Rule]:
+        if not self.keywords:
+            return []
         hit: set[int] = set()
-        for kw, ix in self._index:
-            if kw in body:
-                hit.update(ix)
+        for _, ix in self._automaton.iter(body):
+            hit.update(ix)
         rules = self.rules
         return [rules[i] for i in sorted(hit, key=lambda i: (not rules[i].exclusive, i))]
 
@@ -410,6 +426,10 @@ class RulePack:
                 d.host = ctx_host
             if d.gpu_index is None and ctx_dev is not None:
                 d.gpu_index = ctx_dev
+            nccl_pid = _nccl_pid(body, m.start())
+            if nccl_pid is not None and "nccl_pid" not in d.attributes:
+                # NCCL's host:pid:tid prefix: which process the line is from (correlators/pids.py)
+                d.attributes["nccl_pid"] = nccl_pid
             if rule.backdate_ms and isinstance(d.attributes.get(rule.backdate_ms), (int, float)):
                 d.began_at = obs.observed_at - int(d.attributes[rule.backdate_ms] * 1_000_000)
             if rule.code:
