@@ -11,7 +11,7 @@ Each behaviour comes with its counter-case:
   Counter-case: ``h200-xid13-misaligned-address`` (the second program alone: its XID 13 has
   no earlier XID 13 on that GPU) stays the application.
 * **repeated across jobs (history)**: the real Xid 31 line of ``dmesg-T.log`` (pid 647, job
-  2101, ``workloads/``) and the same MMU fault eight hours later from another job's process
+  4101, ``workloads/``) and the same MMU fault eight hours later from another job's process
   (pid 9121) on the same GPU -> ``gpu.xid.31.repeated``. Counter-case: the earlier Xid 31 was
   on another GPU of the node -> the application (NVSentinel: "on different GPUs ->
   application").
@@ -110,29 +110,32 @@ def three_programs_one_gpu() -> None:
 # ----------------------------------------------------------------------------- across jobs
 
 
-def _two_jobs(name: str, earlier_bus: str, what: str, **exp) -> None:
+def _two_jobs(name: str, earlier_bus: str, what: str, job: int, day: int, **exp) -> None:
+    """Jobs ``job`` + 1 (earlier, in ``workloads/``) and ``job`` + 2 on node-a01 on 2026-11-``day``,
+    8 h apart; the verbatim Xid 31 line of the H200 capture in each, on ``earlier_bus`` and then on
+    00:06. Each bundle has its own day and job ids, so all bundles can share one stream."""
     b = Bundle(name)
-    s1, e1 = t("2026-11-30T01:20:58Z"), t("2026-11-30T01:21:06Z")
-    s2, e2 = t("2026-11-30T09:40:00Z"), t("2026-11-30T09:40:10Z")
-    b.yaml("workload.yaml", workload_data("job-2102", s2, e2, ["node-a01"], {0: {"host": "node-a01", "gpu": 0}}))
-    b.yaml("workloads/job-2101.yaml", workload_data("job-2101", s1, e1, ["node-a01"], {0: {"host": "node-a01"}}))
-    dm = lines_of(H200 / "dmesg-T.log")
-    cut = next(i for i, l in enumerate(dm) if "Xid (PCI:0000:00:06): 31," in l)
-    first = dm[: cut] + [dmesg_T(t("2026-11-30T01:21:04Z"), XID31.format(bus=earlier_bus, pid=647))]
-    b.write("logs/node-a01/dmesg-T.log", first + [dmesg_T(t("2026-11-30T09:40:05Z"), XID31.format(bus="00:06", pid=9121))])
+    d = f"2026-11-{day:02d}"
+    s1, e1 = t(f"{d}T01:20:58Z"), t(f"{d}T01:21:06Z")
+    s2, e2 = t(f"{d}T09:40:00Z"), t(f"{d}T09:40:10Z")
+    b.yaml("workload.yaml", workload_data(f"job-{job + 2}", s2, e2, ["node-a01"], {0: {"host": "node-a01", "gpu": 0}}))
+    b.yaml(f"workloads/job-{job + 1}.yaml", workload_data(f"job-{job + 1}", s1, e1, ["node-a01"], {0: {"host": "node-a01"}}))
+    b.write("logs/node-a01/dmesg-T.log", [dmesg_T(t(f"{d}T01:21:04Z"), XID31.format(bus=earlier_bus, pid=647)),
+                                          dmesg_T(t(f"{d}T09:40:05Z"), XID31.format(bus="00:06", pid=9121))])
     b.write("logs/_scheduler/slurmctld.log",
-            slurm_job(2101, "node-a01", 16, s1, e1) + slurm_job(2102, "node-a01", 16, s2, e2))
+            slurm_job(job + 1, "node-a01", 16, s1, e1) + slurm_job(job + 2, "node-a01", 16, s2, e2))
     expected(b, what, SRC_H200 + "; the later line is the same fault with another pid and time", **exp)
 
 
 def across_jobs_same_gpu() -> None:
     _two_jobs(
         "history-xid31-repeated-across-jobs", "00:06",
-        "Xid 31 MMU fault on GPU 0000:00:06 in job 2101 (pid 647) and again 8 h later in job 2102 (pid 9121)",
+        "Xid 31 MMU fault on GPU 0000:00:06 in job 4101 (pid 647) and again 8 h later in job 4102 (pid 9121)",
+        job=4100, day=21,
         domain="gpu_hardware", root_cause="gpu.xid.31.repeated", culprit_hosts=["node-a01"],
         alternatives=["app.xid.31"], quality_any_of=["probable"],
-        notes=("The earlier job (workloads/job-2101.yaml) logged the real Xid 31 of dmesg-T.log (pid 647); eight "
-               "hours later job 2102's process (pid 9121) logs the same MMU fault on the same GPU. The earlier "
+        notes=("The earlier job (workloads/job-4101.yaml) logged the real Xid 31 of dmesg-T.log (pid 647); eight "
+               "hours later job 4102's process (pid 9121) logs the same MMU fault on the same GPU. The earlier "
                "job is outside this job's window: it reaches the verdict only as history. NVSentinel: XID 31 "
                "twice on the same GPU in 24 h -> run diagnostics (the GPU); the application is the alternative."),
     )
@@ -142,6 +145,7 @@ def across_jobs_other_gpu() -> None:
     _two_jobs(
         "history-xid31-other-gpu-across-jobs", "00:07",
         "counter-case: the earlier job's Xid 31 was on another GPU (0000:00:07) of the node",
+        job=4110, day=22,
         domain="software", root_cause="app.xid.31", culprit_hosts=["node-a01"], alternatives=[],
         quality_any_of=["probable", "definitive"],
         notes=("As history-xid31-repeated-across-jobs, but the earlier Xid 31 was on GPU 0000:00:07. NVSentinel: "
@@ -155,20 +159,20 @@ def across_jobs_other_gpu() -> None:
 def every_gpu_at_once() -> None:
     b = Bundle("history-xid31-every-gpu-at-once")
     buses = ["00:06", "00:07", "00:08", "00:09"]
-    s1, e1 = t("2026-11-30T07:00:00Z"), t("2026-11-30T07:00:10Z")
-    s2, e2 = t("2026-11-30T09:40:00Z"), t("2026-11-30T09:40:10Z")
+    s1, e1 = t("2026-11-23T07:00:00Z"), t("2026-11-23T07:00:10Z")
+    s2, e2 = t("2026-11-23T09:40:00Z"), t("2026-11-23T09:40:10Z")
     ranks = {r: {"host": "node-a01", "gpu": r} for r in range(4)}
-    b.yaml("workload.yaml", workload_data("job-2202", s2, e2, ["node-a01"], ranks))
-    b.yaml("workloads/job-2201.yaml", workload_data("job-2201", s1, e1, ["node-a01"], ranks))
-    lines = [dmesg_T(t("2026-11-30T07:00:05Z"), XID31.format(bus=bus, pid=7100 + i)) for i, bus in enumerate(buses)]
-    lines += [dmesg_T(t("2026-11-30T09:40:05Z"), XID31.format(bus=bus, pid=9100 + i)) for i, bus in enumerate(buses)]
+    b.yaml("workload.yaml", workload_data("job-4202", s2, e2, ["node-a01"], ranks))
+    b.yaml("workloads/job-4201.yaml", workload_data("job-4201", s1, e1, ["node-a01"], ranks))
+    lines = [dmesg_T(t("2026-11-23T07:00:05Z"), XID31.format(bus=bus, pid=7100 + i)) for i, bus in enumerate(buses)]
+    lines += [dmesg_T(t("2026-11-23T09:40:05Z"), XID31.format(bus=bus, pid=9100 + i)) for i, bus in enumerate(buses)]
     b.write("logs/node-a01/dmesg-T.log", lines)
     stamp = s2.strftime("%Y/%m/%d %H:%M:%S") + ".415"
     b.write("metrics/node-a01/nvidia-smi-gpus.csv", ["timestamp, index, pci.bus_id, uuid, name"] + [
         f"{stamp}, {i}, 00000000:{bus}.0, GPU-00000000-0000-4000-8000-000000001{i:03d}, NVIDIA H200"
         for i, bus in enumerate(buses)])
     b.write("logs/_scheduler/slurmctld.log",
-            slurm_job(2201, "node-a01", 16, s1, e1) + slurm_job(2202, "node-a01", 16, s2, e2))
+            slurm_job(4201, "node-a01", 16, s1, e1) + slurm_job(4202, "node-a01", 16, s2, e2))
     expected(
         b, "Xid 31 on all four GPUs of the node at once, in this job and an earlier one",
         "dmesg-T.log Xid 31 line format (verbatim text, other pids and buses)",
@@ -188,8 +192,8 @@ def none_of_its_gpus() -> None:
     b = Bundle("history-k8s-allocatable-0-of-8")
     src = lines_of(PUB / "rc-60" / "lines.log")[:16]
     describe = [l.replace("nvidia.com/gpu:             7", "nvidia.com/gpu:             0") for l in src]
-    start, end = t("2026-10-25T02:00:00Z"), t("2026-10-25T02:30:00Z")
-    b.workload("job-2301", "FAILED", start, end, ["node-a01"], exit_code="1", ranks_per_node=8)
+    start, end = t("2026-10-26T02:00:00Z"), t("2026-10-26T02:30:00Z")
+    b.workload("job-4301", "FAILED", start, end, ["node-a01"], exit_code="1", ranks_per_node=8)
     b.write("logs/node-a01/kubectl-describe-node.txt", describe)
     expected(
         b, "kubectl describe node: nvidia.com/gpu Capacity 8, Allocatable 0 (none of its GPUs)",

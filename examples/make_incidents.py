@@ -1228,7 +1228,7 @@ def public_rc77() -> None:
         notes="the four lines are verbatim (job output file). The job's time limit ended it; no node is "
               "at fault.")
     start, end = t("2025-01-10T13:27:20Z"), t("2025-01-10T15:27:58Z")
-    b.workload("job-1000001", "TIMEOUT", start, end, ["node-a01"], scheduler="slurm", exit_code="0:15", ranks_per_node=1)
+    b.workload("job-1000077", "TIMEOUT", start, end, ["node-a01"], scheduler="slurm", exit_code="0:15", ranks_per_node=1)
     b.write("logs/node-a01/slurm-1000001.out", src)
     _done(b)
 

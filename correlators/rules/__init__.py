@@ -4,7 +4,7 @@
 Contract::
 
     pack = load_rule_pack()            # cached default pack; load_rule_pack([extra.yaml]) adds rules
-    pack.version                       # "2026.11.0" -> Attribution.ruleset_version
+    pack.version                       # "2026.12.0" -> Attribution.ruleset_version
     pack.keywords                      # literals; every record a log rule can match holds one
     pack.prefilter_keywords            # keywords + the error-severity literals (unrecognised)
     pack.rules                         # tuple[Rule, ...] in file order
@@ -105,7 +105,7 @@ __all__ = [
 
 #: Version of the default rule pack (goes into ``Attribution.ruleset_version``). Bump it with
 #: every change of a rule file; packs with extra files get ``+<hash of the extra files>``.
-RULESET_VERSION = "2026.11.0"
+RULESET_VERSION = "2026.12.0"
 RULES_DIR = Path(__file__).parent
 
 # Hooks of one emitter live in their own module ``correlators/rules/hooks_<domain>.py`` and

@@ -81,10 +81,20 @@ def classify_reason(draft: Draft) -> None:
             draft.attributes[k] = int(v) if k in ("reported", "configured") else v
 
 
+_STATE_SET = re.compile(r"node (?P<node>[\w.-]+) state set to (?P<state>[A-Z_]+)")
+
+
 @hook("slurm_node_reason")
 def slurm_node_reason(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
-    """``reason_kind`` and the counts of a node reason (see :func:`classify_reason`)."""
+    """``reason_kind`` and the counts of a node reason (see :func:`classify_reason`). The
+    rule is exclusive, so a ``... state set to X`` line of the same node in the record (how
+    slurmctld's update_node and connectors/slurm.py print a drain) gives the ``state``."""
     classify_reason(draft)
+    if "state" not in draft.attributes:
+        for m in _STATE_SET.finditer(obs.body or ""):
+            if m["node"] == draft.attributes.get("node"):
+                draft.attributes["state"] = m["state"]
+                break
     return [draft]
 
 
