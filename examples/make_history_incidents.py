@@ -167,10 +167,10 @@ def every_gpu_at_once() -> None:
     lines = [dmesg_T(t("2026-11-23T07:00:05Z"), XID31.format(bus=bus, pid=7100 + i)) for i, bus in enumerate(buses)]
     lines += [dmesg_T(t("2026-11-23T09:40:05Z"), XID31.format(bus=bus, pid=9100 + i)) for i, bus in enumerate(buses)]
     b.write("logs/node-a01/dmesg-T.log", lines)
-    stamp = s2.strftime("%Y/%m/%d %H:%M:%S") + ".415"
+    # one nvidia-smi snapshot in each job, so each job's own window knows the node's GPUs
     b.write("metrics/node-a01/nvidia-smi-gpus.csv", ["timestamp, index, pci.bus_id, uuid, name"] + [
-        f"{stamp}, {i}, 00000000:{bus}.0, GPU-00000000-0000-4000-8000-000000001{i:03d}, NVIDIA H200"
-        for i, bus in enumerate(buses)])
+        f"{start.strftime('%Y/%m/%d %H:%M:%S')}.415, {i}, 00000000:{bus}.0, GPU-00000000-0000-4000-8000-000000001{i:03d}, NVIDIA H200"
+        for start in (s1, s2) for i, bus in enumerate(buses)])
     b.write("logs/_scheduler/slurmctld.log",
             slurm_job(4201, "node-a01", 16, s1, e1) + slurm_job(4202, "node-a01", 16, s2, e2))
     expected(
