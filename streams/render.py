@@ -27,6 +27,7 @@ rounded) to milliseconds for display.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -54,11 +55,20 @@ _COVERAGE_STYLE = {"present": "green", "empty": "bold yellow", "lagging": "bold 
                    "failed": "bold red"}
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _safe(text: str) -> str:
+    """``text`` with control characters (ESC and the rest of C0/C1 but tab and newline)
+    shown as ``\\xNN``: a log line never drives the operator's terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _plain(*cells: Any) -> list[Any]:
     """Table cells with every plain string wrapped in :class:`rich.text.Text`, so text that
     came from logs (``[/pytorch/...]``, ``[rank0]``) is shown as written, never parsed as
-    rich markup."""
-    return [Text(c) if isinstance(c, str) else c for c in cells]
+    rich markup, and with control characters made visible (:func:`_safe`)."""
+    return [Text(_safe(c)) if isinstance(c, str) else c for c in cells]
 
 
 def _row(table: Table, *cells: Any, **kwargs: Any) -> None:
@@ -237,7 +247,7 @@ def _unrecognised(att: Attribution) -> Any:
     for t in att.unrecognised:
         hosts = ", ".join(t.hosts[:3]) + (f" +{len(t.hosts) - 3}" if len(t.hosts) > 3 else "")
         _row(table, str(t.count), t.severity, hosts,
-             Text(t.template + ("  <- near the cause" if t.near_cause else "")),
+             Text(_safe(t.template) + ("  <- near the cause" if t.near_cause else "")),
              style="yellow" if t.near_cause else None)
     return Group(head, table)
 
@@ -248,7 +258,7 @@ def _reasoning(att: Attribution) -> Any:
         return None
     parts: list[Any] = [Text("Reasoning", style="bold")]
     for i, sentence in enumerate(att.reasoning, 1):
-        parts.append(Text(f"{i}. {sentence}"))
+        parts.append(Text(f"{i}. {_safe(sentence)}"))
     if att.unexplained:
         table = Table(title="Left unexplained", title_justify="left", title_style="bold yellow",
                       box=box.SIMPLE_HEAD)

@@ -156,3 +156,10 @@ def test_replay_shows_and_rules_suggest_prints_unrecognised_lines(tmp_path: Path
     assert rule["examples"][0]["line"].endswith("frobnicator 0000:3b:00.0: self-test failed")
     bad = runner.invoke(app, ["rules", "suggest", str(tmp_path / "missing")])
     assert bad.exit_code == 2
+
+
+def test_a_log_line_never_drives_the_terminal(tmp_path: Path) -> None:
+    bundle = _bundle_with_line(tmp_path, "[Mon Nov 30 01:21:02 2026] frob \x1b[31mself-test\x1b[0m failed")
+    out = CliRunner().invoke(app, ["replay", str(bundle), "--no-store"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "\x1b[31m" not in out.output and "\\x1b[31mself-test" in out.output
