@@ -421,8 +421,12 @@ KERNEL_TYPES = ("gpu.", "pcie.", "host.", "fabric.")
 PERSISTENT_FAMILIES = ("gpu", "host", "fabric")
 
 
-def propose(events: Sequence[Event], rules: CausalRules, start_ns: int | None = None) -> list[Hypothesis]:
+def propose(events: Sequence[Event], rules: CausalRules, start_ns: int | None = None,
+            end_ns: int | None = None) -> list[Hypothesis]:
     """Hypotheses from single cause events, grouped by (family, host) then by code.
+
+    An event after ``end_ns`` (the workload's end plus the clock skew) cannot have caused the
+    failure: it is never a cause (it may still be a symptom or context).
 
     An event whose time is not from its own line or a neighbour (``time_quality`` at the
     transport level: no timestamp anywhere near it) counts at half weight: its place in the
@@ -432,6 +436,8 @@ def propose(events: Sequence[Event], rules: CausalRules, start_ns: int | None = 
     for rule in rules.causes:  # file order kept within a type: the first match wins
         by_type.setdefault(rule.type, []).append(rule)
     for event in events:
+        if end_ns is not None and event.at > end_ns:
+            continue
         for rule in by_type.get(event.type, ()):
             if not rule.matches(event):
                 continue
@@ -621,7 +627,8 @@ def decide(
     # before the start (less the skew) only persistent faults may be causes, and nothing is a
     # symptom: earlier lines of the same host log belong to earlier processes
     start = info.start_ns - rules.skew_ns
-    hyps = propose(ordered, rules, start_ns=info.start_ns)
+    hyps = propose(ordered, rules, start_ns=info.start_ns,
+                   end_ns=None if info.end_ns is None else info.end_ns + rules.skew_ns)
     hyps += run_detectors(info, alloc, ordered, hyps, rules, coverage=coverage)
     # the same application-class XID on one GPU from several processes: the GPU
     hyps += _repetition_hypotheses(info, alloc, ordered, list(history), hyps, rules)

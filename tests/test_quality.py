@@ -160,13 +160,12 @@ def test_an_undated_deciding_line_is_at_most_probable():
     assert any("no timestamp of its own" in r for r in att.reasoning)
 
 
-def test_a_cause_after_the_workload_ended_is_not_definitive():
+def test_a_cause_after_the_workload_ended_is_no_cause():
     s = spec(dur_s=600)
     events = [xid(700, "node-a02", 79, 5)]
     att = decide_with(s, events, present("node-a01", "node-a02"))
-    assert att.root_cause.code == "gpu.xid.79"
-    assert att.quality != "definitive"
-    assert any("after the workload ended" in r for r in att.reasoning)
+    assert att.root_cause.code == "unknown" and att.quality == "insufficient"
+    assert [e.type for e in att.evidence] == ["gpu.xid"]
 
 
 def test_a_partial_cause_lists_what_it_leaves_unexplained():
@@ -228,3 +227,24 @@ def test_expected_alternatives_match_by_prefix():
     att = replay_bundle(EXAMPLES / "history-xid31-repeated-across-jobs").attribution
     assert score(att, ExpectedSpec(alternatives=["app."]), "b").hit
     assert score(att, ExpectedSpec(alternatives=["app.xid.31"]), "b").hit
+
+
+def test_a_cause_logged_after_the_job_ended_does_not_take_over(tmp_path) -> None:
+    """An Xid 79 on another node 20 s after the job ended cannot have caused it (the fresh-user
+    report: it used to become the root cause of a definitive verdict)."""
+    import shutil
+    from pathlib import Path
+
+    from streams.replay import replay_bundle
+
+    src = Path(__file__).resolve().parents[1] / "examples" / "incidents" / "public-rc15-pcie-aer-xid79-multinode"
+    base = replay_bundle(src).attribution
+    bundle = tmp_path / "b"
+    shutil.copytree(src, bundle)
+    late = bundle / "logs" / "node-a01" / "kernel-late.log"
+    late.write_text("2026-11-30T01:31:30Z node-a01 kernel: NVRM: Xid (PCI:0000:01:00): 79, pid=0, "
+                    "GPU has fallen off the bus.\n")
+    att = replay_bundle(bundle).attribution
+    assert (att.root_cause.code, att.culprits.hosts) == (base.root_cause.code, base.culprits.hosts) == (
+        "gpu.xid.79", ["node-a02"])
+    assert att.root_cause.event_id == base.root_cause.event_id

@@ -37,17 +37,26 @@ _GSP_RPC = re.compile(r"Expected function (?P<id>\d+) \((?P<name>[A-Z0-9_]+)\)")
 _GSP_TIMEOUT_S = re.compile(r"Timeout after (\d+)s of waiting")
 
 
+
+#: XIDs the open kernel module defines stay far below this (the catalog ends in the 150s);
+#: a larger number is not an XID (``valid: false`` on the event, a symptom-only cause entry).
+MAX_XID = 1000
+
 @hook("nvrm_xid")
 def nvrm_xid(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
     """``NVRM: Xid`` match -> catalog fields (see ``xid_catalog``) plus, when the message
     carries them: ``link`` (int; XID 74 and 144-150), ``nvlink_unit`` (``RLW_RXPIPE``,
     ``SAW_MVB``, ...) and ``nvlink_severity`` (``fatal``/``nonfatal``) for 144-150,
     ``rpc_function`` (``GSP_RM_CONTROL``) / ``rpc_function_id`` (int) / ``timeout_s`` (int)
-    for the GSP XIDs 119 and 120. MIG attribution (``GPU-I:05 GPU-CI:01``) arrives from the
+    for the GSP XIDs 119 and 120; ``valid: false`` for a number above :data:`MAX_XID`. MIG attribution (``GPU-I:05 GPU-CI:01``) arrives from the
     rule's pattern as ``gpu_instance`` / ``compute_instance`` (ints)."""
     out = xid_catalog(draft, match, obs, rule)
     a = draft.attributes
     code = a["xid"]
+    if not 0 < code <= MAX_XID:
+        # no driver prints such a number: the line is kept as evidence, never a cause
+        a["valid"] = False
+        return out
     detail = a.get("detail", "")
     if code == 74:
         m = _XID74_LINK.search(detail)
