@@ -36,6 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from make_incidents import (  # noqa: E402  (examples/ is not a package)
+    merge_readme_rows,
     H200,
     OUT,
     PUB,
@@ -208,21 +209,6 @@ def none_of_its_gpus() -> None:
 
 # ----------------------------------------------------------------------------- README
 
-ROW_PREFIX = "| `history-"
-
-
-def update_readme() -> None:
-    path = OUT / "README.md"
-    lines = [l for l in path.read_text().splitlines() if not l.startswith(ROW_PREFIX)]
-    rows_at = [i for i, l in enumerate(lines) if l.startswith("| `")]
-    if not rows_at:
-        raise SystemExit("README.md has no bundle table; run make_incidents.py first")
-    first, last = rows_at[0], rows_at[-1]
-    rows = lines[first : last + 1] + [f"| `{n}` | {w} | {v} | {s} |" for n, w, v, s in ROWS]
-    rows.sort(key=lambda r: r.split("|")[1])
-    path.write_text("\n".join(lines[:first] + rows + lines[last + 1 :]) + "\n")
-
-
 GENERATORS = (three_programs_one_gpu, across_jobs_same_gpu, across_jobs_other_gpu, every_gpu_at_once,
               none_of_its_gpus)
 
@@ -233,7 +219,7 @@ def main() -> None:
             shutil.rmtree(stale)
     for gen in GENERATORS:
         gen()
-    update_readme()
+    merge_readme_rows("history-", ROWS)
 
 
 if __name__ == "__main__":

@@ -1243,6 +1243,20 @@ PUBLIC_CASES = (
 # ----------------------------------------------------------------------------- README
 
 
+def merge_readme_rows(prefix: str, rows: list[tuple[str, str, str, str]]) -> None:
+    """Replace the README table's rows of bundles named ``prefix*`` with ``rows`` (bundle,
+    what, verdict, source), sorted with the others; for the generators run after this one."""
+    path = OUT / "README.md"
+    lines = [l for l in path.read_text().splitlines() if not l.startswith(f"| `{prefix}")]
+    rows_at = [i for i, l in enumerate(lines) if l.startswith("| `")]
+    if not rows_at:
+        raise SystemExit("README.md has no bundle table; run make_incidents.py first")
+    first, last = rows_at[0], rows_at[-1]
+    table = lines[first : last + 1] + [f"| `{n}` | {w} | {v} | {src} |" for n, w, v, src in rows]
+    table.sort(key=lambda r: r.split("|")[1])
+    path.write_text("\n".join(lines[:first] + table + lines[last + 1 :]) + "\n")
+
+
 def write_readme() -> None:
     lines = [
         "# Incident bundles",

@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from make_incidents import (  # noqa: E402  (examples/ is not a package)
+    merge_readme_rows,
     OUT,
     Bundle,
     dmesg_T,
@@ -312,21 +313,6 @@ def oom_pid_unknown() -> None:
 
 # ----------------------------------------------------------------------------- README
 
-ROW_PREFIX = "| `reasoning-"
-
-
-def update_readme() -> None:
-    path = OUT / "README.md"
-    lines = [l for l in path.read_text().splitlines() if not l.startswith(ROW_PREFIX)]
-    rows_at = [i for i, l in enumerate(lines) if l.startswith("| `")]
-    if not rows_at:
-        raise SystemExit("README.md has no bundle table; run make_incidents.py first")
-    first, last = rows_at[0], rows_at[-1]
-    rows = lines[first : last + 1] + [f"| `{n}` | {w} | {v} | {s} |" for n, w, v, s in ROWS]
-    rows.sort(key=lambda r: r.split("|")[1])
-    path.write_text("\n".join(lines[:first] + rows + lines[last + 1 :]) + "\n")
-
-
 GENERATORS = (waited_on_silent_peer, waited_on_both_time_out, never_joined_silent, never_joined_no_input,
               oom_pid_from_workload, oom_pid_from_logs, oom_pid_unknown)
 
@@ -337,7 +323,7 @@ def main() -> None:
             shutil.rmtree(stale)
     for gen in GENERATORS:
         gen()
-    update_readme()
+    merge_readme_rows("reasoning-", ROWS)
 
 
 if __name__ == "__main__":
