@@ -35,6 +35,7 @@ How a verdict is reached (the rules are data, ``correlators/causal.yaml``):
 from __future__ import annotations
 
 import math
+import re
 import string
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -298,13 +299,27 @@ class _Fmt(string.Formatter):
 _FMT = _Fmt()
 
 
+# what a text says when a placeholder had no value: "(GPU ?)" and "(pid ?)" go, "GPU ? of" and
+# "rank ? on" become "a GPU of" / "a rank on"
+_UNKNOWN = (
+    (re.compile(r" \((?:GPU|pid|rank)s? \?\)"), ""),
+    (re.compile(r"\b(GPU|rank)\(?s?\)? \? (of|on)\b"), r"a \1 \2"),
+)
+
+
 def _render(template: str, event: Event | None, **extra: Any) -> str:
+    """``template`` with the event's attributes, host, rank and GPU filled in; a value the
+    event lacks reads as "?", and the phrases around an unknown GPU, pid or rank are
+    reworded (:data:`_UNKNOWN`) so a text never shows "GPU ?"."""
     values: dict[str, Any] = {}
     if event is not None:
         values.update(event.attributes)
         values.update(host=event.host, rank=event.rank, gpu=_gpu_label(event.gpu))
     values.update(extra)
-    return _FMT.format(template, **values)
+    text = _FMT.format(template, **values)
+    for pattern, repl in _UNKNOWN:
+        text = pattern.sub(repl, text)
+    return text
 
 
 # --- hypotheses ------------------------------------------------------------------------------
