@@ -57,20 +57,8 @@ XID31 = ("NVRM: Xid (PCI:0000:{bus}): 31, pid={pid}, name=python3, channel 0x000
 
 
 def expected(b: Bundle, what: str, source: str, **fields) -> None:
-    data = {k: v for k, v in fields.items() if v is not None}
-    b.yaml("expected.yaml", data)
-    verdict = []
-    if "domain" in data:
-        verdict.append(data["domain"])
-    if "root_cause" in data:
-        verdict.append(f"`{data['root_cause']}`")
-    if "culprit_hosts" in data:
-        verdict.append("hosts " + (", ".join(data["culprit_hosts"]) or "none"))
-    if "alternatives" in data:
-        verdict.append("alternatives " + (", ".join(f"`{a}`" for a in data["alternatives"]) or "none"))
-    if "quality_any_of" in data:
-        verdict.append("quality " + "/".join(data["quality_any_of"]))
-    ROWS.append((b.name, what, "; ".join(verdict), source))
+    """``Bundle.expected`` with this generator's README rows."""
+    b.expected(what, source, rows=ROWS, **fields)
 
 
 def workload_data(job: str, start: dt.datetime, end: dt.datetime, nodes: list[str],

@@ -118,7 +118,9 @@ class Bundle:
         data["hosts"] = host_facts(nodes, boot)
         self.yaml("workload.yaml", data)
 
-    def expected(self, readme_what: str, source: str, **fields) -> None:
+    def expected(self, readme_what: str, source: str, rows: list | None = None, **fields) -> None:
+        """Write ``expected.yaml`` and add the bundle's README row (bundle, what, verdict,
+        source) to ``rows`` (default: this generator's :data:`README_ROWS`)."""
         data = {k: v for k, v in fields.items() if v is not None}
         self.yaml("expected.yaml", data)
         verdict = []
@@ -129,12 +131,14 @@ class Bundle:
         if "root_cause" in data:
             verdict.append(f"`{data['root_cause']}`")
         if "culprit_hosts" in data:
-            verdict.append("hosts " + ", ".join(data["culprit_hosts"]))
+            verdict.append("hosts " + (", ".join(data["culprit_hosts"]) or "none"))
         if "culprit_ranks" in data:
-            verdict.append("ranks " + ", ".join(str(r) for r in data["culprit_ranks"]))
+            verdict.append("ranks " + (", ".join(str(r) for r in data["culprit_ranks"]) or "none"))
+        if "alternatives" in data:
+            verdict.append("alternatives " + (", ".join(f"`{a}`" for a in data["alternatives"]) or "none"))
         if "quality_any_of" in data:
             verdict.append("quality " + "/".join(data["quality_any_of"]))
-        README_ROWS.append((self.name, readme_what, "; ".join(verdict), source))
+        (README_ROWS if rows is None else rows).append((self.name, readme_what, "; ".join(verdict), source))
 
 
 def dmesg_T(at: dt.datetime, text: str) -> str:

@@ -52,23 +52,8 @@ SRC_H200 = "h200-2026-11 torchrun-rank-sigkill.log formats (torchrun agent + sum
 
 
 def expected(b: Bundle, what: str, source: str, **fields) -> None:
-    data = {k: v for k, v in fields.items() if v is not None}
-    b.yaml("expected.yaml", data)
-    verdict = []
-    for key in ("domain",):
-        if key in data:
-            verdict.append(data[key])
-    if "domain_any_of" in data:
-        verdict.append("/".join(data["domain_any_of"]))
-    if "root_cause" in data:
-        verdict.append(f"`{data['root_cause']}`")
-    if "culprit_hosts" in data:
-        verdict.append("hosts " + (", ".join(data["culprit_hosts"]) or "none"))
-    if "culprit_ranks" in data:
-        verdict.append("ranks " + (", ".join(str(r) for r in data["culprit_ranks"]) or "none"))
-    if "quality_any_of" in data:
-        verdict.append("quality " + "/".join(data["quality_any_of"]))
-    ROWS.append((b.name, what, "; ".join(verdict), source))
+    """``Bundle.expected`` with this generator's README rows."""
+    b.expected(what, source, rows=ROWS, **fields)
 
 
 # ----------------------------------------------------------------------------- 1: waited on
