@@ -128,6 +128,16 @@ SIGNALS: dict[str, int] = {
 SIGNAL_NAMES: dict[int, str] = {v: k for k, v in SIGNALS.items()}
 
 
+def to_int(value: object, base: int = 10) -> int | None:
+    """``value`` as an int (an int as is, text in ``base``), or None when it is not one."""
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value), base)
+    except (TypeError, ValueError):
+        return None
+
+
 def to_signal(text: str) -> int | None:
     """``-9`` / ``9`` / ``SIGKILL`` / ``KILL`` -> 9 (a negative exit code is a signal)."""
     t = text.strip().upper()

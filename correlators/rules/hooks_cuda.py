@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from correlators.rules.code import Draft, hook
+from correlators.rules.code import Draft, hook, to_int
 
 if TYPE_CHECKING:  # pragma: no cover
     from correlators.rules import Rule
@@ -140,13 +140,6 @@ def _fill_cuda(draft: Draft, row: CudaError | None, text: str | None) -> None:
         a["text"] = text.strip()[:300]
 
 
-def _int(value: object) -> int | None:
-    try:
-        return int(str(value))
-    except (TypeError, ValueError):
-        return None
-
-
 @hook("cuda_error")
 def cuda_error(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
     """Resolve a CUDA error framing into ``cuda.error`` attributes.
@@ -162,7 +155,7 @@ def cuda_error(draft: Draft, match: re.Match[str] | None, obs: Observation, rule
     a = draft.attributes
     desc = a.pop("_desc", None)
     name = a.pop("_name", None)
-    errno = _int(a.pop("_errno", None))
+    errno = to_int(a.pop("_errno", None))
     strict = bool(a.pop("_strict", True))
     if name is None and errno is None and desc is None:
         return []

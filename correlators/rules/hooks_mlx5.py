@@ -143,15 +143,6 @@ CQE_SYNDROMES: dict[int, tuple[str, str]] = {
 _HEX_ROW = re.compile(r"^\s*([0-9a-f]{8}) ([0-9a-f]{8}) ([0-9a-f]{8}) ([0-9a-f]{8})\s*$", re.M)
 
 
-def _int(value: object, base: int = 10) -> int | None:
-    if isinstance(value, int):
-        return value
-    try:
-        return int(str(value), base)
-    except (TypeError, ValueError):
-        return None
-
-
 @hook("mlx5_health")
 def mlx5_health(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
     """A health-poller line of mlx5_core health.c -> ``nic.health`` with ``code``.
