@@ -29,17 +29,23 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from correlators.enrich import Allocation
+from correlators.timefmt import clock
 from schemas.records import Event
 
 Detector = Callable[..., list]
 _REGISTRY: dict[str, Detector] = {}
+#: detectors that take the per-source coverage (``coverage=`` keyword)
+_TAKES_COVERAGE: set[str] = set()
 
 
 def detector(name: str) -> Callable[[Detector], Detector]:
-    """Register a detector function under ``name``."""
+    """Register a detector function under ``name`` (one with a ``coverage`` parameter gets
+    the per-source coverage entries)."""
 
     def wrap(fn: Detector) -> Detector:
         _REGISTRY[name] = fn
+        if "coverage" in fn.__code__.co_varnames[: fn.__code__.co_argcount + fn.__code__.co_kwonlyargcount]:
+            _TAKES_COVERAGE.add(name)
         return fn
 
     return wrap
@@ -49,14 +55,12 @@ def run_detectors(info, alloc: Allocation, events: Sequence[Event], hyps: list, 
     """Run every detector configured in the causal rules; returns new hypotheses. Detectors
     that take ``coverage`` (the per-source coverage entries) get it: negative evidence needs to
     tell a node without input from a silent one."""
-    import inspect
-
     out = []
     for name in sorted(rules.detectors):
         fn = _REGISTRY.get(name)
         if fn is None:
             raise KeyError(f"causal.yaml names detector {name!r}, which no code registers")
-        if "coverage" in inspect.signature(fn).parameters:
+        if name in _TAKES_COVERAGE:
             out.extend(fn(info, alloc, events, hyps, rules.detectors[name], coverage=coverage))
         else:
             out.extend(fn(info, alloc, events, hyps, rules.detectors[name]))
@@ -109,12 +113,6 @@ def host_presence(info, alloc: Allocation, events: Sequence[Event], coverage: Se
     return out
 
 
-def _clock(ns: int) -> str:
-    import datetime as _dt
-
-    return _dt.datetime.fromtimestamp(ns / 1e9, _dt.timezone.utc).strftime("%H:%M:%S")
-
-
 @detector("waited_on")
 def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, params: dict, coverage: Sequence = ()) -> list:
     """Waiting-for-peer evidence, one rule for every backend (NCCL watchdog, gloo, TCPStore,
@@ -132,7 +130,7 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
     failure") is a consequence of its wait: the suspect outweighs it. A strong cause already on
     the suspect (an XID, OOM kill or SIGKILL of that rank or host) gets the suspect ranks
     instead of a rival hypothesis."""
-    from correlators.attribution import Hypothesis, _render
+    from correlators.attribution import Hypothesis, _ranks, _render
 
     waits = [e for e in events if _is_wait(e, params)]
     if not waits:
@@ -149,9 +147,6 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
     for e in events:
         if e.rank is not None and not e.type.startswith(LAUNCHER_TYPES):
             last[e.rank] = max(last.get(e.rank, e.at), e.at)
-
-    def ranks_of(hyp) -> set[int]:
-        return {e.rank for e in hyp.events if e.rank is not None} | hyp.extra_ranks
 
     # -- 1. whom the waits name
     named_ranks = {e.attributes.get("peer_rank") for e in waits} - {None}
@@ -180,7 +175,7 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
         for hyp in hyps:
             if hyp.family not in ("gpu", "host", "killed", "app", "fabric", "rack") or hyp.strength < weight:
                 continue
-            hr = ranks_of(hyp)
+            hr = _ranks(hyp)
             on_rank = bool(hr & set(suspects))
             on_host = suspect_hosts <= hyp.hosts and not (hr & waiters)
             if on_rank or on_host:
@@ -193,7 +188,7 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
             how.append(
                 f"rank(s) {', '.join(map(str, silent))} never reported the wait that "
                 f"{len(waiters)} other member(s) did"
-                + (f"; last line at {_clock(max(after))}" if after else "; no line of their own")
+                + (f"; last line at {clock(max(after))}" if after else "; no line of their own")
             )
         if named_ranks or named_hosts:
             how.append("the waiting members named " + ", ".join(
@@ -204,7 +199,7 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
         else:
             code = params.get("code_named", params["code"])
         text = _render(params.get("text", code), None, ranks=", ".join(map(str, suspects)) or "?",
-                       hosts=", ".join(hosts), how="; ".join(how), at=_clock(began))
+                       hosts=", ".join(hosts), how="; ".join(how), at=clock(began))
         out.append(Hypothesis(code=code, family="stall", domain=params.get("domain", "unknown"), text=text,
                               job_wide=False, extra_ranks=set(suspects), extra_hosts=set(hosts),
                               derived_at=began, derived_weight=round(strength, 6)))
@@ -226,7 +221,7 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
             ranks = sorted(r for r, (h, _) in alloc.ranks.items() if h in hosts)
             seen = "logged nothing although its logs were collected" if silent_hosts else "has no input source (its logs were not collected)"
             values = dict(hosts=", ".join(hosts), joined=e0.attributes["joined"], expected=e0.attributes["expected"],
-                          seen=seen, at=_clock(e0.at))
+                          seen=seen, at=clock(e0.at))
             for alt in [rdzv] + list(rdzv.get("alternatives", ())):
                 scale = float(alt.get("weight", w)) / float(rdzv.get("weight", 0.6)) if alt is not rdzv else 1.0
                 out.append(Hypothesis(

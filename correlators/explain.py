@@ -7,16 +7,18 @@ Times are shown ``HH:MM:SS`` UTC.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
-from correlators.repetition import clock
+from correlators.timefmt import clock
 from schemas.records import CoverageEntry, Event, UnexplainedSymptoms
 
 #: Types listed per sentence at most (the most frequent first).
 MAX_TYPES = 4
 
 
-def _ranks_text(ranks: Sequence[int]) -> str:
+def format_ranks(ranks: Iterable[int]) -> str:
+    """Sorted distinct ranks as ranges: ``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7-8"``; ``""`` for
+    none."""
     values = sorted(set(ranks))
     parts, i = [], 0
     while i < len(values):
@@ -63,7 +65,7 @@ def _type_counts(events: Sequence[Event]) -> str:
             text += f" on {len(hosts)} hosts"
         ranks = [e.rank for e in evs if e.rank is not None]
         if ranks:
-            text += f" (ranks {_ranks_text(ranks)})"
+            text += f" (ranks {format_ranks(ranks)})"
         dated = [e for e in evs if e.began_at is not None]
         if dated:
             text += f", {len(dated)} back-dated to {clock(min(e.began_at for e in dated))}"

@@ -29,14 +29,13 @@ not see the devices -- not eight broken GPUs; one fewer is a hardware signal on 
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from correlators.enrich import Allocation, normalise_pci
+from correlators.timefmt import NS, clock
 from schemas.records import Event
 
-NS = 1_000_000_000
 
 #: Defaults when causal.yaml has no ``repetition`` block (the packaged file has one).
 DEFAULT_REPETITION: dict[str, Any] = {
@@ -49,11 +48,6 @@ DEFAULT_REPETITION: dict[str, Any] = {
     "node_wide_s": 60,
     "driver_alternative_weight": 0.5,
 }
-
-
-def clock(ns: int) -> str:
-    """``HH:MM:SS`` (UTC) of a time in ns."""
-    return dt.datetime.fromtimestamp(ns // NS, tz=dt.timezone.utc).strftime("%H:%M:%S")
 
 
 def gpu_key(event: Event, alloc: Allocation) -> tuple[str, str] | None:

@@ -37,6 +37,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from correlators.explain import format_ranks  # noqa: F401 (re-exported: streams.render.format_ranks)
+
 from schemas.records import Attribution, EvidenceItem, GpuRef
 
 if TYPE_CHECKING:
@@ -80,21 +82,6 @@ def format_ns(ns: int) -> str:
     seconds, rest = divmod(int(ns), 1_000_000_000)
     stamp = dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc)
     return f"{stamp:%Y-%m-%d %H:%M:%S}.{rest // 1_000_000:03d}"
-
-
-def format_ranks(ranks: Iterable[int]) -> str:
-    """Sorted distinct ranks as ranges: ``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7-8"``; ``""`` for
-    none."""
-    values = sorted(set(ranks))
-    parts: list[str] = []
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        parts.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
-        i = j + 1
-    return ",".join(parts)
 
 
 def _gpu_label(gpu: GpuRef) -> str:

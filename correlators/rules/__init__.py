@@ -247,24 +247,19 @@ _LINE_CTX = re.compile(
 )
 
 
-def _line_context(body: str, pos: int) -> tuple[int | None, int | None, str | None, int | None]:
-    """(prefix rank, mpi rank, host, gpu index) from the start of the line holding ``pos``."""
+def _line_context(body: str, pos: int) -> tuple[int | None, int | None, str | None, int | None, int | None]:
+    """(prefix rank, mpi rank, host, gpu index, NCCL pid) from the start of the line holding
+    ``pos``; the pid is that of NCCL's ``host:pid:tid [dev]`` prefix."""
     start = body.rfind("\n", 0, pos) + 1
     m = _LINE_CTX.match(body, start)
     if m is None or m.end() == start:
-        return None, None, None, None
+        return None, None, None, None, None
     rank = int(m["rank"]) if m["rank"] else None
     mpi = int(m["mpi_rank"]) if m["mpi_rank"] else None
     host = m["nccl_host"] or m["sys_host"]
     dev = int(m["dev"]) if m["dev"] else None
-    return rank, mpi, host, dev
-
-
-def _nccl_pid(body: str, pos: int) -> int | None:
-    """The pid of NCCL's ``host:pid:tid [dev]`` prefix on the line holding ``pos``, if any."""
-    start = body.rfind("\n", 0, pos) + 1
-    m = _LINE_CTX.match(body, start)
-    return int(m["nccl_pid"]) if m is not None and m["nccl_pid"] else None
+    pid = int(m["nccl_pid"]) if m["nccl_pid"] else None
+    return rank, mpi, host, dev, pid
 
 
 # ----------------------------------------------------------------------------- the pack
@@ -318,8 +313,9 @@ class RulePack:
             self._automaton.make_automaton()
         self.prefilter_keywords: tuple[str, ...] = tuple(sorted(set(self.keywords) | set(_unrecognised.PREFILTER_LITERALS)))
         self._prefilter = _trie_regex(self.prefilter_keywords)
+        rid, _, rver = _unrecognised.RULE_REF.partition("@")
         self._unrecognised_rule = Rule(
-            id="unrecognised", version=1, source="correlators/unrecognised.py", file="(engine)",
+            id=rid, version=int(rver), source="correlators/unrecognised.py", file="(engine)",
             kind="log", event=_unrecognised.EVENT_TYPE, events=(_unrecognised.EVENT_TYPE,))
 
     def rule(self, rule_id: str) -> Rule:
@@ -374,7 +370,7 @@ class RulePack:
             if severity is not None:
                 d = Draft(type=_unrecognised.EVENT_TYPE,
                           attributes={"severity": severity, "text": _unrecognised.error_line(body)})
-                p_rank, mpi_rank, host, dev = _line_context(body, 0)
+                p_rank, mpi_rank, host, dev, _ = _line_context(body, 0)
                 d.rank = p_rank if p_rank is not None else mpi_rank
                 d.host, d.gpu_index = host, dev
                 out.append(self._build(self._unrecognised_rule, d, obs))
@@ -417,7 +413,7 @@ class RulePack:
             groups = m.groupdict()
             for spec in rule.fields:
                 self._fill(d, spec, _convert(groups.get(spec.group), spec))
-            p_rank, mpi_rank, ctx_host, ctx_dev = _line_context(body, m.start())
+            p_rank, mpi_rank, ctx_host, ctx_dev, nccl_pid = _line_context(body, m.start())
             if p_rank is not None:
                 d.rank = p_rank
             elif d.rank is None and mpi_rank is not None:
@@ -426,7 +422,6 @@ class RulePack:
                 d.host = ctx_host
             if d.gpu_index is None and ctx_dev is not None:
                 d.gpu_index = ctx_dev
-            nccl_pid = _nccl_pid(body, m.start())
             if nccl_pid is not None and "nccl_pid" not in d.attributes:
                 # NCCL's host:pid:tid prefix: which process the line is from (correlators/pids.py)
                 d.attributes["nccl_pid"] = nccl_pid

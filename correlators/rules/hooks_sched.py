@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from correlators.rules.code import Draft, hook
+from correlators.rules.code import SIGNAL_NAMES, Draft, hook
 
 if TYPE_CHECKING:  # pragma: no cover
     from correlators.rules import Rule
@@ -251,9 +251,6 @@ _STRSIGNAL = {"Hangup": 1, "Interrupt": 2, "Quit": 3, "Illegal instruction": 4,
               "Trace/breakpoint trap": 5, "Aborted": 6, "Bus error": 7, "Floating point exception": 8,
               "Killed": 9, "User defined signal 1": 10, "Segmentation fault": 11,
               "User defined signal 2": 12, "Broken pipe": 13, "Terminated": 15}
-_SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
-                 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",
-                 13: "SIGPIPE", 15: "SIGTERM"}
 
 
 @hook("srun_task_exit")
@@ -272,7 +269,7 @@ def srun_task_exit(draft: Draft, match: re.Match[str] | None, obs: Observation, 
         sig = _STRSIGNAL.get(text)
         if sig is not None:
             a["signal"] = sig
-            a["signal_name"] = _SIGNAL_NAMES[sig]
+            a["signal_name"] = SIGNAL_NAMES.get(sig, f"SIG{sig}")
     else:
         a.pop("core", None)
     return [draft]

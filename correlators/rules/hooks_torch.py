@@ -56,8 +56,6 @@ def torch_worknccl(draft: Draft, match: re.Match[str] | None, obs: Observation, 
     tag = _RANK_TAG.search(before)
     if tag and not before.startswith("[rank"):
         draft.rank = int(tag.group(1))
-    if draft.began_at is None and isinstance(a.get("ran_for_ms"), int):
-        draft.began_at = obs.observed_at - a["ran_for_ms"] * 1_000_000
     return [draft]
 
 
@@ -148,7 +146,6 @@ def torch_store(draft: Draft, match: re.Match[str] | None, obs: Observation, rul
     return [draft]
 
 
-_PROC_SOURCES = {"torchrun", "mp.spawn", "deepspeed", "ray"}
 
 
 @hook("torch_proc_exit")
