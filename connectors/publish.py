@@ -134,13 +134,14 @@ def coverage_observations(conn: BundleConnector) -> list[Observation]:
     ]
 
 
-def bundle_records(path: str | Path) -> tuple[list[Observation], BundleConnector]:
+def bundle_records(path: str | Path, *, keywords: Iterable[str] | None = None) -> tuple[list[Observation], BundleConnector]:
     """All records of the bundle at ``path`` in publishing order: the workload record, the
     topology record (if any), then every ``BundleConnector(path, keywords=None)`` observation
     sorted by ``(observed_at, position.file, position.line)``, then the coverage records. Returns the list and the
     connector (for its ``coverage()``). Raises :class:`connectors.bundle.BundleError` for an
-    unreadable bundle."""
-    conn = BundleConnector(path, keywords=None)
+    unreadable bundle. ``keywords``: the reader's prefilter (``RulePack.prefilter_keywords``;
+    None reads every line)."""
+    conn = BundleConnector(path, keywords=keywords)
     body = sorted(conn.observations(),
                   key=lambda o: (o.observed_at, o.position.file or "", o.position.line or 0))
     head = [workload_observation(conn, spec) for spec in conn.workloads]

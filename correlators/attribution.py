@@ -614,7 +614,8 @@ def decide(
 ) -> Attribution:
     """Decide the verdict of one workload attempt.
 
-    ``history`` (optional) holds events of earlier jobs on the same nodes (a bundle's
+    ``ruleset_version`` is stamped on the verdict as given (drivers pass
+    :attr:`correlators.config.EngineConfig.ruleset_version`). ``history`` (optional) holds events of earlier jobs on the same nodes (a bundle's
     ``workloads/``, a stream's stored events of those nodes); it only counts repetitions of
     application-class XIDs on a GPU (:mod:`correlators.repetition`), never causes or symptoms.
 
@@ -715,7 +716,7 @@ def decide(
         scope=Scope(kind="workload", id=info.workload_id, cluster=info.cluster),
         window=Window(start=info.start_ns, end=window_end),
         coverage=coverage_all,
-        ruleset_version=f"{ruleset_version}+causal.{rules.version}",
+        ruleset_version=ruleset_version,
         engine_version=ENGINE_VERSION,
         decided_at=window_end,
     )

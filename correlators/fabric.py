@@ -565,7 +565,7 @@ def correlate(
 # --- linking to workloads ----------------------------------------------------------------------
 
 
-def fault_event(fault: Fault, *, not_before: int | None = None) -> Event:
+def fault_event(fault: Fault, *, not_before: int | None = None, policy: FabricPolicy | None = None) -> Event:
     """The derived event a fault gives the workload correlator (``fabric.port_fault`` |
     ``fabric.switch_fault`` | ``host.rack_fault``), naming the culprit hosts
     (``attributes.culprit_hosts``), ports and ``incident_id``; evidence points at the
@@ -612,7 +612,7 @@ def fault_event(fault: Fault, *, not_before: int | None = None) -> Event:
         cluster=fault.cluster,
         fabric_port=fault.ports[0] if fault.level == "port" and fault.ports else None,
         attributes=attrs,
-        rule=f"fabric.correlator@{default_fabric_policy().version}",
+        rule=f"fabric.correlator@{(policy or default_fabric_policy()).version}",
         evidence=list(refs.values()),
     ).with_id()
 
@@ -631,13 +631,13 @@ def relevant(fault: Fault, nodes: Iterable[str], start_ns: int, end_ns: int | No
 
 
 def workload_faults(faults: Sequence[Fault], nodes: Iterable[str], start_ns: int, end_ns: int | None,
-                    before_ns: int, after_ns: int) -> list[Event]:
+                    before_ns: int, after_ns: int, policy: FabricPolicy | None = None) -> list[Event]:
     """The fault events to hand one workload's correlator: every fault :func:`relevant` to it,
     dated inside its window (:func:`fault_event` with ``not_before = start - before``).
     Both drivers call this, so replay and the stream give the workload the same events."""
     nodes = list(nodes)
     return [
-        fault_event(f, not_before=start_ns - before_ns)
+        fault_event(f, not_before=start_ns - before_ns, policy=policy)
         for f in faults
         if relevant(f, nodes, start_ns, end_ns, before_ns, after_ns)
     ]
@@ -646,7 +646,8 @@ def workload_faults(faults: Sequence[Fault], nodes: Iterable[str], start_ns: int
 # --- fabric and incident verdicts ----------------------------------------------------------------
 
 
-def assemble(faults: Sequence[Fault], verdicts: Sequence[Attribution], *, ruleset_version: str) -> list[Attribution]:
+def assemble(faults: Sequence[Fault], verdicts: Sequence[Attribution], *, ruleset_version: str,
+             policy: FabricPolicy | None = None) -> list[Attribution]:
     """The fabric verdict (scope ``fabric_port``: the port, or the switch; none for a lost
     rack) and the incident verdict (scope ``incident``) of every fault.
 
@@ -659,7 +660,7 @@ def assemble(faults: Sequence[Fault], verdicts: Sequence[Attribution], *, rulese
     for fault in faults:
         linked = sorted((v for v in verdicts if v.incident_id == fault.incident_id),
                         key=lambda v: v.attribution_id)
-        event = fault_event(fault)
+        event = fault_event(fault, policy=policy)
         symptoms = sorted({s for v in linked for s in v.symptoms})
         hosts = sorted({h for v in linked for h in v.affected.hosts} | set(fault.victims))
         workloads = sorted({v.scope.id for v in linked})

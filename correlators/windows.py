@@ -1,55 +1,48 @@
-"""Event-time windows of the workload correlator, for drivers that see events one at a time.
+"""The windows of the pipeline (:mod:`correlators.pipeline`) and its one routing rule.
 
-The streaming driver (``streams/``) feeds events as they arrive; this module decides, without
-any clock of its own, when a workload's window has a verdict to emit:
+* :class:`WorkloadIndex` -- which workload a host's record at an event time belongs to. The
+  bundle reader and the pipeline both route with it.
+* :class:`WorkloadWindow` -- one workload attempt's evidence, and when it has a verdict:
 
-* **provisional**: a decisive cause (a cause rule of weight >= ``decisive_weight``, e.g. an
-  XID 79 on one of the workload's hosts) arrived -- emit at once, do not wait for the watchdog
-  timeouts ten minutes later;
-* **final**: the window's watermark (the max event time of the workload's own events, minus
-  the allowed lateness) passed the workload's end; in live mode the driver also closes a window
-  that saw nothing new for ``idle_timeout_s`` of wall-clock time (that only decides *when* to
-  emit, never *what*). The watermark is per workload, not per partition: replayed incidents
-  from different days share partitions, and one's events must not close another's window;
-* **late**: an event for a closed window re-opens it; the next emission is a new revision.
+  - **provisional**: a decisive cause (a cause rule of weight >= ``decisive_weight``, e.g. an
+    XID 79 on one of the workload's hosts) arrived -- emit at once, do not wait for the
+    watchdog timeouts ten minutes later;
+  - **final**: the window's watermark (the max event time of the workload's own events, minus
+    the allowed lateness) passed the workload's end; a live driver also closes a window that
+    saw nothing new for ``idle_timeout_s`` of its wall clock (that decides only *when* to emit,
+    never *what*). The watermark is per workload, not per partition: replayed incidents from
+    different days share partitions, and one's events must not close another's window;
+  - **late**: an event for a closed window re-opens it; the next emission is a new revision.
 
-What is emitted is always ``correlators.attribution.decide`` over the window's whole, sorted
-event set, so the content never depends on arrival order; ``revision`` counts the changes of the
-verdict a driver emitted for that scope (an identical recomputation is not re-emitted). The
-replay driver sees the whole window at once, so its verdict is revision 1.
+* :class:`FabricWindow` -- one cluster's fabric evidence (cable events, node-down events, the
+  topology, the workloads' spans and verdicts) and what it published.
 
-A window's state is plain data (:meth:`WorkloadWindow.to_state` / :meth:`from_state`) so a
-driver can keep it in a durable, changelogged table.
+What a window emits is always the engine's decision over its whole, sorted evidence
+(:func:`correlators.attribution.decide`, :func:`correlators.fabric.correlate` +
+:func:`~correlators.fabric.assemble`), so the content never depends on arrival order;
+``revision`` counts the changes of the verdict published for a scope (an identical
+recomputation is not re-published). Window state is plain JSON data (``to_state`` /
+``from_state``) so a driver can keep it in a changelogged table.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable, Mapping, Sequence
 
-from correlators.attribution import WorkloadInfo, decide, default_causal_rules, propose
+from correlators.attribution import WorkloadInfo, decide, propose
+from correlators.config import EngineConfig, WindowPolicy
 from correlators.enrich import Allocation
-from schemas.bundle import WorkloadSpec
+from correlators.fabric import Fault, assemble, correlate, superseded, workload_faults
+from correlators.topology import FabricIndex
+from schemas.bundle import TopologySpec, WorkloadSpec
+from schemas.messages import Span
 from schemas.records import Attribution, CoverageEntry, Event, canonical_json
 
+__all__ = ["WindowPolicy", "WorkloadIndex", "WorkloadWindow", "FabricWindow", "verdict_digest", "is_decisive"]
+
 NS = 1_000_000_000
-
-
-@dataclass(frozen=True)
-class WindowPolicy:
-    """When windows emit. ``allowed_lateness_s``: how far behind the max event time an event
-    may arrive and still be in the final verdict. ``idle_timeout_s``: live mode only (None in
-    replay-through-stream tests that need exact results). ``decisive_weight``: cause weight
-    (0..1) from which a single event triggers a provisional verdict."""
-
-    allowed_lateness_s: float = 30.0
-    idle_timeout_s: float | None = 10.0
-    decisive_weight: float = 0.9
-
-    @property
-    def lateness_ns(self) -> int:
-        return int(self.allowed_lateness_s * NS)
 
 
 def verdict_digest(att: Attribution) -> str:
@@ -59,23 +52,60 @@ def verdict_digest(att: Attribution) -> str:
     return hashlib.blake2b(canonical_json(data).encode(), digest_size=16).hexdigest()
 
 
-def is_decisive(event: Event, weight: float, start_ns: int | None = None) -> bool:
-    """True when ``event`` alone proposes a cause of at least ``weight``."""
-    rules = default_causal_rules()
-    return any(h.strength >= weight for h in propose([event], rules, start_ns=start_ns))
+def is_decisive(event: Event, config: EngineConfig, start_ns: int | None = None) -> bool:
+    """True when ``event`` alone proposes a cause of at least the window policy's
+    ``decisive_weight``."""
+    weight = config.window.decisive_weight
+    return any(h.strength >= weight for h in propose([event], config.causal, start_ns=start_ns))
+
+
+class WorkloadIndex:
+    """Host -> the workloads that ran on it, and the one rule that routes a host's record.
+
+    ``spans`` is a mapping host -> list of ``[workload_id, start_ns, end_ns | None]`` (UTC
+    ns), the shape a driver keeps in a table (the stream's global ``allocation`` table; a dict
+    in replay). A record of ``host`` at ``at_ns`` belongs to the workload whose window -- its
+    start less ``before_ns`` to its end plus ``after_ns`` (the causal rules' ``before_start_s``
+    / ``after_end_s``) -- holds ``at_ns``; of several, the latest started (a line just after
+    job A ended on a host where job B has started is B's); else to none."""
+
+    def __init__(self, spans: Any, *, before_ns: int, after_ns: int) -> None:
+        self.spans = spans
+        self.before_ns = before_ns
+        self.after_ns = after_ns
+
+    def add(self, span: Span) -> None:
+        """Record ``span`` on each of its nodes (a span of the same workload is replaced)."""
+        entry = [span.workload_id, span.start, span.end]
+        for host in span.nodes:
+            kept = [s for s in (self.spans.get(host) or []) if s[0] != span.workload_id]
+            self.spans[host] = sorted([*kept, entry], key=lambda s: (s[1], s[0]))
+
+    def holds(self, entry: Sequence[Any], at_ns: int) -> bool:
+        """True when ``at_ns`` falls in the window of span ``entry`` (``[wid, start, end]``)."""
+        _, start, end = entry
+        return start - self.before_ns <= at_ns and (end is None or at_ns <= end + self.after_ns)
+
+    def route(self, host: str, at_ns: int, entries: Iterable[Sequence[Any]] | None = None) -> str | None:
+        """The workload a record of ``host`` at ``at_ns`` belongs to, or None. ``entries``
+        (default: the host's spans) restricts the candidates."""
+        best = None
+        for entry in (self.spans.get(host) or []) if entries is None else entries:
+            if self.holds(entry, at_ns) and (best is None or (entry[1], entry[0]) > (best[1], best[0])):
+                best = entry
+        return best[0] if best else None
 
 
 @dataclass
 class WorkloadWindow:
     """One workload attempt's window: the scheduler's spec (once known), raw events by id,
-    coverage reports by source, GPU tables learned from telemetry, and emission state."""
+    coverage reports by source, the fabric faults relevant to it, and emission state."""
 
     workload_id: str
-    spec: dict[str, Any] | None = None
+    spec: WorkloadSpec | None = None
     events: dict[str, Event] = field(default_factory=dict)
     coverage: dict[str, CoverageEntry] = field(default_factory=dict)
-    gpus: dict[str, int] = field(default_factory=dict)  # "host|pci" -> GPU index
-    faults: dict[str, Event] = field(default_factory=dict)  # fabric fault events relevant to it
+    faults: dict[str, Event] = field(default_factory=dict)
     max_at: int = 0
     revision: int = 0
     digest: str | None = None
@@ -93,9 +123,21 @@ class WorkloadWindow:
         self.closed = False
         return True
 
-    def add_coverage(self, entry: CoverageEntry) -> None:
-        """Record a connector's coverage report for one source (latest wins)."""
+    def add_coverage(self, entry: CoverageEntry) -> bool:
+        """Record a connector's coverage report for one source (latest wins); True if it
+        changed anything."""
+        if self.coverage.get(entry.source) == entry:
+            return False
         self.coverage[entry.source] = entry
+        return True
+
+    def set_spec(self, spec: WorkloadSpec) -> bool:
+        """Record the scheduler's spec; True if it changed (an identical re-sent record
+        changes nothing)."""
+        if self.spec == spec:
+            return False
+        self.spec = spec
+        return True
 
     def set_faults(self, events: list[Event]) -> bool:
         """Replace the fabric/rack fault events relevant to this workload (the fabric
@@ -106,75 +148,55 @@ class WorkloadWindow:
         self.faults = new
         return True
 
-    def learn_gpu(self, host: str, pci: str, index: int) -> None:
-        """Record that GPU ``pci`` of ``host`` has index ``index`` (from telemetry)."""
-        self.gpus[f"{host}|{pci}"] = index
-
     # -- decisions -----------------------------------------------------------------------
 
-    @property
-    def workload(self) -> WorkloadSpec | None:
-        """The parsed spec (cached until ``spec`` changes)."""
-        if not self.spec:
-            return None
-        cached = self.__dict__.get("_parsed")
-        if cached is None or cached[0] is not self.spec:
-            cached = (self.spec, WorkloadSpec.model_validate(self.spec))
-            self.__dict__["_parsed"] = cached
-        return cached[1]
+    def due(self, policy: WindowPolicy) -> bool:
+        """True when the watermark (max event time less the allowed lateness) has passed the
+        workload's end and the window is not closed."""
+        end = self.spec.end_ns if self.spec else None
+        return not self.closed and end is not None and self.max_at - policy.lateness_ns >= end
 
-    def end_ns(self) -> int | None:
-        """The workload's end from its spec, if the scheduler said it ended."""
-        spec = self.workload
-        return spec.end_ns if spec else None
-
-    def due(self, watermark_ns: int, policy: WindowPolicy) -> bool:
-        """True when the watermark has passed the workload's end plus the allowed lateness
-        and the window holds something not yet closed."""
-        end = self.end_ns()
-        return (
-            not self.closed
-            and self.spec is not None
-            and end is not None
-            and watermark_ns - policy.lateness_ns >= end
-        )
-
-    def verdict(self, ruleset_version: str) -> Attribution | None:
-        """The verdict over everything in the window (None while the spec is unknown)."""
-        spec = self.workload
+    def verdict(self, config: EngineConfig, gpus: Mapping[tuple[str, str], int],
+                history: Sequence[Event] = ()) -> Attribution | None:
+        """The verdict over everything in the window (None while the spec is unknown).
+        ``gpus``: (host, PCI bus id) -> GPU index of the workload's nodes; ``history``: raw
+        events of earlier jobs on its nodes (:func:`correlators.attribution.decide`)."""
+        spec = self.spec
         if spec is None:
             return None
-        # enrichment depends only on the spec, the GPU tables and the event: cache it, so a
+        # enrichment depends only on the spec, the GPU tables and the event: cached, so a
         # window re-decided on every revision does not re-enrich thousands of events
-        gpus = tuple(sorted(self.gpus.items()))
+        key = tuple(sorted(gpus.items()))
         cache = self.__dict__.get("_enriched")
-        if cache is None or cache[0] is not spec or cache[1] != gpus:
+        if cache is None or cache[0] is not spec or cache[1] != key:
             alloc = Allocation.from_workload(spec)
-            for key, index in gpus:
-                host, pci = key.split("|", 1)
-                alloc.gpus[(host, pci)] = index
-            cache = (spec, gpus, alloc, {})
+            alloc.gpus.update(gpus)
+            cache = (spec, key, alloc, {})
             self.__dict__["_enriched"] = cache
         alloc, enriched = cache[2], cache[3]
         for event_id, event in self.events.items():
             if event_id not in enriched:
                 enriched[event_id] = alloc.enrich(event)
-        # fault events come from the fabric correlator whole, as replay hands them to decide
         events = [enriched[event_id] for event_id in self.events] + list(self.faults.values())
         coverage = [self.coverage[k] for k in sorted(self.coverage)]
-        return decide(
-            WorkloadInfo.from_spec(spec), alloc, events, coverage, ruleset_version=ruleset_version
-        )
+        return decide(WorkloadInfo.from_spec(spec), alloc, events, coverage,
+                      ruleset_version=config.ruleset_version, rules=config.causal, history=history)
 
-    def emit(self, ruleset_version: str, *, final: bool) -> Attribution | None:
-        """The verdict to publish now, or None if it equals the last one emitted. ``final``
-        closes the window."""
-        att = self.verdict(ruleset_version)
+    def enriched_events(self) -> list[Event]:
+        """The window's events as the last :meth:`verdict` enriched them."""
+        cache = self.__dict__.get("_enriched")
+        return list(cache[3].values()) if cache else []
+
+    def emit(self, config: EngineConfig, gpus: Mapping[tuple[str, str], int], history: Sequence[Event] = (),
+             *, final: bool) -> Attribution | None:
+        """The verdict to publish now, or None if it equals the last one published.
+        ``final`` closes the window; a provisional verdict has ``final`` false."""
+        att = self.verdict(config, gpus, history)
         if att is None:
             return None
         if final:
             self.closed = True
-        if not final:
+        else:
             att = att.model_copy(update={"final": False})
         digest = verdict_digest(att)
         if digest == self.digest:
@@ -185,14 +207,13 @@ class WorkloadWindow:
 
     # -- persistence ---------------------------------------------------------------------
 
-    def meta_state(self) -> dict[str, Any]:
-        """Everything but the events (which a driver stores one per key, so this changes
-        only with the spec, coverage, GPU tables and emissions, not with every event)."""
+    def to_state(self) -> dict[str, Any]:
+        """Everything but the events (a driver stores those one per key, so this changes
+        only with the spec, coverage, faults and emissions, not with every event)."""
         return {
             "workload_id": self.workload_id,
-            "spec": self.spec,
+            "spec": self.spec.model_dump(mode="json") if self.spec else None,
             "coverage": {k: v.model_dump(mode="json") for k, v in sorted(self.coverage.items())},
-            "gpus": dict(sorted(self.gpus.items())),
             "faults": [self.faults[k].model_dump(mode="json") for k in sorted(self.faults)],
             "revision": self.revision,
             "digest": self.digest,
@@ -200,18 +221,156 @@ class WorkloadWindow:
         }
 
     @classmethod
-    def from_state(cls, meta: dict[str, Any], events: list[Event]) -> "WorkloadWindow":
-        """Rebuild a window from :meth:`meta_state` and its stored events."""
+    def from_state(cls, state: dict[str, Any], events: Iterable[Event]) -> "WorkloadWindow":
+        """Rebuild a window from :meth:`to_state` and its stored events."""
         window = cls(
-            workload_id=meta["workload_id"],
-            spec=meta.get("spec"),
-            coverage={k: CoverageEntry.model_validate(v) for k, v in meta.get("coverage", {}).items()},
-            gpus=dict(meta.get("gpus", {})),
-            faults={e.event_id: e for e in (Event.model_validate(f) for f in meta.get("faults", []))},
-            max_at=max((e.at for e in events), default=0),
-            revision=int(meta.get("revision", 0)),
-            digest=meta.get("digest"),
-            closed=bool(meta.get("closed", False)),
+            workload_id=state["workload_id"],
+            spec=WorkloadSpec.model_validate(state["spec"]) if state.get("spec") else None,
+            coverage={k: CoverageEntry.model_validate(v) for k, v in state.get("coverage", {}).items()},
+            faults={e.event_id: e for e in (Event.model_validate(f) for f in state.get("faults", []))},
+            revision=int(state.get("revision", 0)),
+            digest=state.get("digest"),
+            closed=bool(state.get("closed", False)),
         )
-        window.events = {e.event_id: e for e in events}
+        for event in events:
+            window.add_event(event)
+        window.closed = bool(state.get("closed", False))
         return window
+
+
+@dataclass
+class FabricWindow:
+    """One cluster's fabric state: its cable and node-down events, topology, the workloads'
+    spans and latest verdicts, the fault events sent to each workload, and what was published
+    (revision and digest per verdict, the verdicts still standing).
+
+    :meth:`decide` re-decides the cluster from its whole event set, as replay does."""
+
+    cluster: str
+    events: dict[str, Event] = field(default_factory=dict)
+    topology: dict[str, Any] | None = None
+    workloads: dict[str, Span] = field(default_factory=dict)
+    verdicts: dict[str, Attribution] = field(default_factory=dict)  # workload id -> latest
+    sent: dict[str, list[str]] = field(default_factory=dict)  # workload id -> fault event ids
+    emitted: dict[str, tuple[int, str]] = field(default_factory=dict)  # attribution id -> (revision, digest)
+    live: dict[str, Attribution] = field(default_factory=dict)  # published and still standing
+    deferred: bool = False
+    faults: list[Fault] = field(default_factory=list)  # of the last decision (not state)
+
+    def add_event(self, event: Event) -> bool:
+        """Add a cable or node-down event; True if it was new."""
+        if event.event_id in self.events:
+            return False
+        self.events[event.event_id] = event
+        return True
+
+    def set_topology(self, topology: dict[str, Any]) -> bool:
+        """Replace the topology (``TopologySpec`` JSON data); True if it changed."""
+        if topology == self.topology:
+            return False
+        self.topology = topology
+        return True
+
+    def add_span(self, span: Span) -> bool:
+        """Record a workload's span; True if it changed."""
+        if self.workloads.get(span.workload_id) == span:
+            return False
+        self.workloads[span.workload_id] = span
+        return True
+
+    def add_verdict(self, att: Attribution) -> bool:
+        """Record a workload verdict unless an equal or later revision is known; True if it
+        changed anything."""
+        old = self.verdicts.get(att.scope.id)
+        if old is not None and (old.revision > att.revision or old == att):
+            return False
+        self.verdicts[att.scope.id] = att
+        return True
+
+    def decide(self, config: EngineConfig) -> tuple[dict[str, list[Event]], list[Attribution]]:
+        """Re-decide the cluster: :meth:`route_faults`, then :meth:`publish`."""
+        routes = self.route_faults(config)
+        return routes, self.publish(config)
+
+    def route_faults(self, config: EngineConfig) -> dict[str, list[Event]]:
+        """Re-decide the cluster's faults from its whole event set. Returns workload id -> its
+        new set of relevant fault events, for the workloads whose set changed. Ports are named
+        through the topology and the workloads' host addresses."""
+        self.deferred = False
+        topo = TopologySpec.model_validate(self.topology) if self.topology else None
+        ips: dict[str, list[str]] = {}
+        for wid in sorted(self.workloads):
+            for host, ip in self.workloads[wid].ips.items():
+                ips.setdefault(host, [ip])
+        self.faults = correlate(self.events.values(), FabricIndex(topo, extra_ips=ips), cluster=self.cluster,
+                                policy=config.fabric)
+        rules = config.causal
+        routes: dict[str, list[Event]] = {}
+        for wid in sorted(self.workloads):
+            span = self.workloads[wid]
+            linked = workload_faults(self.faults, span.nodes, span.start, span.end,
+                                     rules.before_start_ns, rules.after_end_ns, policy=config.fabric)
+            ids = sorted(ev.event_id for ev in linked)
+            if ids != self.sent.get(wid, []):
+                self.sent[wid] = ids
+                routes[wid] = linked
+        return routes
+
+    def publish(self, config: EngineConfig) -> list[Attribution]:
+        """The fabric and incident verdicts of the last :meth:`route_faults` over the
+        workloads' latest verdicts, revisions set: those whose content changed, and a
+        withdrawal (:func:`correlators.fabric.superseded`) of each published one the evidence
+        no longer supports. A verdict is final when every workload verdict it links is."""
+        verdicts = [self.verdicts[k] for k in sorted(self.verdicts)]
+        current = assemble(self.faults, verdicts, ruleset_version=config.ruleset_version, policy=config.fabric)
+        out = []
+        for att in current:
+            linked_verdicts = [v for v in verdicts if v.incident_id == att.incident_id]
+            att = att.model_copy(update={"final": all(v.final for v in linked_verdicts)})
+            published = self._publish(att)
+            if published is not None:
+                self.live[att.attribution_id] = published
+                out.append(published)
+        standing = {a.attribution_id for a in current}
+        for att_id in sorted(set(self.live) - standing):
+            published = self._publish(superseded(self.live.pop(att_id), current))
+            if published is not None:
+                out.append(published)
+        return out
+
+    def _publish(self, att: Attribution) -> Attribution | None:
+        """``att`` with its next revision if its content changed since the last publication."""
+        digest = verdict_digest(att)
+        revision, last = self.emitted.get(att.attribution_id, (0, None))
+        if digest == last:
+            return None
+        self.emitted[att.attribution_id] = (revision + 1, digest)
+        return att.model_copy(update={"revision": revision + 1})
+
+    def to_state(self) -> dict[str, Any]:
+        """Everything but the events (stored one per key by the driver)."""
+        return {
+            "cluster": self.cluster,
+            "topology": self.topology,
+            "workloads": {k: v.model_dump(mode="json") for k, v in sorted(self.workloads.items())},
+            "verdicts": {k: v.model_dump(mode="json") for k, v in sorted(self.verdicts.items())},
+            "sent": dict(sorted(self.sent.items())),
+            "emitted": {k: list(v) for k, v in sorted(self.emitted.items())},
+            "live": {k: v.model_dump(mode="json") for k, v in sorted(self.live.items())},
+            "deferred": self.deferred,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], events: Iterable[Event]) -> "FabricWindow":
+        """Rebuild from :meth:`to_state` and the stored events."""
+        return cls(
+            cluster=state["cluster"],
+            events={e.event_id: e for e in events},
+            topology=state.get("topology"),
+            workloads={k: Span.model_validate(v) for k, v in state.get("workloads", {}).items()},
+            verdicts={k: Attribution.model_validate(v) for k, v in state.get("verdicts", {}).items()},
+            sent={k: list(v) for k, v in state.get("sent", {}).items()},
+            emitted={k: (int(v[0]), v[1]) for k, v in state.get("emitted", {}).items()},
+            live={k: Attribution.model_validate(v) for k, v in state.get("live", {}).items()},
+            deferred=bool(state.get("deferred", False)),
+        )

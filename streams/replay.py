@@ -1,23 +1,23 @@
 """The in-process replay driver: an incident bundle in, its verdict out.
 
-A thin driver of the engine, like the Faust agents: read the bundle (``connectors.bundle``),
-extract events with the rule pack, enrich them with the allocation table, decide the verdict
-(``correlators.attribution.decide``). No clock and no arrival order reaches the engine, so the
-same bundle always gives byte-identical verdicts.
+A thin driver of the pipeline (:mod:`correlators.pipeline`), like the Faust worker: the
+bundle's records as the bundle publisher would send them, through an in-memory router in batch
+mode. No clock and no arrival order reaches the engine, so the same bundle always gives
+byte-identical verdicts, and the stream gives the same ones (``docs/architecture.md``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
-from connectors.bundle import BundleConnector
-from correlators.attribution import WorkloadInfo, decide, default_causal_rules
-from correlators.enrich import Allocation
-from correlators.fabric import Fault, assemble, correlate, workload_faults
-from correlators.rules import RulePack, load_rule_pack
-from correlators.topology import FabricIndex
+from connectors.publish import bundle_records
+from correlators.config import EngineConfig
+from correlators.fabric import Fault
+from correlators.pipeline import HOST, InMemoryRouter, Pipeline, Publish, stored_event
+from correlators.rules import RulePack
 from schemas.bundle import ExpectedSpec
 from schemas.records import Attribution, Event, Observation
 
@@ -43,97 +43,67 @@ class ReplayResult:
     bundle: Path = field(default_factory=Path)
 
 
-def fabric_index(connector: BundleConnector) -> FabricIndex:
-    """The topology index of a bundle: ``topology.yaml`` plus the workloads' host addresses."""
-    ips = {h: [f.ip] for w in connector.workloads for h, f in w.hosts.items() if f.ip}
-    return FabricIndex(connector.topology, extra_ips=ips)
-
-
-def decide_workloads(
-    connector: BundleConnector,
-    events: Sequence[Event],
+def replay_observations(
+    observations: Iterable[Observation],
+    config: EngineConfig,
     *,
-    ruleset_version: str,
-    gpus: dict[tuple[str, str], int] | None = None,
-) -> tuple[list[Attribution], list[Fault], list[Event]]:
-    """The verdicts of a bundle's workloads on one fabric, from their raw (unenriched) events.
+    on_observation: Callable[[Observation], None] | None = None,
+) -> tuple[list[Attribution], Pipeline, dict[str, Observation]]:
+    """Run the pipeline over ``observations`` in batch mode (:class:`InMemoryRouter`): one
+    decision per workload, every verdict revision 1, whatever the order of the input.
 
-    1. The fabric correlator (:func:`correlators.fabric.correlate`) finds port, switch and rack
-       faults in all events, whatever workload they belong to (switch logs belong to none),
-       naming ports through the topology.
-    2. Each workload decides (:func:`correlators.attribution.decide`) over its own events
-       (``workload_id``), enriched with its allocation, plus the fault events relevant to it
-       (:func:`correlators.fabric.relevant`). The events themselves are not rewritten with
-       topology facts, so a stream worker that learns the topology late still gives the same
-       event ids. The other workloads' earlier events on its nodes are its ``history``
-       (repeated XIDs on a GPU across jobs).
-    3. :func:`correlators.fabric.assemble` gives each fault its fabric and incident verdicts.
-
-    Returns (verdicts in the order of :class:`ReplayResult`, faults, enriched events). The
-    stream's agents call the same engine functions per window."""
-    rules = default_causal_rules()
-    index = fabric_index(connector)
-    cluster = connector.workload.cluster
-    faults = correlate(events, index, cluster=cluster)
-    verdicts: list[Attribution] = []
-    enriched: dict[str, Event] = {}
-    for spec in connector.workloads:
-        alloc = Allocation.from_workload(spec)
-        if gpus:
-            alloc.gpus.update(gpus)
-        own = [alloc.enrich(e) for e in events if e.workload_id == spec.workload_id]
-        enriched.update((e.event_id, e) for e in own)
-        linked = workload_faults(faults, spec.nodes, spec.start_ns, spec.end_ns,
-                                 rules.before_start_ns, rules.after_end_ns)
-        # earlier jobs' lines on the same nodes: the history a repeated XID is counted in
-        nodes = set(spec.nodes)
-        history = [e for e in events if e.workload_id != spec.workload_id and e.host in nodes
-                   and e.at < spec.start_ns]
-        verdicts.append(decide(
-            WorkloadInfo.from_spec(spec), alloc, own + linked, connector.coverage_for(spec.workload_id),
-            ruleset_version=ruleset_version, history=history,
-        ))
-    for event in events:
-        if event.workload_id is None:
-            enriched.setdefault(event.event_id, event)
-    version = verdicts[0].ruleset_version
-    verdicts += assemble(faults, verdicts, ruleset_version=version)
-    return verdicts, faults, list(enriched.values())
+    Returns (the verdicts: workload verdicts in workload-id order, then each cluster's fabric
+    and incident verdicts; the pipeline, for its windows; observation id -> observation, for
+    the observations some event was extracted from)."""
+    pipeline = Pipeline(config, hold=True)
+    router = InMemoryRouter(pipeline)
+    used: dict[str, Observation] = {}
+    for obs in observations:
+        if on_observation is not None:
+            on_observation(obs)
+        effects = pipeline.ingest(obs)
+        if any(isinstance(e, Publish) and e.topic == "events" for e in effects):
+            used[obs.observation_id] = obs
+        router.send(effects)
+        router.drain()
+    return router.finish(), pipeline, used
 
 
 def replay_bundle(
     path: str | Path,
     *,
     rule_pack: RulePack | None = None,
+    config: EngineConfig | None = None,
     on_observation: Callable[[Observation], None] | None = None,
 ) -> ReplayResult:
-    """Replay the bundle at ``path``.
+    """Replay the bundle at ``path``: its records as the bundle publisher sends them
+    (:func:`connectors.publish.bundle_records`) through :func:`replay_observations`.
 
-    Raises :class:`connectors.bundle.BundleError` for a missing or invalid bundle (the message
-    names the file and field). ``on_observation`` is called for every materialised observation
+    ``config`` defaults to the packaged rules (``rule_pack`` replaces just the pack). Raises
+    :class:`connectors.bundle.BundleError` for a missing or invalid bundle (the message names
+    the file and field). ``on_observation`` is called for every materialised observation
     (progress reporting)."""
-    pack = rule_pack or load_rule_pack()
-    connector = BundleConnector(path, keywords=pack.prefilter_keywords)
-    gpus = Allocation(workload_id="", cluster="")
-    raw_events: list[Event] = []
-    used: dict[str, Observation] = {}
-    for obs in connector.observations():
-        if on_observation is not None:
-            on_observation(obs)
-        if obs.kind == "telemetry":
-            gpus.learn_gpu(obs)
-        extracted = pack.extract(obs)
-        if extracted:
-            used[obs.observation_id] = obs
-            raw_events.extend(extracted)
-    # enrich after the whole bundle is read, so GPU tables learned from telemetry apply to
-    # every event whatever the file order
-    verdicts, faults, events = decide_workloads(connector, raw_events, ruleset_version=pack.version, gpus=gpus.gpus)
+    config = config or EngineConfig.default()
+    if rule_pack is not None:
+        config = dataclasses.replace(config, pack=rule_pack)
+    records, connector = bundle_records(path, keywords=config.pack.prefilter_keywords)
+    verdicts, pipeline, used = replay_observations(records, config, on_observation=on_observation)
+    # the bundle's order: workload.yaml's verdict first, then workloads/*.yaml's, then the rest
+    order = {spec.workload_id: i for i, spec in enumerate(connector.workloads)}
+    workload = sorted((v for v in verdicts if v.scope.kind == "workload"), key=lambda v: order.get(v.scope.id, len(order)))
+    verdicts = workload + [v for v in verdicts if v.scope.kind != "workload"]
+    events: dict[str, Event] = {}
+    for wid in sorted(pipeline.windows):
+        events.update((e.event_id, e) for e in pipeline.windows[wid].enriched_events())
+    for key, value in sorted(pipeline.stores.window_events.items()):
+        if key.startswith(HOST):
+            event = stored_event(value)
+            events.setdefault(event.event_id, event)
     return ReplayResult(
         attribution=verdicts[0],
         attributions=verdicts,
-        faults=faults,
-        events=sorted(events, key=lambda e: (e.at, e.event_id)),
+        faults=[f for c in sorted(pipeline.fabric) for f in pipeline.fabric[c].faults],
+        events=sorted(events.values(), key=lambda e: (e.at, e.event_id)),
         observations=[used[k] for k in sorted(used)],
         lines_read=connector.lines_read,
         expected=connector.expected,

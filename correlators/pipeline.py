@@ -1,0 +1,495 @@
+"""The whole composition as one pure, keyed state machine; replay and the stream drive it.
+
+Data flow (the channels are internal Kafka topics in the stream, in-memory queues in
+replay; messages are :mod:`schemas.messages`)::
+
+    Observation --ingest--> events: rule pack (correlators.rules)
+        | routed by WorkloadIndex (the observation's workload, else the host's span that holds
+        | the event time); host facts kept for every workload: GPU tables (host -> PCI id ->
+        | index, from all telemetry), node history (earlier XIDs of each host)
+        |-> Publish("events")                        every extracted event, raw
+        |-> Route("workload", wid | "host:<h>")     events, specs, coverage, claims
+        '-> Route("fabric", cluster)                cable / node-down events, topology, spans
+    Route("workload", wid) --apply--> WorkloadWindow (correlators.windows)
+        '-> Publish("attributions") + Route("fabric", VerdictMessage)
+    Route("fabric", cluster) --apply--> FabricWindow
+        |-> Route("workload", wid, FaultsMessage)   the faults relevant to each workload
+        '-> Publish("attributions")                  fabric-port and incident verdicts
+
+:class:`Pipeline` keeps its state in mappings it is given (:class:`Stores`): plain dicts in
+replay, changelogged Faust tables in the stream; its in-memory windows are a cache of them,
+rebuilt after :meth:`Pipeline.forget`. It reads no clock: a driver passes ``now`` (its
+monotonic seconds) to the calls whose *timing* depends on it (provisional emission, idle
+close, fabric throttling); what a verdict says never depends on it.
+
+:class:`InMemoryRouter` runs the pipeline to completion over a set of observations -- the
+replay driver. In batch mode (``hold``) nothing is emitted until :meth:`InMemoryRouter.finish`,
+which decides each workload once: every verdict is revision 1.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, MutableMapping, Union
+
+from pydantic import BaseModel
+
+from correlators.config import EngineConfig
+from correlators.enrich import normalise_pci
+from correlators.fabric import PORT_EVENT_TYPES
+from correlators.windows import FabricWindow, WorkloadIndex, WorkloadWindow, is_decisive
+from schemas.bundle import TopologySpec, WorkloadSpec
+from schemas.messages import (
+    ClaimMessage,
+    CloseMessage,
+    CoverageMessage,
+    EventMessage,
+    FaultsMessage,
+    FlushMessage,
+    Span,
+    SpanMessage,
+    SpecMessage,
+    TopologyMessage,
+    VerdictMessage,
+)
+from schemas.records import Attribution, CoverageEntry, Event, Observation, canonical_json
+
+SEP = "\x1f"  # between a window key and an event id in event-store keys
+HOST = "host:"  # prefix of a host window's key: events no workload has claimed yet
+#: the node history keeps this many most recent XID events per host
+NODE_HISTORY_MAX = 256
+
+
+@dataclass(frozen=True)
+class Route:
+    """Send ``message`` to channel ``channel`` (``"workload"`` | ``"fabric"``) under ``key``."""
+
+    channel: str
+    key: str
+    message: BaseModel
+
+
+@dataclass(frozen=True)
+class Publish:
+    """Publish ``record`` on public topic ``topic`` (``"events"`` | ``"attributions"``) under
+    ``key`` (the event's window key; the verdict's attribution id)."""
+
+    topic: str
+    key: str
+    record: Union[Event, Attribution]
+
+
+Effect = Union[Route, Publish]
+
+
+@dataclass
+class Stores:
+    """The pipeline's durable state, as mappings (values are JSON data or bytes).
+
+    Keyed by the channel's key (one partition owns them): ``window_meta`` (workload id ->
+    :meth:`WorkloadWindow.to_state`; ``host:<h>`` -> its claims), ``window_events`` (window key
+    + SEP + event id -> event JSON bytes), ``fabric_meta`` (cluster ->
+    :meth:`FabricWindow.to_state`), ``fabric_events`` (cluster + SEP + event id -> event JSON
+    bytes), ``topology`` (cluster -> topology data).
+
+    Written while ingesting and read by every window, so global in the stream (keyed by host):
+    ``allocation`` (host -> ``[[workload id, start ns, end ns | None], ...]``), ``gpus`` (host ->
+    {PCI bus id: GPU index}), ``node_history`` (host -> ``[[workload id | None, event data],
+    ...]``, its :data:`NODE_HISTORY_MAX` latest XID events)."""
+
+    window_meta: MutableMapping[str, Any] = field(default_factory=dict)
+    window_events: MutableMapping[str, Any] = field(default_factory=dict)
+    fabric_meta: MutableMapping[str, Any] = field(default_factory=dict)
+    fabric_events: MutableMapping[str, Any] = field(default_factory=dict)
+    topology: MutableMapping[str, Any] = field(default_factory=dict)
+    allocation: MutableMapping[str, Any] = field(default_factory=dict)
+    gpus: MutableMapping[str, Any] = field(default_factory=dict)
+    node_history: MutableMapping[str, Any] = field(default_factory=dict)
+
+
+def stored_event(value: Any) -> Event:
+    """An event as a store hands it back (bytes, str or dict, depending on the store)."""
+    if isinstance(value, dict):
+        return Event.model_validate(value)
+    if isinstance(value, (bytearray, memoryview)):
+        value = bytes(value)
+    return Event.model_validate_json(value)
+
+
+def fabric_relevant(event: Event) -> bool:
+    """Events the fabric correlator reads: about a cable, or a node the scheduler lost."""
+    return event.type in PORT_EVENT_TYPES or (
+        event.type == "sched.node_state" and str(event.attributes.get("state", "")).upper() == "DOWN"
+    )
+
+
+class Pipeline:
+    """The keyed state machine (see the module docstring).
+
+    ``config``: the engine's rules and policies; ``stores``: where state lives (default: new
+    dicts); ``hold``: batch mode, nothing emitted until :meth:`finish`. Methods raise
+    ``pydantic.ValidationError`` / ``ValueError`` for a message that does not validate; the
+    state is unchanged then, and a driver dead-letters the input."""
+
+    def __init__(self, config: EngineConfig, stores: Stores | None = None, *, hold: bool = False) -> None:
+        self.config = config
+        self.stores = stores if stores is not None else Stores()
+        self.hold = hold
+        rules = config.causal
+        self.index = WorkloadIndex(self.stores.allocation, before_ns=rules.before_start_ns,
+                                   after_ns=rules.after_end_ns)
+        self.windows: dict[str, WorkloadWindow] = {}
+        self.fabric: dict[str, FabricWindow] = {}
+        self.activity: dict[str, float] = {}  # window key -> driver time of its last message
+        self.pending_close: set[str] = set()
+        self.flushed: dict[str, float] = {}  # cluster -> driver time of its last decision
+        self._unclaimed: dict[str, set[str]] | None = None
+        self._deferred_loaded = False
+        self._loaded = False
+
+    # -- ingest ----------------------------------------------------------------------------
+
+    def ingest(self, obs: Observation) -> list[Effect]:
+        """One observation: its facts (workload spec, topology, coverage, GPU table) and its
+        events, routed."""
+        out: list[Effect] = []
+        if obs.kind == "topology":
+            spec = TopologySpec.model_validate(obs.attributes.get("topology"))
+            out.append(Route("fabric", obs.cluster, TopologyMessage(topology=spec.model_dump(mode="json"))))
+            return out
+        if obs.kind == "scheduler_event" and obs.format == "workload_yaml":
+            spec = WorkloadSpec.model_validate(obs.attributes["workload"])
+            span = Span.of(spec)
+            self.index.add(span)
+            out.append(Route("fabric", spec.cluster, SpanMessage(span=span)))
+            out.append(Route("workload", spec.workload_id, SpecMessage(spec=spec)))
+            # events of these hosts routed before this record wait in their host's window
+            out += [Route("workload", f"{HOST}{h}", ClaimMessage(span=span)) for h in span.nodes]
+            return out
+        if obs.kind == "health_event" and obs.format == "coverage":
+            entry = CoverageEntry.model_validate(obs.attributes["coverage"])
+            if obs.workload_id:
+                out.append(Route("workload", obs.workload_id, CoverageMessage(entry=entry)))
+            return out
+        if obs.kind == "telemetry" and obs.gpu and obs.gpu.pci_bus_id and obs.gpu.index is not None:
+            pci = normalise_pci(obs.gpu.pci_bus_id)
+            table = dict(self.stores.gpus.get(obs.host) or {})
+            if pci and table.get(pci) != obs.gpu.index:
+                table[pci] = obs.gpu.index
+                self.stores.gpus[obs.host] = table
+        for event in self.config.pack.extract(obs):
+            wid = event.workload_id or self.index.route(event.host, event.at)
+            key = wid or f"{HOST}{event.host}"
+            out.append(Publish("events", key, event))
+            out.append(Route("workload", key, EventMessage(event=event)))
+            if event.type == "gpu.xid":
+                self._remember(event, wid)
+            if fabric_relevant(event):
+                out.append(Route("fabric", event.cluster or obs.cluster, EventMessage(event=event)))
+        return out
+
+    def _remember(self, event: Event, wid: str | None) -> None:
+        """Add an XID event to its host's node history (bounded, oldest dropped)."""
+        history = list(self.stores.node_history.get(event.host) or [])
+        if any(item[1]["event_id"] == event.event_id for item in history):
+            return
+        history.append([wid, json.loads(canonical_json(event))])
+        history.sort(key=lambda item: (item[1]["at"], item[1]["event_id"]))
+        self.stores.node_history[event.host] = history[-NODE_HISTORY_MAX:]
+
+    # -- the workload channel --------------------------------------------------------------
+
+    def apply(self, channel: str, key: str, message: BaseModel, *, now: float = 0.0) -> list[Effect]:
+        """Apply one channel message (see :mod:`schemas.messages`) to its window. ``now``:
+        the driver's monotonic seconds."""
+        if channel == "fabric":
+            return self._apply_fabric(key, message, now)
+        if key.startswith(HOST):
+            return self._apply_host(key, message)
+        self.activity[key] = now
+        w = self.window(key)
+        out: list[Effect] = []
+        if isinstance(message, CloseMessage):
+            self.pending_close.discard(key)
+            if not w.closed and w.events:
+                out += self._emit(w, final=True)
+            return out
+        if isinstance(message, EventMessage):
+            event = message.event
+            if not w.add_event(event):
+                return out  # a duplicate from at-least-once delivery
+            self.stores.window_events[f"{key}{SEP}{event.event_id}"] = canonical_json(event).encode()
+            if self.hold:
+                return out
+            if w.due(self.config.window):
+                out += self._emit(w, final=True)
+            elif w.spec is not None and not w.closed and is_decisive(event, self.config, w.spec.start_ns):
+                out += self._emit(w, final=False)
+            return out
+        if isinstance(message, SpecMessage):
+            changed = w.set_spec(message.spec)
+        elif isinstance(message, CoverageMessage):
+            changed = w.add_coverage(message.entry)
+        elif isinstance(message, FaultsMessage):
+            changed = w.set_faults(message.events)
+        else:
+            raise ValueError(f"workload channel: unexpected message {message.kind!r}")
+        if not changed:
+            return out  # a re-sent record changes nothing: a final verdict stays final
+        # new facts re-open the window
+        w.closed = False
+        self.stores.window_meta[key] = w.to_state()
+        if self.hold:
+            return out
+        if isinstance(message, SpecMessage):
+            start = w.spec.start_ns
+            if any(is_decisive(e, self.config, start) for e in w.events.values()):
+                out += self._emit(w, final=False)  # decisive evidence came before the spec
+        elif isinstance(message, FaultsMessage):
+            # a fault is decisive evidence: re-decide now rather than wait for the idle timer
+            if w.due(self.config.window):
+                out += self._emit(w, final=True)
+            elif w.spec is not None and w.events:
+                out += self._emit(w, final=False)
+        # otherwise the idle timer (or the next due event) emits the revision, so a burst of
+        # updates gives one revision, not one each
+        return out
+
+    def window(self, wid: str) -> WorkloadWindow:
+        """The workload window ``wid`` (the cache is filled from the stores once after a start
+        or :meth:`forget`)."""
+        if not self._loaded:
+            self._load_windows()
+        w = self.windows.get(wid)
+        if w is None:
+            w = self.windows[wid] = WorkloadWindow(workload_id=wid)
+        return w
+
+    def host_facts(self, spec: WorkloadSpec) -> tuple[dict[tuple[str, str], int], list[Event]]:
+        """The GPU tables of a workload's nodes, and its history: the XID events of earlier
+        jobs on its nodes (before its start)."""
+        gpus: dict[tuple[str, str], int] = {}
+        history: list[Event] = []
+        for host in sorted(spec.nodes):
+            for pci, index in sorted((self.stores.gpus.get(host) or {}).items()):
+                gpus[(host, pci)] = int(index)
+            for wid, data in self.stores.node_history.get(host) or []:
+                if wid != spec.workload_id and data["at"] < spec.start_ns:
+                    history.append(Event.model_validate(data))
+        return gpus, history
+
+    def _emit(self, w: WorkloadWindow, *, final: bool) -> list[Effect]:
+        gpus, history = self.host_facts(w.spec) if w.spec else ({}, [])
+        att = w.emit(self.config, gpus, history, final=final)
+        self.stores.window_meta[w.workload_id] = w.to_state()
+        if att is None:
+            return []
+        return [Publish("attributions", att.attribution_id, att),
+                Route("fabric", att.scope.cluster, VerdictMessage(attribution=att))]
+
+    def _apply_host(self, key: str, message: BaseModel) -> list[Effect]:
+        """A host window: events of a host no known workload claimed yet, and the workload
+        spans seen for the host (an event and its claim may arrive in either order)."""
+        meta = self.stores.window_meta.get(key) or {"claims": []}
+        out: list[Effect] = []
+        if isinstance(message, ClaimMessage):
+            span = message.span
+            entry = [span.workload_id, span.start, span.end]
+            claims = [c for c in meta["claims"] if c[0] != span.workload_id] + [entry]
+            self.stores.window_meta[key] = {"claims": sorted(claims, key=lambda c: (c[1], c[0]))}
+            waiting = self._waiting(key)
+            for stored_key in sorted(waiting):
+                event = stored_event(self.stores.window_events[stored_key])
+                if self.index.route("", event.at, [entry]):
+                    out.append(Route("workload", span.workload_id, EventMessage(event=event)))
+                    del self.stores.window_events[stored_key]
+                    waiting.discard(stored_key)
+        elif isinstance(message, EventMessage):
+            event = message.event
+            target = self.index.route("", event.at, meta["claims"])
+            if target:
+                out.append(Route("workload", target, message))
+            else:
+                stored_key = f"{key}{SEP}{event.event_id}"
+                self.stores.window_events[stored_key] = canonical_json(event).encode()
+                self._waiting(key).add(stored_key)
+        else:
+            raise ValueError(f"host window: unexpected message {message.kind!r}")
+        return out
+
+    def _waiting(self, key: str) -> set[str]:
+        """Event-store keys of the events waiting in host window ``key`` (the index is rebuilt
+        from the store once after :meth:`forget`)."""
+        if self._unclaimed is None:
+            self._unclaimed = {}
+            for stored_key in self.stores.window_events.keys():
+                if stored_key.startswith(HOST):
+                    self._unclaimed.setdefault(stored_key.split(SEP, 1)[0], set()).add(stored_key)
+        return self._unclaimed.setdefault(key, set())
+
+    def idle(self, now: float) -> list[Route]:
+        """Close messages for the windows with evidence and a spec that saw nothing for the
+        window policy's ``idle_timeout_s`` (live mode; none when it is None)."""
+        timeout = self.config.window.idle_timeout_s
+        if not timeout:
+            return []
+        if not self._loaded:
+            self._load_windows()
+        out = []
+        for wid in sorted(self.windows):
+            w = self.windows[wid]
+            if (not w.closed and w.events and w.spec is not None and wid not in self.pending_close
+                    and now - self.activity.setdefault(wid, now) >= timeout):
+                self.pending_close.add(wid)
+                out.append(Route("workload", wid, CloseMessage()))
+        return out
+
+    def _load_windows(self) -> None:
+        """Bring every stored workload window into the cache (after a restart)."""
+        self._loaded = True
+        missing = [k for k, v in self.stores.window_meta.items()
+                   if v and not k.startswith(HOST) and k not in self.windows]
+        if not missing:
+            return
+        grouped: dict[str, list[Event]] = collections.defaultdict(list)
+        wanted = set(missing)
+        for k, v in self.stores.window_events.items():
+            wid = k.split(SEP, 1)[0]
+            if wid in wanted:
+                grouped[wid].append(stored_event(v))
+        for wid in missing:
+            self.windows[wid] = WorkloadWindow.from_state(self.stores.window_meta[wid], grouped.get(wid, []))
+
+    # -- the fabric channel ----------------------------------------------------------------
+
+    def fabric_window(self, cluster: str) -> FabricWindow:
+        """The cluster's fabric window (from the cache, else rebuilt from the stores)."""
+        fw = self.fabric.get(cluster)
+        if fw is None:
+            state = self.stores.fabric_meta.get(cluster)
+            prefix = f"{cluster}{SEP}"
+            events = [stored_event(v) for k, v in self.stores.fabric_events.items() if k.startswith(prefix)]
+            fw = FabricWindow.from_state(state, events) if state else FabricWindow(cluster=cluster)
+            fw.events.update((e.event_id, e) for e in events)
+            self.fabric[cluster] = fw
+        return fw
+
+    def _apply_fabric(self, cluster: str, message: BaseModel, now: float) -> list[Effect]:
+        fw = self.fabric_window(cluster)
+        if isinstance(message, FlushMessage):
+            return self._decide_fabric(fw, now, force=True) if fw.deferred else []
+        if isinstance(message, EventMessage):
+            changed = fw.add_event(message.event)
+            if changed:
+                self.stores.fabric_events[f"{cluster}{SEP}{message.event.event_id}"] = \
+                    canonical_json(message.event).encode()
+        elif isinstance(message, TopologyMessage):
+            changed = fw.set_topology(message.topology)
+            if changed:
+                self.stores.topology[cluster] = message.topology
+        elif isinstance(message, SpanMessage):
+            changed = fw.add_span(message.span)
+        elif isinstance(message, VerdictMessage):
+            changed = fw.add_verdict(message.attribution)
+        else:
+            raise ValueError(f"fabric channel: unexpected message {message.kind!r}")
+        if not changed:
+            return []
+        return self._decide_fabric(fw, now)
+
+    def _decide_fabric(self, fw: FabricWindow, now: float, *, force: bool = False) -> list[Effect]:
+        """Re-decide a cluster, at most once per ``fabric_flush_s``: a burst (every counter
+        sample of a degrading cable) is decided together by the next flush, and the last
+        revision still holds all the evidence."""
+        if self.hold or (not force and now - self.flushed.get(fw.cluster, -1e18) < self.config.window.fabric_flush_s):
+            if not fw.deferred:
+                fw.deferred = True  # survives a crash: a new worker flushes it
+            self.stores.fabric_meta[fw.cluster] = fw.to_state()
+            return []
+        self.flushed[fw.cluster] = now
+        routes, verdicts = fw.decide(self.config)
+        self.stores.fabric_meta[fw.cluster] = fw.to_state()
+        out: list[Effect] = [Route("workload", wid, FaultsMessage(events=events)) for wid, events in routes.items()]
+        out += [Publish("attributions", att.attribution_id, att) for att in verdicts]
+        return out
+
+    def due_flushes(self, now: float) -> list[Route]:
+        """Flush messages for the clusters with evidence not yet decided whose flush interval
+        passed (after a restart: those a previous worker deferred)."""
+        if not self._deferred_loaded:
+            self._deferred_loaded = True
+            for cluster, state in list(self.stores.fabric_meta.items()):
+                if state and state.get("deferred"):
+                    self.fabric_window(cluster)
+        return [Route("fabric", c, FlushMessage()) for c in sorted(self.fabric)
+                if self.fabric[c].deferred
+                and now - self.flushed.get(c, -1e18) >= self.config.window.fabric_flush_s]
+
+    def forget(self) -> None:
+        """Drop every cache (after a rebalance): windows are rebuilt from the stores."""
+        self.windows.clear()
+        self.fabric.clear()
+        self.pending_close.clear()
+        self._unclaimed = None
+        self._deferred_loaded = False
+        self._loaded = False
+
+
+class InMemoryRouter:
+    """Runs a :class:`Pipeline` without a broker: routes go to an in-memory queue and are
+    applied in order until none is left; published records are collected in ``published``.
+
+    Used in batch mode (``Pipeline(hold=True)``) by replay: :meth:`feed` every observation,
+    then :meth:`finish` decides each cluster's faults, then each workload once (final), then
+    each cluster's fabric and incident verdicts over those workload verdicts."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        self.queue: collections.deque[Route] = collections.deque()
+        self.published: list[Publish] = []
+
+    def send(self, effects: Iterable[Effect]) -> None:
+        """Queue routes, collect publications."""
+        for effect in effects:
+            if isinstance(effect, Route):
+                self.queue.append(effect)
+            else:
+                self.published.append(effect)
+
+    def drain(self) -> None:
+        """Apply queued routes until the queue is empty."""
+        while self.queue:
+            route = self.queue.popleft()
+            self.send(self.pipeline.apply(route.channel, route.key, route.message))
+
+    def feed(self, observations: Iterable[Observation]) -> None:
+        """Ingest every observation and apply what it routes."""
+        for obs in observations:
+            self.send(self.pipeline.ingest(obs))
+            self.drain()
+
+    def finish(self) -> list[Attribution]:
+        """Decide everything fed so far (batch mode); returns the verdicts published by this
+        call: the workload verdicts in workload-id order, then per cluster its fabric and
+        incident verdicts in the fabric correlator's order."""
+        p = self.pipeline
+        start = len(self.published)
+        for cluster in sorted(p.fabric):
+            fw = p.fabric[cluster]
+            routes = fw.route_faults(p.config)
+            for wid, events in routes.items():
+                self.send([Route("workload", wid, FaultsMessage(events=events))])
+        self.drain()
+        p._load_windows()
+        for wid in sorted(p.windows):
+            w = p.windows[wid]
+            if w.spec is not None:
+                self.send(p._emit(w, final=True))
+        self.drain()
+        for cluster in sorted(p.fabric):
+            fw = p.fabric[cluster]
+            self.send(Publish("attributions", a.attribution_id, a) for a in fw.publish(p.config))
+            p.stores.fabric_meta[cluster] = fw.to_state()
+        return [e.record for e in self.published[start:] if e.topic == "attributions"]

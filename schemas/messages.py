@@ -1,0 +1,140 @@
+"""Typed internal messages between the pipeline's stages (:mod:`correlators.pipeline`).
+
+Two channels carry them; in the stream each is an internal Kafka topic, in replay an in-memory
+queue:
+
+* **workload** (key: workload id, or ``host:<name>`` for a host's events no workload has
+  claimed yet): :data:`WorkloadMessage`;
+* **fabric** (key: cluster): :data:`FabricMessage`.
+
+Each message is a JSON object with a ``kind`` discriminator. Times are UTC nanoseconds.
+Parse with :func:`parse_workload_message` / :func:`parse_fabric_message`, which raise
+``pydantic.ValidationError`` for anything else.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from schemas.bundle import WorkloadSpec
+from schemas.records import Attribution, CoverageEntry, Event
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EventMessage(_Message):
+    """An extracted (raw, unenriched) event, on either channel."""
+
+    kind: Literal["event"] = "event"
+    event: Event
+
+
+class SpecMessage(_Message):
+    """The scheduler's record of a workload attempt (``workload.yaml``'s model)."""
+
+    kind: Literal["workload"] = "workload"
+    spec: WorkloadSpec
+
+
+class CoverageMessage(_Message):
+    """A connector's coverage report for one source of a workload."""
+
+    kind: Literal["coverage"] = "coverage"
+    entry: CoverageEntry
+
+
+class FaultsMessage(_Message):
+    """The whole current set of fabric/rack fault events relevant to a workload."""
+
+    kind: Literal["faults"] = "faults"
+    events: list[Event]
+
+
+class CloseMessage(_Message):
+    """Close the workload's window now and emit its final verdict (the idle timer's tick)."""
+
+    kind: Literal["close"] = "close"
+
+
+class Span(_Message):
+    """A workload's time on its nodes: ``start`` and ``end`` in UTC ns (``end`` None while it
+    runs), and the nodes' addresses (host -> IP, from the spec's ``hosts``) for naming ports."""
+
+    workload_id: str
+    nodes: list[str]
+    start: int
+    end: int | None = None
+    ips: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, spec: WorkloadSpec) -> "Span":
+        """The span of a workload spec."""
+        return cls(workload_id=spec.workload_id, nodes=sorted(spec.nodes), start=spec.start_ns, end=spec.end_ns,
+                   ips={h: f.ip for h, f in sorted(spec.hosts.items()) if f.ip})
+
+
+class ClaimMessage(_Message):
+    """To a host window (key ``host:<name>``): a workload now runs on the host; events of the
+    host waiting there that fall in its window move to it."""
+
+    kind: Literal["claim"] = "claim"
+    span: Span
+
+
+class TopologyMessage(_Message):
+    """A cluster's topology (``schemas.bundle.TopologySpec`` as JSON data)."""
+
+    kind: Literal["topology"] = "topology"
+    topology: dict[str, Any]
+
+
+class SpanMessage(_Message):
+    """To the fabric channel: a workload's nodes and time span."""
+
+    kind: Literal["span"] = "span"
+    span: Span
+
+
+class VerdictMessage(_Message):
+    """To the fabric channel: a workload verdict (the latest revision wins)."""
+
+    kind: Literal["verdict"] = "verdict"
+    attribution: Attribution
+
+
+class FlushMessage(_Message):
+    """To the fabric channel: decide the cluster's deferred evidence now."""
+
+    kind: Literal["flush"] = "flush"
+
+
+WorkloadMessage = Annotated[
+    Union[EventMessage, SpecMessage, CoverageMessage, FaultsMessage, CloseMessage, ClaimMessage],
+    Field(discriminator="kind"),
+]
+FabricMessage = Annotated[
+    Union[EventMessage, TopologyMessage, SpanMessage, VerdictMessage, FlushMessage],
+    Field(discriminator="kind"),
+]
+
+_WORKLOAD = TypeAdapter(WorkloadMessage)
+_FABRIC = TypeAdapter(FabricMessage)
+
+
+def parse_workload_message(data: bytes | str) -> Any:
+    """A :data:`WorkloadMessage` from its JSON. Raises ``pydantic.ValidationError``."""
+    return _WORKLOAD.validate_json(data)
+
+
+def parse_fabric_message(data: bytes | str) -> Any:
+    """A :data:`FabricMessage` from its JSON. Raises ``pydantic.ValidationError``."""
+    return _FABRIC.validate_json(data)
+
+
+def message_json(message: _Message) -> bytes:
+    """The wire form of a message (compact JSON, fields in declaration order)."""
+    return message.model_dump_json(exclude_none=False).encode()

@@ -1,0 +1,300 @@
+"""The pipeline (correlators.pipeline) without a broker: the promise "same input, same verdict,
+whatever the arrival order" as a unit test, and the windows and the routing rule directly.
+
+Every example bundle's records (as the bundle publisher sends them) go through the in-memory
+router in live mode (provisional verdicts, revisions, throttled fabric decisions) in shuffled
+orders; once everything is closed, the standing verdicts must equal the batch replay's on
+every byte but the revision counter (docs/architecture.md, "Replay and stream").
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from connectors.publish import bundle_records
+from correlators.config import EngineConfig, WindowPolicy
+from correlators.pipeline import HOST, InMemoryRouter, Pipeline, Publish, Route, Stores
+from correlators.windows import FabricWindow, WorkloadIndex, WorkloadWindow
+from schemas.bundle import WorkloadSpec
+from schemas.messages import (
+    ClaimMessage,
+    EventMessage,
+    Span,
+    SpecMessage,
+    parse_fabric_message,
+    parse_workload_message,
+    message_json,
+)
+from schemas.records import Attribution, Event, EvidenceRef, GpuRef, Observation, Position, Source, canonical_json
+from streams.replay import replay_bundle
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "incidents"
+BUNDLES = sorted(p.parent for p in EXAMPLES.glob("*/expected.yaml"))
+T0 = 1_764_000_000 * 10**9
+S = 10**9
+LIVE = EngineConfig.default(window=WindowPolicy(idle_timeout_s=10.0, fabric_flush_s=2.0))
+
+
+def live_run(records: list[Observation], config: EngineConfig = LIVE, stores: Stores | None = None
+             ) -> tuple[dict[str, Attribution], list[Attribution]]:
+    """Feed ``records`` one by one in live mode, the driver clock advancing 0.5 s a record,
+    then let the idle timer and the fabric flush run until nothing is left. Returns (the last
+    revision of every verdict, every publication in order)."""
+    pipeline = Pipeline(config, stores)
+    router = InMemoryRouter(pipeline)
+    now = 0.0
+
+    def drain() -> None:
+        while router.queue:
+            route = router.queue.popleft()
+            router.send(pipeline.apply(route.channel, route.key, route.message, now=now))
+
+    for obs in records:
+        router.send(pipeline.ingest(obs))
+        drain()
+        now += 0.5
+    for _ in range(50):
+        now += 60.0
+        ticks = pipeline.idle(now) + pipeline.due_flushes(now)
+        if not ticks:
+            break
+        router.send(ticks)
+        drain()
+    else:
+        pytest.fail("the pipeline did not settle within 50 timer rounds")
+    published = [e.record for e in router.published if e.topic == "attributions"]
+    latest: dict[str, Attribution] = {}
+    for att in published:
+        if att.attribution_id not in latest or att.revision > latest[att.attribution_id].revision:
+            latest[att.attribution_id] = att
+    return latest, published
+
+
+def content(att: Attribution) -> str:
+    """A verdict's bytes without its revision counter."""
+    data = json.loads(canonical_json(att))
+    data.pop("revision")
+    return json.dumps(data, sort_keys=True)
+
+
+def standing(latest: dict[str, Attribution]) -> dict[str, str]:
+    """The verdicts still standing (a withdrawal's root cause is ``superseded``), as bytes."""
+    return {k: content(v) for k, v in sorted(latest.items()) if v.root_cause.code != "superseded"}
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=lambda p: p.name)
+def test_shuffled_arrival_gives_the_replay_verdicts(bundle: Path) -> None:
+    records, _ = bundle_records(bundle)
+    replayed = {a.attribution_id: content(a) for a in replay_bundle(bundle).attributions}
+    seen = set()
+    for seed in range(4):
+        order = list(records)
+        random.Random(seed).shuffle(order)
+        latest, _ = live_run(order)
+        got = standing(latest)
+        assert got == replayed, f"{bundle.name}: order {seed} differs from replay"
+        assert all(v.final for v in latest.values()), f"{bundle.name}: a verdict was left provisional"
+        seen.add(json.dumps(got, sort_keys=True))
+    assert len(seen) == 1
+
+
+def test_batch_replay_is_revision_one_and_order_free() -> None:
+    bundle = EXAMPLES / "fabric-leaf-switch-down-two-jobs"
+    records, _ = bundle_records(bundle)
+    outputs = set()
+    for seed in range(3):
+        order = list(records)
+        random.Random(seed).shuffle(order)
+        router = InMemoryRouter(Pipeline(EngineConfig.default(), hold=True))
+        router.feed(order)
+        verdicts = router.finish()
+        assert {v.revision for v in verdicts} == {1}
+        assert {v.scope.kind for v in verdicts} == {"workload", "fabric_port", "incident"}
+        outputs.add("\n".join(sorted(canonical_json(v) for v in verdicts)))
+    assert len(outputs) == 1
+
+
+# -- WorkloadIndex: the one routing rule -------------------------------------------------------
+
+
+def spec(wid: str, nodes: list[str], start: int, end: int | None) -> WorkloadSpec:
+    return WorkloadSpec.model_validate({
+        "workload_id": wid, "cluster": "c1", "scheduler": "slurm", "nodes": nodes,
+        "start": start / S, "end": None if end is None else end / S, "state": "FAILED",
+    })
+
+
+def test_a_line_after_job_a_ends_where_job_b_started_belongs_to_b() -> None:
+    index = WorkloadIndex({}, before_ns=120 * S, after_ns=300 * S)
+    index.add(Span.of(spec("job-a", ["node-a01"], T0, T0 + 600 * S)))
+    index.add(Span.of(spec("job-b", ["node-a01"], T0 + 610 * S, None)))
+    assert index.route("node-a01", T0 + 100 * S) == "job-a"
+    assert index.route("node-a01", T0 + 650 * S) == "job-b"  # in both windows: the latest started
+    assert index.route("node-a01", T0 - 121 * S) is None
+    assert index.route("node-a02", T0 + 100 * S) is None
+    # re-adding a span replaces it
+    index.add(Span.of(spec("job-a", ["node-a01"], T0, T0 + 700 * S)))
+    assert [s[0] for s in index.spans["node-a01"]] == ["job-a", "job-b"]
+    assert index.spans["node-a01"][0][2] == T0 + 700 * S
+
+
+def test_the_bundle_reader_routes_with_the_same_rule(tmp_path: Path) -> None:
+    from connectors.bundle import BundleConnector
+
+    conn = BundleConnector(EXAMPLES / "fabric-port-flap-two-jobs", keywords=None)
+    rules = EngineConfig.default().causal
+    index = WorkloadIndex({}, before_ns=rules.before_start_ns, after_ns=rules.after_end_ns)
+    for w in conn.workloads:
+        index.add(Span.of(w))
+    hosts = sorted({h for w in conn.workloads for h in w.nodes})
+    times = [w.start_ns + d * S for w in conn.workloads for d in (-200, -60, 0, 30, 10_000)]
+    for host in hosts:
+        for at in times:
+            assert conn.workload_of(host, at) == index.route(host, at)
+
+
+# -- WorkloadWindow ----------------------------------------------------------------------------
+
+
+def xid_event(host: str, at: int, xid: int = 79, pci: str = "0000:9c:00") -> Event:
+    return Event(
+        type="gpu.xid", at=at, host=host, cluster="c1", gpu=GpuRef(pci_bus_id=pci), attributes={"xid": xid},
+        rule="gpu.xid@3", evidence=[EvidenceRef(observation_id=f"obs-{host}-{at}",
+                                                position=Position(file="logs/node-a01/kern.log", line=1))],
+    ).with_id()
+
+
+def test_window_state_round_trips_and_a_resent_spec_keeps_a_final_verdict_final() -> None:
+    config = EngineConfig.default(window=WindowPolicy(idle_timeout_s=None))
+    s = spec("job-1", ["node-a01", "node-a02"], T0, T0 + 600 * S)
+    w = WorkloadWindow(workload_id="job-1")
+    assert w.set_spec(s)
+    assert w.add_event(xid_event("node-a01", T0 + 60 * S))
+    assert not w.add_event(xid_event("node-a01", T0 + 60 * S))  # a duplicate
+    att = w.emit(config, {}, final=True)
+    assert att is not None and att.final and att.revision == 1 and att.root_cause.code.startswith("gpu.xid.79")
+    assert w.closed
+    assert not w.set_spec(spec("job-1", ["node-a01", "node-a02"], T0, T0 + 600 * S))  # the same record again
+    again = WorkloadWindow.from_state(json.loads(json.dumps(w.to_state())), list(w.events.values()))
+    assert again.to_state() == w.to_state() and again.closed and again.max_at == w.max_at
+    assert again.emit(config, {}, final=True) is None  # nothing new: no revision
+
+
+def test_pipeline_resent_scheduler_record_does_not_reopen_a_closed_window() -> None:
+    config = EngineConfig.default(window=WindowPolicy(idle_timeout_s=10.0))
+    p = Pipeline(config)
+    s = spec("job-1", ["node-a01"], T0, T0 + 600 * S)
+    p.apply("workload", "job-1", SpecMessage(spec=s))
+    out = p.apply("workload", "job-1", EventMessage(event=xid_event("node-a01", T0 + 60 * S)))
+    assert [e.record.final for e in out if isinstance(e, Publish)] == [False]  # decisive: provisional
+    closes = p.idle(100.0)
+    assert [r.key for r in closes] == ["job-1"]
+    final = p.apply("workload", "job-1", closes[0].message, now=100.0)
+    assert [e.record.final for e in final if isinstance(e, Publish)] == [True]
+    assert p.apply("workload", "job-1", SpecMessage(spec=s), now=101.0) == []
+    assert p.windows["job-1"].closed and p.idle(500.0) == []
+
+
+def test_events_before_their_workload_wait_in_the_host_window_and_are_claimed() -> None:
+    p = Pipeline(EngineConfig.default())
+    event = xid_event("node-a01", T0 + 60 * S)
+    assert p.apply("workload", f"{HOST}node-a01", EventMessage(event=event)) == []
+    span = Span.of(spec("job-1", ["node-a01"], T0, T0 + 600 * S))
+    out = p.apply("workload", f"{HOST}node-a01", ClaimMessage(span=span))
+    assert [(r.key, r.message.event.event_id) for r in out if isinstance(r, Route)] == [("job-1", event.event_id)]
+    assert not any(k.startswith(HOST) for k in p.stores.window_events)
+    # an event outside every claim stays
+    late = xid_event("node-a01", T0 + 10_000 * S)
+    assert p.apply("workload", f"{HOST}node-a01", EventMessage(event=late)) == []
+    assert [k for k in p.stores.window_events if k.startswith(HOST)] == [f"{HOST}node-a01\x1f{late.event_id}"]
+
+
+def test_windows_rebuild_from_the_stores_after_forget() -> None:
+    config = EngineConfig.default(window=WindowPolicy(idle_timeout_s=None))
+    stores = Stores()
+    p = Pipeline(config, stores)
+    p.apply("workload", "job-1", SpecMessage(spec=spec("job-1", ["node-a01"], T0, T0 + 600 * S)))
+    p.apply("workload", "job-1", EventMessage(event=xid_event("node-a01", T0 + 60 * S)))
+    before = p.windows["job-1"].to_state()
+    p.forget()
+    assert p.windows == {}
+    w = p.window("job-1")
+    assert w.to_state() == before and len(w.events) == 1
+
+
+def test_gpu_facts_from_telemetry_without_a_workload_id_reach_the_window() -> None:
+    from schemas.records import TIME_QUALITY_EXACT
+
+    p = Pipeline(EngineConfig.default())
+    obs = Observation(
+        source=Source(connector="telemetry", instance="node-a01"), kind="telemetry", observed_at=T0,
+        time_source="line", time_quality=TIME_QUALITY_EXACT, host="node-a01", cluster="c1",
+        format="nvidia_smi_csv", body="sample", gpu=GpuRef(index=3, pci_bus_id="00000000:9C:00.0"),
+    ).with_id()
+    p.ingest(obs)
+    gpus, history = p.host_facts(spec("job-1", ["node-a01"], T0, T0 + 600 * S))
+    assert gpus == {("node-a01", "0000:9c:00"): 3} and history == []
+
+
+def test_node_history_holds_earlier_jobs_xids_and_not_the_jobs_own() -> None:
+    p = Pipeline(EngineConfig.default())
+    s1 = spec("job-1", ["node-a01"], T0, T0 + 600 * S)
+    s2 = spec("job-2", ["node-a01"], T0 + 3600 * S, T0 + 4200 * S)
+    p.index.add(Span.of(s1))
+    p.index.add(Span.of(s2))
+    first, own = xid_event("node-a01", T0 + 60 * S, xid=31), xid_event("node-a01", T0 + 3700 * S, xid=31)
+    p._remember(first, "job-1")
+    p._remember(own, "job-2")
+    p._remember(own, "job-2")  # at-least-once delivery: stored once
+    assert len(p.stores.node_history["node-a01"]) == 2
+    _, history = p.host_facts(s2)
+    assert [e.event_id for e in history] == [first.event_id]
+    _, history = p.host_facts(s1)
+    assert history == []
+
+
+# -- FabricWindow ------------------------------------------------------------------------------
+
+
+def test_fabric_window_publishes_a_revision_only_when_content_changes() -> None:
+    bundle = EXAMPLES / "fabric-port-flap-host-and-switch"
+    records, _ = bundle_records(bundle)
+    config = EngineConfig.default()
+    p = Pipeline(config, hold=True)
+    router = InMemoryRouter(p)
+    router.feed(records)
+    router.finish()
+    (cluster,) = sorted(p.fabric)
+    fw = p.fabric[cluster]
+    assert fw.faults and fw.emitted
+    routes, again = fw.decide(config)
+    assert routes == {} and again == []  # nothing new: nothing published
+    state = json.loads(json.dumps(fw.to_state()))
+    copy = FabricWindow.from_state(state, list(fw.events.values()))
+    assert copy.to_state() == fw.to_state()
+    # the evidence gone: each standing verdict is withdrawn by a new revision
+    copy.events.clear()
+    _, withdrawn = copy.decide(config)
+    assert withdrawn and {a.root_cause.code for a in withdrawn} == {"superseded"}
+    assert all(a.revision == fw.emitted[a.attribution_id][0] + 1 for a in withdrawn)
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+
+def test_messages_round_trip_and_bad_ones_are_refused() -> None:
+    from pydantic import ValidationError
+
+    msg = EventMessage(event=xid_event("node-a01", T0))
+    assert parse_workload_message(message_json(msg)) == msg
+    assert parse_fabric_message(message_json(msg)) == msg
+    with pytest.raises(ValidationError):
+        parse_workload_message(b'{"kind": "flush"}')  # a fabric message on the workload channel
+    with pytest.raises(ValidationError):
+        parse_fabric_message(b'{"kind": "event", "event": {"type": "gpu.xid"}}')
+    with pytest.raises(ValidationError):
+        parse_workload_message(b"[" * 100 + b"]" * 100)
