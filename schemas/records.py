@@ -487,7 +487,11 @@ class RemediationAction(_Record):
 class RemediationCommand(_Record):
     """A person's command to the remediation engine (``faultstream remediation approve |
     reject | cancel | reset-breaker``), published on the ``remediation-commands`` topic.
-    ``action_id`` is empty for ``reset_breaker``. ``at`` is UTC ns (wall clock)."""
+    ``action_id`` is empty for ``reset_breaker``. ``at`` is UTC ns (wall clock): when it was
+    sent, as the sender says (the worker checks its age and decides at its own time).
+    ``key_id`` / ``signature``: the HMAC-SHA256 signature (hex) over the command's canonical
+    JSON without ``signature``, and the id of the shared key it was made with
+    (``streams.command_auth``); the worker rejects a command without a valid one."""
 
     schema_version: int = SCHEMA_VERSION
     command_id: str = ""
@@ -497,11 +501,16 @@ class RemediationCommand(_Record):
     by: str
     reason: str = ""
     at: int
+    key_id: str = ""
+    signature: str = ""
 
     def with_id(self) -> "RemediationCommand":
-        """Fill ``command_id`` from the content and return self."""
+        """Fill ``command_id`` from the content (everything but ``command_id``, ``key_id`` and
+        ``signature``: the same command signed with another key has the same id) and return
+        self."""
         data = dict(self.__dict__)
-        del data["command_id"]
+        for name in ("command_id", "key_id", "signature"):
+            del data[name]
         self.command_id = content_id("cmd", data)
         return self
 

@@ -19,6 +19,7 @@ Data flow in the worker::
     <prefix>.attributions (every verdict, any scope)   -- agent remediation_attributions --\\
     <prefix>.remediation-commands (approve/reject/...) -- agent remediation_commands ------+
     <prefix>.certifications (NVCRE, dcgmi diag, ...)   -- agent remediation_certifications -+
+    <prefix>.observations (scheduler workload records) -- agent remediation_workloads -----+
     timer (every tick_interval_s)                      -- {"kind": "tick"} ----------------+
     executor threads                                   -- {"kind": "executed"/"resumed"} --/
         -> <app_id>-by-cluster-remediation (internal, key = cluster, JSON {"kind": ...})
@@ -33,6 +34,16 @@ Why everything goes through the one keyed topic: Faust writes a table's changelo
 iterating a stream, so the timer and the executor threads never touch the state -- they send a
 message and the remediation agent applies it. One cluster's messages are on one partition, so
 one agent instance owns a cluster's engine and applies its inputs in order.
+
+Targets: a verdict's actions may name only nodes of the workload's allocation (the scheduler's
+workload records, read from the observations topic), of the cluster's topology (the global
+``topology`` table) or of ``FAULTSTREAM_REMEDIATION_FLEET_NODES``; a host named only by a log
+line gets a ``notify`` (``correlators.remediation.targets``).
+
+Commands are authenticated (``streams.command_auth``): a command without a valid HMAC-SHA256
+signature of a key the worker holds (``FAULTSTREAM_COMMAND_KEYS`` / ``..._KEY_FILE``), or older
+than ``FAULTSTREAM_COMMAND_MAX_AGE_S``, is dead-lettered with the reason and applies nothing;
+an accepted command is decided at the worker's time of receipt, not at the command's ``at``.
 
 Bad input (invalid JSON, a record that does not validate, a command or certification without a
 cluster) goes to the dead-letter topic through the ``dead_letter`` callable and never stops an
@@ -93,12 +104,15 @@ from schemas.records import (
     canonical_json,
 )
 from sinks.executors import DryRunExecutor, ExecutionResult, Executor, ExecutorSettings
+from streams.command_auth import CommandAuthError, CommandKeySettings, Keyring, authenticate
 
 __all__ = [
     "RemediationSettings",
     "RemediationRunner",
     "CommandOutcome",
     "CommandRejected",
+    "CommandInvalid",
+    "decode_command",
     "Job",
     "ResumeJob",
     "attach_remediation",
@@ -130,6 +144,11 @@ class RemediationSettings(BaseSettings):
                                               names the hosts: ``64`` (every cluster) or JSON
                                               ``{"c1": 64}`` (unset: from the topology, else the
                                               breaker fails closed)
+    FAULTSTREAM_REMEDIATION_FLEET_NODES       the node names a remediation may target besides the
+                                              topology's hosts and the workloads' allocations:
+                                              JSON ``["node-a01", ...]`` (every cluster) or
+                                              ``{"c1": [...]}``; without a fleet size the breaker
+                                              counts them (unset: none)
     FAULTSTREAM_REMEDIATION_PROPOSAL_TTL_S    overrides the policy's ``guards.proposal_ttl_s``:
                                               seconds after the verdict's event time an
                                               unapproved proposal expires (replayed historical
@@ -146,6 +165,7 @@ class RemediationSettings(BaseSettings):
 
     policy: Path | None = None
     fleet_size: int | dict[str, int] | None = None
+    fleet_nodes: list[str] | dict[str, list[str]] | None = None
     proposal_ttl_s: int | None = Field(default=None, gt=0)
     tick_interval_s: float = Field(default=5.0, gt=0)
     lost_after_s: float = Field(default=900.0, ge=0)
@@ -156,6 +176,42 @@ class RemediationSettings(BaseSettings):
         if self.proposal_ttl_s is None:
             return policy.guards
         return policy.guards.model_copy(update={"proposal_ttl_s": self.proposal_ttl_s})
+
+
+class CommandInvalid(ValueError):
+    """A record on the commands topic that is not applied: not JSON, not a valid command, no
+    cluster or action id, or not authenticated (:func:`streams.command_auth.authenticate`).
+    The message is the dead-letter reason (``invalid json: ...``, ``invalid command: ...``,
+    ``unauthenticated command: ...``)."""
+
+
+def decode_command(raw: bytes, keyring: Keyring, now_ns: int, *, max_age_s: float = 300.0,
+                   max_skew_s: float = 30.0) -> RemediationCommand:
+    """Parse, validate and authenticate one record of the commands topic at the worker's clock
+    ``now_ns`` (UTC ns). Returns the command (its ``command_id`` set); raises
+    :class:`CommandInvalid` with the dead-letter reason."""
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CommandInvalid(f"invalid json: {_first_line(exc)}") from exc
+    try:
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        if data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+            raise ValueError(f"schema version {data.get('schema_version')!r} is not {SCHEMA_VERSION}")
+        cmd = RemediationCommand.model_validate(data)
+        if not cmd.cluster:
+            raise ValueError("the command names no cluster (the remediation engine is sharded by "
+                             "cluster; faultstream remediation fills it from the action)")
+        if cmd.command != "reset_breaker" and not cmd.action_id:
+            raise ValueError(f"{cmd.command} names no action_id")
+    except (ValueError, ValidationError) as exc:
+        raise CommandInvalid(f"invalid command: {_first_line(exc)}") from exc
+    try:
+        authenticate(cmd, keyring, now_ns, max_age_s=max_age_s, max_skew_s=max_skew_s)
+    except CommandAuthError as exc:
+        raise CommandInvalid(f"unauthenticated command: {exc}") from exc
+    return cmd
 
 
 class CommandRejected(ValueError):
@@ -287,6 +343,12 @@ class RemediationRunner:
             out += self._retry_parked()
         return out
 
+    def handle_workload(self, cluster: str, workload_id: str, nodes: list[str], at: int) -> list[RemediationAction]:
+        """Feed a workload's allocation (the scheduler's record) to the engine
+        (:meth:`RemediationEngine.on_workload`): its nodes become valid targets of verdicts
+        about it. Returns [] (no transition)."""
+        return self.engine.on_workload(cluster, workload_id, nodes, at)
+
     def handle_command(self, cmd: RemediationCommand) -> list[RemediationAction]:
         """Apply a person's command (see :meth:`apply_command`); returns its transitions ([]
         for a duplicate or a parked command). Raises :class:`CommandRejected` for a command
@@ -296,17 +358,23 @@ class RemediationRunner:
             raise CommandRejected(result.detail)
         return result.records
 
-    def apply_command(self, cmd: RemediationCommand, *, origin: Mapping[str, Any] | None = None) -> CommandOutcome:
+    def apply_command(self, cmd: RemediationCommand, *, origin: Mapping[str, Any] | None = None,
+                      at: int | None = None) -> CommandOutcome:
         """Apply ``cmd``; never raises for a command that does not fit. ``origin``: where it was
         read (kept with a parked command for its dead letter: ``key``, ``topic``,
-        ``partition``, ``offset``, ``original``)."""
+        ``partition``, ``offset``, ``original``). The decision time is ``at`` (when this worker
+        received it, UTC ns) or the runner's clock -- never the command's own ``at``, which is
+        only the sender's claim (checked for freshness at the edge, :func:`decode_command`).
+        Authentication happens before: this method trusts ``cmd``."""
         if not cmd.command_id:
             cmd = cmd.model_copy().with_id()
+        decided = self.clock() if at is None else at
+        cmd = cmd.model_copy(update={"at": decided})
         try:
             records = self.engine.on_command(cmd)
         except UnknownActionError:
             if cmd.command_id not in self._parked:
-                self._parked[cmd.command_id] = _Parked(cmd, self.clock(), dict(origin or {}))
+                self._parked[cmd.command_id] = _Parked(cmd, decided, dict(origin or {}))
             return CommandOutcome([], "parked", f"action {cmd.action_id} not known yet: waiting for it")
         except LifecycleError as exc:
             current = self.engine.get(cmd.action_id or "")
@@ -340,7 +408,7 @@ class RemediationRunner:
             if self.engine.get(parked.command.action_id or "") is None:
                 continue
             del self._parked[cid]
-            result = self.apply_command(parked.command)
+            result = self.apply_command(parked.command, at=parked.received_at)
             if result.outcome == "rejected":
                 log.warning("parked command %s: %s", cid, result.detail)
             out += result.records
@@ -507,14 +575,14 @@ class RemediationRunner:
     @classmethod
     def from_state(cls, state: Mapping[str, Any], policy: Policy, executors: ExecutorSettings, *,
                    topology: TopologySpec | None = None, fleet_size: int | Mapping[str, int] | None = None,
-                   settings: GuardSettings | None = None, clock: Callable[[], int] = time.time_ns,
-                   command_wait_s: float = 600.0) -> "RemediationRunner":
+                   fleet_nodes: Any = None, settings: GuardSettings | None = None,
+                   clock: Callable[[], int] = time.time_ns, command_wait_s: float = 600.0) -> "RemediationRunner":
         """Rebuild a runner from :meth:`to_state` output. Raises ``ValueError`` for an unknown
         format."""
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"remediation runner state format {state.get('format')!r}, expected {STATE_FORMAT}")
         engine = RemediationEngine.from_state(state["engine"], policy, topology=topology,
-                                              fleet_size=fleet_size, settings=settings)
+                                              fleet_size=fleet_size, fleet_nodes=fleet_nodes, settings=settings)
         runner = cls(engine, executors, clock=clock, command_wait_s=command_wait_s)
         runner._parked = {
             cid: _Parked(RemediationCommand.model_validate(p["command"]), p["received_at"], dict(p.get("origin") or {}))
@@ -553,6 +621,30 @@ def remediation_topic_spec(settings: Any) -> Any:
     )
 
 
+#: Bytes every scheduler workload record on the observations topic holds (``format``).
+WORKLOAD_MARK = b'"workload_yaml"'
+
+
+def workload_payload(raw: bytes) -> dict[str, Any] | None:
+    """The remediation agent's ``workload`` message for an observation that is a scheduler
+    workload record (``kind`` ``scheduler_event``, ``format`` ``workload_yaml``):
+    ``{"kind": "workload", "cluster", "workload_id", "nodes", "at"}`` (``at``: its end, else
+    its start, UTC ns); None for any other observation. Raises ``ValueError`` /
+    ``ValidationError`` for a record that does not validate."""
+    from schemas.bundle import WorkloadSpec
+    from schemas.records import Observation
+
+    obs = Observation.model_validate_json(raw)
+    if obs.kind != "scheduler_event" or obs.format != "workload_yaml":
+        return None
+    spec = WorkloadSpec.model_validate(obs.attributes["workload"])
+    cluster = spec.cluster or obs.cluster
+    if not cluster:
+        return None
+    return {"kind": "workload", "cluster": cluster, "workload_id": spec.workload_id, "nodes": sorted(spec.nodes),
+            "at": spec.end_ns if spec.end_ns is not None else spec.start_ns}
+
+
 DeadLetterFn = Callable[[str, str, bytes, Any], Awaitable[None]]
 
 
@@ -577,6 +669,13 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
     from prometheus_client import Counter
 
     rsettings = RemediationSettings()
+    auth = CommandKeySettings()
+    keyring = auth.keyring()
+    if not keyring:
+        log.warning("remediation: no command keys (FAULTSTREAM_COMMAND_KEYS / FAULTSTREAM_COMMAND_KEY_FILE): "
+                    "every remediation command will be dead-lettered")
+    else:
+        log.info("remediation: command keys %s, max age %g s", keyring.ids(), auth.max_age_s)
     policy = load_policy(rsettings.policy)
     guard_settings = rsettings.guard_settings(policy)
     executors = ExecutorSettings()
@@ -595,6 +694,7 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
     raw = {"value_serializer": "raw", "key_serializer": "raw"}
     commands_in = app.topic(settings.topic("remediation-commands"), **raw)
     certifications_in = app.topic(settings.topic("certifications"), **raw)
+    observations_in = app.topic(settings.topic("observations"), **raw)
     remediations_out = app.topic(settings.topic("remediations"), **raw)
     by_cluster = app.topic(remediation_topic_name(settings.app_id), internal=True,
                            partitions=settings.partitions, **raw)
@@ -627,7 +727,7 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
             return runner
         runners[cluster] = RemediationRunner.from_state(
             runner.to_state(), policy, executors, topology=topology_of(cluster), fleet_size=rsettings.fleet_size,
-            settings=guard_settings, command_wait_s=rsettings.command_wait_s)
+            fleet_nodes=rsettings.fleet_nodes, settings=guard_settings, command_wait_s=rsettings.command_wait_s)
         return runners[cluster]
 
     def runner_for(cluster: str) -> RemediationRunner:
@@ -635,14 +735,15 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
         if runner is None:
             state = state_table.get(cluster)
             kwargs = dict(topology=topology_of(cluster), fleet_size=rsettings.fleet_size,
-                          settings=guard_settings, command_wait_s=rsettings.command_wait_s)
+                          fleet_nodes=rsettings.fleet_nodes, settings=guard_settings,
+                          command_wait_s=rsettings.command_wait_s)
             if state:
                 runner = RemediationRunner.from_state(state, policy, executors, **kwargs)
                 written[cluster] = canonical_json(state)
             else:
                 runner = RemediationRunner(
                     RemediationEngine(policy, topology=kwargs["topology"], fleet_size=rsettings.fleet_size,
-                                      settings=guard_settings),
+                                      fleet_nodes=rsettings.fleet_nodes, settings=guard_settings),
                     executors, command_wait_s=rsettings.command_wait_s)
             runners[cluster] = runner
         return runner
@@ -708,7 +809,8 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
             return runner.handle_attribution(Attribution.model_validate(payload["attribution"]))
         if kind == "command":
             cmd = RemediationCommand.model_validate(payload["command"])
-            result = runner.apply_command(cmd, origin=payload.get("origin"))
+            # decided at this worker's time of receipt, never the command's own "at"
+            result = runner.apply_command(cmd, origin=payload.get("origin"), at=int(payload["received_at"]))
             m_commands.labels(result.outcome).inc()
             if result.outcome == "rejected":
                 o = payload.get("origin") or {}
@@ -719,6 +821,9 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
             elif result.outcome != "applied":
                 log.info("command %s: %s", cmd.command_id, result.detail)
             return result.records
+        if kind == "workload":
+            return runner.handle_workload(cluster, str(payload["workload_id"]), list(payload["nodes"]),
+                                          int(payload["at"]))
         if kind == "certification":
             return runner.handle_certification(Certification.model_validate(payload["certification"]))
         if kind == "executed":
@@ -779,26 +884,33 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
     async def remediation_commands(stream: Any) -> None:
         async for item in stream.events():
             original: bytes = item.value or b""
+            now = time.time_ns()
             try:
-                data = json.loads(original)
-                if not isinstance(data, dict):
-                    raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-                if data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
-                    raise ValueError(f"schema version {data.get('schema_version')!r} is not {SCHEMA_VERSION}")
-                cmd = RemediationCommand.model_validate(data)
-                if not cmd.cluster:
-                    raise ValueError("the command names no cluster (the remediation engine is sharded by "
-                                     "cluster; faultstream remediation fills it from the action)")
-                if cmd.command != "reset_breaker" and not cmd.action_id:
-                    raise ValueError(f"{cmd.command} names no action_id")
-            except (ValueError, ValidationError) as exc:
-                reason = "invalid json" if isinstance(exc, json.JSONDecodeError) else "invalid command"
-                await dead_letter("agent.remediation", f"{reason}: {_first_line(exc)}", original, item.message)
+                cmd = decode_command(original, keyring, now, max_age_s=auth.max_age_s, max_skew_s=auth.max_skew_s)
+            except CommandInvalid as exc:
+                if str(exc).startswith("unauthenticated"):
+                    m_commands.labels("unauthenticated").inc()
+                await dead_letter("agent.remediation", str(exc), original, item.message)
                 continue
-            if not cmd.command_id:
-                cmd = cmd.with_id()
-            await route(cmd.cluster, {"kind": "command", "command": cmd.model_dump(mode="json"),
+            log.info("command %s (%s by %s, key %s) accepted", cmd.command_id, cmd.command, cmd.by, cmd.key_id)
+            await route(cmd.cluster, {"kind": "command", "command": cmd.model_dump(mode="json"), "received_at": now,
                                       "origin": origin_of(item.message, original)})
+
+    @app.agent(observations_in)
+    async def remediation_workloads(stream: Any) -> None:
+        # the scheduler's workload records: their nodes are what a verdict about the workload
+        # may target (every other observation is skipped on a byte test, never parsed)
+        async for item in stream.events():
+            original: bytes = item.value or b""
+            if WORKLOAD_MARK not in original:
+                continue
+            try:
+                payload = workload_payload(original)
+            except (ValueError, ValidationError, KeyError, TypeError) as exc:
+                log.debug("workload record not used for remediation targets: %s", _first_line(exc))
+                continue  # the extract agent dead-letters a bad record; it is not dead-lettered twice
+            if payload is not None:
+                await route(payload["cluster"], payload)
 
     @app.agent(certifications_in)
     async def remediation_certifications(stream: Any) -> None:

@@ -13,6 +13,12 @@
   cluster's circuit breaker (blocked actions older than the policy's ``stale_after_s`` are
   expired or cancelled, never replayed).
 
+Every command is signed (HMAC-SHA256, ``streams.command_auth``) with the key
+``FAULTSTREAM_COMMAND_SIGNING_KEY`` names among ``FAULTSTREAM_COMMAND_KEYS`` /
+``FAULTSTREAM_COMMAND_KEY_FILE`` (the only key when there is one); the worker holds the same
+keys and dead-letters anything unsigned, badly signed or stale. Without a key the command is
+not sent (exit 2). ``--reason`` must say something: an empty or blank reason is refused.
+
 The command names the action's cluster (read from its record): the worker shards remediation
 by cluster. A decision is checked against the action's latest state before it is sent
 (approving an action that is not ``proposed`` is refused here); the worker checks again, so a
@@ -42,7 +48,7 @@ from rich.table import Column, Table
 
 from schemas.records import RemediationAction, RemediationCommand, canonical_json
 
-__all__ = ["app", "read_actions", "ActionLog", "latest", "send_command"]
+__all__ = ["app", "read_actions", "ActionLog", "latest", "send_command", "signed"]
 
 app = typer.Typer(help="Remediation actions: list, show, approve, reject, cancel, reset the breaker.",
                   no_args_is_help=True)
@@ -52,7 +58,14 @@ ACTIVE = ("proposed", "approved", "executing")
 BootstrapOpt = Annotated[Optional[str], typer.Option("--bootstrap", help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=0.1, help="seconds to wait for the broker and to read the topic")]
 ByOpt = Annotated[Optional[str], typer.Option("--by", help="who decides (default: $USER)")]
-ReasonOpt = Annotated[str, typer.Option("--reason", help="why (recorded on the action)")]
+def _reason(value: str) -> str:
+    """``--reason`` stripped; an empty or blank reason is a usage error (exit 2)."""
+    if not value.strip():
+        raise typer.BadParameter("must not be empty: say why (it is recorded on the action)")
+    return value.strip()
+
+
+ReasonOpt = Annotated[str, typer.Option("--reason", callback=_reason, help="why (recorded on the action; not empty)")]
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -266,9 +279,34 @@ def show(
     out.print(history)
 
 
+def _keyring() -> Any:
+    """The command keys of the environment, with a key to sign with; exits 2 when there is
+    none or the settings are bad."""
+    from pydantic import ValidationError
+
+    from streams.command_auth import CommandKeyError, CommandKeySettings
+
+    try:
+        keyring = CommandKeySettings().keyring()
+        keyring.signing_key_id()
+    except ValidationError as exc:
+        _fail("command key settings: " + "; ".join(e["msg"] for e in exc.errors()))
+    except CommandKeyError as exc:
+        _fail(str(exc))
+    return keyring
+
+
+def signed(cmd: RemediationCommand) -> RemediationCommand:
+    """``cmd`` signed with the environment's signing key (``streams.command_auth.sign``):
+    ``key_id``, ``command_id`` and ``signature`` filled. Exits 2 without a key."""
+    from streams.command_auth import sign
+
+    return sign(cmd, _keyring())
+
+
 def send_command(kafka: Any, cmd: RemediationCommand, timeout_s: float) -> str:
-    """Publish ``cmd`` (id filled) on the commands topic, key = its action id (empty for a
-    breaker reset); returns the topic. Exits 2 when the broker does not take it within
+    """Publish ``cmd`` (signed, id filled) on the commands topic, key = its action id (empty
+    for a breaker reset); returns the topic. Exits 2 when the broker does not take it within
     ``timeout_s``."""
     from sinks.kafka import KafkaProducerError, RecordProducer
 
@@ -301,6 +339,7 @@ ALLOWED = {"approve": ("proposed",), "reject": ("proposed",), "cancel": ACTIVE}
 
 def _decide(command: str, action_id: str, by: str | None, reason: str, bootstrap: str | None, timeout: float) -> None:
     who = _who(by)
+    _keyring()  # no key: fail before reading the topic
     actions, topic = _load(bootstrap, timeout)
     log = actions.get(action_id)
     if log is None:
@@ -312,8 +351,8 @@ def _decide(command: str, action_id: str, by: str | None, reason: str, bootstrap
     if command == "approve" and a.expires_at is not None and now >= a.expires_at:
         _fail(f"{action_id} expired at {_ts(a.expires_at)} (the policy's proposal_ttl_s after its verdict): "
               "too late to approve")
-    cmd = RemediationCommand(command=command, action_id=action_id, cluster=a.cluster, by=who, reason=reason,
-                             at=now).with_id()
+    cmd = signed(RemediationCommand(command=command, action_id=action_id, cluster=a.cluster, by=who, reason=reason,
+                                    at=time.time_ns()))
     sent_to = send_command(_kafka(bootstrap), cmd, timeout)
     typer.echo(f"{command} {action_id} ({a.action} {_target(a)}, cluster {a.cluster}) by {who}: "
                f"{cmd.command_id} sent to {sent_to}")
@@ -355,6 +394,7 @@ def reset_breaker(
     who = _who(by)
     if not cluster.strip():
         _fail("--cluster must name a cluster")
+    _keyring()
     kafka = _kafka(bootstrap)
     topic = _topic("remediation-commands")
     try:
@@ -364,7 +404,7 @@ def reset_breaker(
     meta = md.topics.get(topic)
     if meta is None or meta.error is not None:
         _fail(f"topic {topic} does not exist on {kafka.bootstrap_servers} (faultstream topics create)")
-    cmd = RemediationCommand(command="reset_breaker", cluster=cluster, by=who, reason=reason, at=time.time_ns()).with_id()
+    cmd = signed(RemediationCommand(command="reset_breaker", cluster=cluster, by=who, reason=reason, at=time.time_ns()))
     send_command(kafka, cmd, timeout)
     typer.echo(f"reset-breaker of cluster {cluster} by {who}: {cmd.command_id} sent to {topic}")
 

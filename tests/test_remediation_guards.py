@@ -111,7 +111,9 @@ def test_all_guards_pass_and_auto_mode_is_approved_by_policy():
 
 
 def test_notify_is_not_subject_to_capacity_guards():
-    out = engine(fleet_size=None, topology=None).on_attribution(verdict("host.oom_kill", "node-1", "a1"))
+    eng = engine(fleet_size=None, topology=None)
+    eng.on_workload("c1", "job-a1", ["node-1"], T0)  # the target is known from the job's allocation
+    out = eng.on_attribution(verdict("host.oom_kill", "node-1", "a1"))
     assert [(a.action, a.state) for a in out] == [("notify", "proposed"), ("notify", "approved")]
     assert [g.guard for g in out[0].guards] == ["verdict_final", "verdict_quality"]
 
@@ -146,27 +148,34 @@ def test_breaker_trips_stays_tripped_and_resets_only_by_command_skipping_stale_e
     other = eng.on_attribution(verdict("gpu.xid.46", "node-1", "b1", T0 + 120 * MIN, cluster="c2"))
     assert other[-1].state == "approved"
 
-    # reset at +123 min: every pending action older than stale_after_s is skipped by age, not
-    # replayed -- the drains approved before the trip (cancelled) and the proposal of +2 min
-    # (expired); the proposal of +120 min is re-evaluated and, all guards passing now, approved
+    # reset at +123 min: the drains approved before the trip and older than stale_after_s are
+    # cancelled by age, not replayed; the proposals the breaker blocked stay pending for a
+    # person (a progress record each: not replayed, not expired by the reset)
     reset = eng.on_command(cmd("reset_breaker", at=T0 + 123 * MIN, by="bob"))
     first_two = [a.action_id for a in eng.actions() if a.target.host in ("node-1", "node-2") and a.cluster == "c1"]
     assert [(a.action_id, a.state) for a in reset] == [
-        (first_two[0], "cancelled"), (first_two[1], "cancelled"), (third[0].action_id, "expired"),
-        (later[0].action_id, "proposed"), (later[0].action_id, "approved"),
+        (first_two[0], "cancelled"), (first_two[1], "cancelled"), (third[0].action_id, "proposed"),
+        (later[0].action_id, "proposed"),
     ]
     assert reset[0].reason == "stale at breaker reset by bob: approved 7380 s before (stale_after_s 300); not replayed"
-    assert reset[2].reason == "stale at breaker reset by bob: verdict 7260 s old (stale_after_s 300); not replayed"
-    assert guard(reset[3], "circuit_breaker").passed and reset[3].mode == "auto"
+    assert guard(reset[2], "circuit_breaker").detail == (
+        "blocked while the breaker was tripped (3 of 4 nodes taken out within 300 s (limit 50%)); "
+        f"reset by bob at {T0 + 123 * MIN}: not replayed, waits for a person's approval")
+    assert [(a.state, a.mode) for a in reset[2:]] == [("proposed", "needs_approval")] * 2
     assert not eng.breaker("c1").tripped
+    assert [(a.cluster, a.target.host) for a in eng.executable()] == [("c2", "node-1")]
+    # a person approves the one still wanted; it runs now that the breaker is closed
+    eng.on_command(cmd("approve", later[0].action_id, at=T0 + 124 * MIN, by="bob", reason="checked"))
     assert [(a.cluster, a.target.host) for a in eng.executable()] == [("c1", "node-5"), ("c2", "node-1")]
     # the same reset delivered twice, or a reset of a closed breaker: nothing
     assert eng.on_command(cmd("reset_breaker", at=T0 + 123 * MIN, by="bob")) == []
-    assert eng.on_command(cmd("reset_breaker", at=T0 + 124 * MIN, by="bob")) == []
+    assert eng.on_command(cmd("reset_breaker", at=T0 + 125 * MIN, by="bob")) == []
 
 
 def test_breaker_fails_closed_without_a_node_count_and_dry_run_stays_dry_run():
-    out = engine(topology=None).on_attribution(verdict("gpu.xid.62", "node-1", "a1"))
+    eng = engine(topology=None)
+    eng.on_workload("c1", "job-a1", ["node-1"], T0)  # a known target, but no node count
+    out = eng.on_attribution(verdict("gpu.xid.62", "node-1", "a1"))
     assert [(a.action, a.state, a.mode) for a in out] == [("drain", "proposed", "dry_run")]
     assert guard(out[0], "circuit_breaker").detail == (
         "cluster node count unknown (no topology, no fleet_size): cannot bound the blast radius"

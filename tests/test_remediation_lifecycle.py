@@ -41,6 +41,8 @@ from schemas.records import (
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS
 MIN = 60 * NS
+#: The cluster's nodes: remediation targets must be known nodes (correlators.remediation.targets).
+FLEET = ["node-1", "node-2", "node-3", "node-4"]
 
 AUTO = parse_policy(
     """
@@ -67,6 +69,15 @@ def verdict(code: str, host: str = "node-1", att_id: str = "a1", at: int = T0, *
         culprits=Culprits(hosts=[host], gpus=[GpuRef(index=2)]), confidence=0.9, quality="definitive",
         incident_id=incident, ruleset_version="t", engine_version="t", decided_at=at,
     )
+
+
+def bundle_topology(bundle: Path):
+    """The ``topology.yaml`` of an example bundle: the ports and hosts a target may name."""
+    import yaml
+
+    from schemas.bundle import TopologySpec
+
+    return TopologySpec.model_validate(yaml.safe_load((bundle / "topology.yaml").read_text()))
 
 
 def cmd(command, action_id=None, at=T0, by="alice", reason="") -> RemediationCommand:
@@ -143,7 +154,7 @@ def test_fold_rejects_unreachable_states_and_conflicting_records():
 
 
 def test_engine_records_shuffled_and_duplicated_fold_to_the_engine_state():
-    eng = RemediationEngine(AUTO, fleet_size=10)
+    eng = RemediationEngine(AUTO, fleet_size=10, fleet_nodes=FLEET)
     records = eng.on_attribution(verdict("gpu.xid.79"))
     drain, reboot = records[1].action_id, records[3].action_id
     records += eng.on_execution(drain, ok=True, detail="drained", executor="slurm", at=T0 + MIN)
@@ -164,7 +175,7 @@ def test_engine_records_shuffled_and_duplicated_fold_to_the_engine_state():
 
 
 def test_expiry_by_time():
-    eng = RemediationEngine(load_policy(), fleet_size=10)  # default: dry_run, needs an approval
+    eng = RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET)  # default: dry_run, needs an approval
     (drain, reboot) = eng.on_attribution(verdict("gpu.xid.79"))
     assert drain.expires_at == T0 + 3600 * NS
     assert eng.tick(T0 + 3599 * NS) == []
@@ -179,7 +190,7 @@ def test_expiry_by_time():
 
 
 def test_approval_after_expiry_expires_instead():
-    eng = RemediationEngine(load_policy(), fleet_size=10)
+    eng = RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET)
     drain = eng.on_attribution(verdict("gpu.xid.79"))[0]
     out = eng.on_command(cmd("approve", drain.action_id, at=T0 + 2 * 3600 * NS, by="bob"))
     assert out[0].state == "expired"
@@ -187,7 +198,7 @@ def test_approval_after_expiry_expires_instead():
 
 
 def test_expiry_when_the_cause_clears():
-    eng = RemediationEngine(load_policy(), fleet_size=10)
+    eng = RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET)
     first = eng.on_attribution(verdict("gpu.xid.46"))
     assert [a.action for a in first] == ["reset_gpu"]
     # revision 2 of the same verdict: late evidence says it was the OOM killer
@@ -199,7 +210,7 @@ def test_expiry_when_the_cause_clears():
 
 
 def test_expiry_when_the_workload_completes():
-    eng = RemediationEngine(load_policy(), fleet_size=10)
+    eng = RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET)
     eng.on_attribution(verdict("gpu.xid.46"))
     out = eng.on_attribution(verdict("none", at=T0 + MIN, revision=2, outcome="completed"))
     assert [(a.action, a.state) for a in out] == [("reset_gpu", "expired")]
@@ -207,7 +218,7 @@ def test_expiry_when_the_workload_completes():
 
 
 def test_cause_still_supported_by_another_verdict_of_the_incident_does_not_expire():
-    eng = RemediationEngine(load_policy(), fleet_size=10)
+    eng = RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET)
     a = eng.on_attribution(verdict("gpu.xid.46", att_id="job-1-v", incident="inc-9"))
     b = eng.on_attribution(verdict("gpu.xid.46", att_id="job-2-v", incident="inc-9", workload="job-2"))
     assert b == []  # same incident, target and action: one action
@@ -222,7 +233,7 @@ def test_cause_still_supported_by_another_verdict_of_the_incident_does_not_expir
 
 
 def test_more_severe_action_supersedes_the_pending_one():
-    eng = RemediationEngine(load_policy(), fleet_size=10)
+    eng = RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET)
     reset = eng.on_attribution(verdict("gpu.xid.46", att_id="job-1-v", incident="inc-1"))[0]
     out = eng.on_attribution(verdict("gpu.xid.79", att_id="job-2-v", incident="inc-1", at=T0 + MIN, workload="job-2"))
     reboot = out[2]
@@ -237,7 +248,7 @@ def test_more_severe_action_supersedes_the_pending_one():
 
 
 def test_revision_with_a_more_severe_cause_supersedes_rather_than_expires():
-    eng = RemediationEngine(load_policy(), fleet_size=10)
+    eng = RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET)
     eng.on_attribution(verdict("gpu.xid.46"))
     out = eng.on_attribution(verdict("gpu.xid.79", revision=2, at=T0 + MIN))
     assert [(a.action, a.state) for a in out] == [("reset_gpu", "cancelled"), ("drain", "proposed"), ("reboot", "proposed")]
@@ -245,7 +256,7 @@ def test_revision_with_a_more_severe_cause_supersedes_rather_than_expires():
 
 
 def test_started_actions_are_not_superseded():
-    eng = RemediationEngine(AUTO, fleet_size=10)
+    eng = RemediationEngine(AUTO, fleet_size=10, fleet_nodes=FLEET)
     reset = eng.on_attribution(verdict("gpu.xid.46", incident="inc-1"))[-1]
     eng.on_started(reset.action_id, executor="slurm", at=T0 + MIN)
     out = eng.on_attribution(verdict("gpu.xid.79", att_id="a2", incident="inc-1", at=T0 + 2 * MIN))
@@ -257,7 +268,7 @@ def test_started_actions_are_not_superseded():
 
 
 def test_node_returns_to_service_only_after_a_passing_certification():
-    eng = RemediationEngine(AUTO, fleet_size=10)
+    eng = RemediationEngine(AUTO, fleet_size=10, fleet_nodes=FLEET)
     out = eng.on_attribution(verdict("gpu.xid.79"))
     drain, reboot = out[1].action_id, out[3].action_id
     with pytest.raises(LifecycleError, match=f"waits for drain {drain}"):
@@ -302,7 +313,7 @@ def test_node_returns_to_service_only_after_a_passing_certification():
 
 
 def test_execution_failure_and_cancel_take_the_chain_along():
-    eng = RemediationEngine(AUTO, fleet_size=10)
+    eng = RemediationEngine(AUTO, fleet_size=10, fleet_nodes=FLEET)
     out = eng.on_attribution(verdict("gpu.xid.79"))
     drain, reboot = out[1].action_id, out[3].action_id
     failed = eng.on_execution(drain, ok=False, detail="scontrol: node busy", executor="slurm", at=T0 + MIN)
@@ -310,7 +321,7 @@ def test_execution_failure_and_cancel_take_the_chain_along():
     assert failed[1].result == "slurm: scontrol: node busy"
     assert eng.on_execution(drain, ok=False, detail="again", executor="slurm", at=T0 + 2 * MIN) == []
 
-    eng2 = RemediationEngine(AUTO, fleet_size=10)
+    eng2 = RemediationEngine(AUTO, fleet_size=10, fleet_nodes=FLEET)
     out = eng2.on_attribution(verdict("gpu.xid.79"))
     cancelled = eng2.on_command(cmd("cancel", out[1].action_id, at=T0 + MIN, by="bob", reason="manual uncordon"))
     assert [(a.action, a.state) for a in cancelled] == [("drain", "cancelled"), ("reboot", "cancelled")]
@@ -322,7 +333,7 @@ def test_execution_failure_and_cancel_take_the_chain_along():
 
 
 def test_commands_record_decisions_and_duplicates_are_no_ops():
-    eng = RemediationEngine(load_policy(), fleet_size=10)
+    eng = RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET)
     drain, reboot = eng.on_attribution(verdict("gpu.xid.79"))
     approve = cmd("approve", drain.action_id, at=T0 + MIN, by="alice", reason="GPU gone")
     out = eng.on_command(approve)
@@ -374,14 +385,14 @@ def run(eng, steps):
 def test_state_round_trip_mid_way_gives_the_same_outputs():
     steps = script()
     for cut in range(len(steps) + 1):
-        straight = RemediationEngine(load_policy(), fleet_size=10)
+        straight = RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET)
         run(straight, steps[:cut])
         rest_straight = run(straight, steps[cut:])
 
-        first = RemediationEngine(load_policy(), fleet_size=10)
+        first = RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET)
         run(first, steps[:cut])
         saved = json.loads(json.dumps(first.to_state()))
-        rebuilt = RemediationEngine.from_state(saved, load_policy(), fleet_size=10)
+        rebuilt = RemediationEngine.from_state(saved, load_policy(), fleet_size=10, fleet_nodes=FLEET)
         assert canonical_json(rebuilt.to_state()) == canonical_json(saved)
         assert run(rebuilt, steps[cut:]) == rest_straight
         assert canonical_json(rebuilt.to_state()) == canonical_json(straight.to_state())
@@ -396,11 +407,11 @@ def test_state_round_trip_mid_way_gives_the_same_outputs():
 
 
 def test_same_inputs_give_byte_identical_outputs():
-    a = run(RemediationEngine(load_policy(), fleet_size=10), script())
-    b = run(RemediationEngine(load_policy(), fleet_size=10), script())
+    a = run(RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET), script())
+    b = run(RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET), script())
     assert a == b and len(a) > 15
     # ids are content hashes of (cluster, incident, target, action): no counter, no clock
-    assert json.loads(a[0])["action_id"] == RemediationEngine(load_policy(), fleet_size=10).on_attribution(
+    assert json.loads(a[0])["action_id"] == RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET).on_attribution(
         verdict("gpu.xid.79", "node-1", "a1", incident="i1"))[0].action_id
 
 
@@ -410,7 +421,7 @@ def test_from_state_rejects_an_unknown_format():
 
 
 def test_revision_with_a_less_severe_cause_expires_the_old_plan():
-    eng = RemediationEngine(load_policy(), fleet_size=10)
+    eng = RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET)
     drain, reboot = eng.on_attribution(verdict("gpu.xid.79"))
     out = eng.on_attribution(verdict("gpu.xid.46", revision=2, at=T0 + MIN))
     assert [(a.action, a.state, a.reason) for a in out] == [
@@ -421,7 +432,7 @@ def test_revision_with_a_less_severe_cause_expires_the_old_plan():
 
 
 def test_definitive_revision_supersedes_the_recertify_of_an_ambiguous_one():
-    eng = RemediationEngine(load_policy(), fleet_size=10)
+    eng = RemediationEngine(load_policy(), fleet_size=10, fleet_nodes=FLEET)
     amb = verdict("gpu.xid.79")
     amb.quality = "ambiguous"
     (recert,) = eng.on_attribution(amb)
@@ -439,10 +450,11 @@ def test_two_verdicts_of_one_incident_revised_in_turn_give_one_proposal_and_act_
     from streams.replay import replay_bundle
     from correlators.remediation import RemediationEngine, load_policy
 
-    result = replay_bundle(Path(__file__).resolve().parents[1] / "examples/incidents/fabric-degrading-cable-symbol-errors")
+    bundle = Path(__file__).resolve().parents[1] / "examples/incidents/fabric-degrading-cable-symbol-errors"
+    result = replay_bundle(bundle)
     verdicts = [a for a in result.attributions if a.scope.kind in ("workload", "fabric_port")]
     assert {a.quality for a in verdicts} == {"definitive", "probable"}  # they disagree on quality
-    engine = RemediationEngine(load_policy(), fleet_size=100)
+    engine = RemediationEngine(load_policy(), fleet_size=100, topology=bundle_topology(bundle))
     records = []
     for revision in range(1, 6):
         for att in (verdicts if revision % 2 else verdicts[::-1]):
@@ -458,12 +470,13 @@ def test_a_pending_proposal_takes_the_cause_of_the_final_verdict():
     from streams.replay import replay_bundle
     from correlators.remediation import RemediationEngine, load_policy
 
-    result = replay_bundle(Path(__file__).resolve().parents[1] / "examples/incidents/fabric-port-flap-host-side-only")
+    bundle = Path(__file__).resolve().parents[1] / "examples/incidents/fabric-port-flap-host-side-only"
+    result = replay_bundle(bundle)
     final = result.attribution
     provisional = final.model_copy(update={
         "revision": 1, "final": False,
         "root_cause": final.root_cause.model_copy(update={"code": "fabric.port.link_down"})})
-    engine = RemediationEngine(load_policy(), fleet_size=100)
+    engine = RemediationEngine(load_policy(), fleet_size=100, topology=bundle_topology(bundle))
     first = engine.on_attribution(provisional)
     assert [(r.action, r.cause_code, r.sequence) for r in first] == [("disable_port", "fabric.port.link_down", 1)]
     second = engine.on_attribution(final.model_copy(update={"revision": 2}))
@@ -479,9 +492,10 @@ def test_a_withdrawn_fabric_verdict_lets_its_proposals_lapse_and_proposes_no_rec
     from streams.replay import replay_bundle
     from correlators.remediation import RemediationEngine, load_policy
 
-    result = replay_bundle(Path(__file__).resolve().parents[1] / "examples/incidents/fabric-port-flap-host-side-only")
+    bundle = Path(__file__).resolve().parents[1] / "examples/incidents/fabric-port-flap-host-side-only"
+    result = replay_bundle(bundle)
     fabric = next(a for a in result.attributions if a.scope.kind == "fabric_port")
-    engine = RemediationEngine(load_policy(), fleet_size=100)
+    engine = RemediationEngine(load_policy(), fleet_size=100, topology=bundle_topology(bundle))
     (proposed,) = engine.on_attribution(fabric)
     withdrawn = superseded(fabric, []).model_copy(update={"revision": 2})
     records = engine.on_attribution(withdrawn)

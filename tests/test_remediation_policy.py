@@ -8,6 +8,7 @@ import pytest
 from correlators import xid as xid_catalog
 from correlators.remediation import RemediationEngine, load_policy, parse_policy, verdict_facts
 from correlators.remediation.policy import PolicyError, xid_bucket
+from schemas.bundle import Link, TopologySpec
 from schemas.records import (
     Alternative,
     Attribution,
@@ -37,6 +38,12 @@ def verdict(code: str, *, hosts=("node-1",), gpus=(GPU0,), ports=(), quality="de
     )
 
 
+#: The cluster's cabling: remediation targets must be known nodes or cabled ports
+#: (correlators.remediation.targets).
+TOPOLOGY = TopologySpec(hosts={f"node-{i}": {} for i in range(1, 5)},
+                        links=[Link(host="node-3", hca="mlx5_0", switch="leaf-01", switch_port="3")])
+
+
 def xid_item(code: int, summary_tail: str = "", at: int = T0) -> EvidenceItem:
     return EvidenceItem(at=at, event_id=f"evt-{code}", type="gpu.xid", role="cause", host="node-1",
                         summary=f"Xid {code}: something{summary_tail} [0000:19:00]")
@@ -44,7 +51,7 @@ def xid_item(code: int, summary_tail: str = "", at: int = T0) -> EvidenceItem:
 
 def proposed(code: str, **kw) -> list[tuple[str, dict]]:
     """(action, target) of what the default policy proposes for a verdict."""
-    eng = RemediationEngine(load_policy(), fleet_size=100)
+    eng = RemediationEngine(load_policy(), fleet_size=100, topology=TOPOLOGY)
     return [(a.action, a.target.model_dump(exclude_defaults=True)) for a in eng.on_attribution(verdict(code, **kw))]
 
 
@@ -124,7 +131,7 @@ def test_verdict_facts_read_structured_tokens_only():
 
 
 def test_xid13_31_recertify_only_when_repeated_on_the_same_gpu():
-    eng = RemediationEngine(load_policy(), fleet_size=100)
+    eng = RemediationEngine(load_policy(), fleet_size=100, topology=TOPOLOGY)
     first = eng.on_attribution(verdict("app.xid.31", att_id="job-a", gpus=[GPU3], domain="software"))
     assert [a.action for a in first] == ["notify"]
     # another job, another GPU of the same host: still the application
@@ -137,7 +144,7 @@ def test_xid13_31_recertify_only_when_repeated_on_the_same_gpu():
     assert recert.plan[0].test == "dcgm-diag-r2" and recert.plan[0].hosts == ["node-1"]
     assert "xid13-31-repeated" in recert.reason
     # a revision of an attribution already counted does not count twice
-    eng2 = RemediationEngine(load_policy(), fleet_size=100)
+    eng2 = RemediationEngine(load_policy(), fleet_size=100, topology=TOPOLOGY)
     eng2.on_attribution(verdict("app.xid.13", att_id="job-a", gpus=[GPU3], domain="software"))
     rev = eng2.on_attribution(verdict("app.xid.13", att_id="job-a", gpus=[GPU3], domain="software", revision=2))
     assert rev == []  # same action, nothing changed
@@ -224,7 +231,7 @@ def test_policy_syntax_and_file_errors(tmp_path):
 def test_ambiguous_alternatives_hosts_join_the_recertify():
     att = verdict("gpu.xid.79", quality="ambiguous", hosts=["node-1"])
     att.alternatives = [Alternative(code="host.oom_kill", domain="host", text="oom", score=0.8, hosts=["node-2"])]
-    eng = RemediationEngine(load_policy(), fleet_size=100)
+    eng = RemediationEngine(load_policy(), fleet_size=100, topology=TOPOLOGY)
     out = eng.on_attribution(att)
     assert [(a.action, a.target.hosts) for a in out] == [("recertify", ["node-1", "node-2"])]
     quality = next(g for g in out[0].guards if g.guard == "verdict_quality")

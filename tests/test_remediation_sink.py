@@ -50,7 +50,7 @@ def lifecycle() -> tuple[list[RemediationAction], Certification]:
 
     (att,) = [a for a in replay_bundle(BUNDLE).attributions if a.scope.kind == "workload"]
     clock = itertools.count(att.decided_at + 60 * NS, NS)
-    runner = RemediationRunner(RemediationEngine(load_policy(), fleet_size=64), ExecutorSettings(clusters={}),
+    runner = RemediationRunner(RemediationEngine(load_policy(), fleet_size=64, fleet_nodes=["node-a01", "node-a02"]), ExecutorSettings(clusters={}),
                                clock=lambda: next(clock))
     records = runner.handle_attribution(att)
     drain, reboot = (next(r for r in records if r.action == k) for k in ("drain", "reboot"))
@@ -110,8 +110,11 @@ def test_typed_columns_carry_the_decision_executor_and_result(sink: ClickHouseSi
                                   f"of node-a02 passed at {cert.finished_at}; dry_run resume: dry-run: would do: "
                                   "resume host=node-a02")
     assert rows[0][11:] == ("dry_run", "faultstream-default", [])
+    # each decision is at the runner's own clock when it received the command (not the command's "at")
+    reboot_approved = next(r for r in records if r.action == "reboot" and r.state == "approved")
+    assert reboot_approved.decision.at > approved.decision.at
     assert rows[1][:10] == ("reboot", 4, "done", "c1", None, "node-a02", "alice", "checked",
-                            approved.decision.at, "dry_run")
+                            reboot_approved.decision.at, "dry_run")
     assert rows[1][10].startswith("dry_run: dry-run: would do: reboot host=node-a02")
 
 

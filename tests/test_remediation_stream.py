@@ -52,6 +52,7 @@ from schemas.records import (
     canonical_json,
 )
 from sinks.executors import ExecutionResult, ExecutorSettings
+from streams.command_auth import Keyring, authenticate, sign
 from streams.remediate import CommandRejected, RemediationRunner
 from tests.slurm_fixtures import slurm_cluster  # noqa: F401
 from tests.test_stream import consume, publish, stream_env  # noqa: F401
@@ -61,6 +62,10 @@ BUNDLE = ROOT / "examples" / "incidents" / "public-rc15-pcie-aer-xid79-multinode
 CERTS = ROOT / "tests" / "data" / "certifications"
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS
+#: The nodes the runner tests' verdicts name: a remediation target must be a known node.
+FLEET = ["node-1", "node-2"]
+#: The command key of the streaming tests: the worker and the CLI both get it.
+COMMAND_KEYS = {"test-1": "t" * 40}
 
 AUTO_DRAIN = parse_policy("""
 version: stream-test-1
@@ -146,15 +151,17 @@ def put_back(node: str) -> None:
     assert "DRAIN" not in node_state(node)[1], "the test node was left drained"
 
 
-def slurm_runner(cluster: str, policy: Any = AUTO_DRAIN, clock: Clock | None = None) -> RemediationRunner:
+def slurm_runner(cluster: str, node: str, policy: Any = AUTO_DRAIN, clock: Clock | None = None) -> RemediationRunner:
     executors = ExecutorSettings(clusters={cluster: {"kind": "slurm", "attempts": 1}})
-    return RemediationRunner(RemediationEngine(policy, fleet_size=8), executors, clock=clock or Clock(T0))
+    # "no-such-node-9": a valid name on the fleet list that Slurm does not know
+    return RemediationRunner(RemediationEngine(policy, fleet_size=8, fleet_nodes=[node, "no-such-node-9"]),
+                             executors, clock=clock or Clock(T0))
 
 
 def test_slurm_drained_by_a_verdict_kept_out_by_a_failed_certification_resumed_by_a_passing_one(slurm_cluster):  # noqa: F811
     node, cluster = slurm_cluster.node, slurm_cluster.name
     clock = Clock(T0)
-    runner = slurm_runner(cluster, clock=clock)
+    runner = slurm_runner(cluster, node, clock=clock)
     try:
         assert in_service(node)
         proposed, approved = runner.handle_attribution(gpu_verdict(node, cluster))
@@ -198,7 +205,7 @@ def test_slurm_drained_by_a_verdict_kept_out_by_a_failed_certification_resumed_b
 
 def test_slurm_approved_by_a_person_and_an_unknown_node_fails_without_losing_the_action(slurm_cluster):  # noqa: F811
     node, cluster = slurm_cluster.node, slurm_cluster.name
-    runner = slurm_runner(cluster, NEEDS_APPROVAL)
+    runner = slurm_runner(cluster, node, NEEDS_APPROVAL)
     try:
         (real,) = runner.handle_attribution(gpu_verdict(node, cluster))
         (ghost,) = runner.handle_attribution(gpu_verdict("no-such-node-9", cluster, att_id="wl-2"))
@@ -246,7 +253,7 @@ class _RaisingSettings(ExecutorSettings):
 
 
 def test_an_executor_that_raises_fails_the_action_and_a_failed_resume_is_on_the_done_record():
-    runner = RemediationRunner(RemediationEngine(AUTO_DRAIN, fleet_size=8), _RaisingSettings(), clock=Clock(T0))
+    runner = RemediationRunner(RemediationEngine(AUTO_DRAIN, fleet_size=8, fleet_nodes=FLEET), _RaisingSettings(), clock=Clock(T0))
     (_, approved) = runner.handle_attribution(gpu_verdict("node-1", "c1"))
     started, failed = runner.run_due()
     assert (failed.state, failed.executor) == ("failed", "webhook")
@@ -275,7 +282,7 @@ def test_an_executor_that_raises_fails_the_action_and_a_failed_resume_is_on_the_
 
 
 def dry_runner(policy: Any = NEEDS_APPROVAL, clock: Clock | None = None, **kw: Any) -> RemediationRunner:
-    return RemediationRunner(RemediationEngine(policy, fleet_size=8), ExecutorSettings(clusters={}),
+    return RemediationRunner(RemediationEngine(policy, fleet_size=8, fleet_nodes=FLEET), ExecutorSettings(clusters={}),
                              clock=clock or Clock(T0), **kw)
 
 
@@ -305,7 +312,7 @@ def test_an_approval_that_overtakes_its_proposal_waits_for_it():
     assert [c.action_id for c in runner.parked()] == [proposed.action_id]
     # the state survives a restart with the command still waiting
     runner = RemediationRunner.from_state(json.loads(json.dumps(runner.to_state())), NEEDS_APPROVAL,
-                                          ExecutorSettings(clusters={}), fleet_size=8, clock=clock)
+                                          ExecutorSettings(clusters={}), fleet_size=8, fleet_nodes=FLEET, clock=clock)
     records = runner.handle_attribution(gpu_verdict("node-1", "c1"))
     assert [(r.sequence, r.state) for r in records] == [(1, "proposed"), (2, "approved")]
     assert records[1].decision.by == "alice" and runner.parked() == []
@@ -332,7 +339,7 @@ def test_decisions_that_no_longer_fit_are_rejected_not_applied():
 
 
 def test_a_tripped_breaker_holds_execution_until_a_person_resets_it():
-    runner = RemediationRunner(RemediationEngine(AUTO_DRAIN, fleet_size=2), ExecutorSettings(clusters={}), clock=Clock(T0))
+    runner = RemediationRunner(RemediationEngine(AUTO_DRAIN, fleet_nodes=FLEET), ExecutorSettings(clusters={}), clock=Clock(T0))
     first = runner.handle_attribution(gpu_verdict("node-1", "c1"))
     (second,) = runner.handle_attribution(gpu_verdict("node-2", "c1", att_id="wl-2", at=T0 + 10 * NS))
     assert [r.state for r in first] == ["proposed", "approved"]
@@ -344,8 +351,11 @@ def test_a_tripped_breaker_holds_execution_until_a_person_resets_it():
                                at=T0 + 60 * NS).with_id()
     result = runner.apply_command(reset)
     assert result.outcome == "applied"
-    assert [(r.target.host, r.state) for r in result.records] == [("node-2", "proposed"), ("node-2", "approved")]
-    assert result.detail == "circuit breaker of 'c1' closed by ops: 2 transitions of blocked actions"
+    # the blocked drain stays pending for a person: a reset replays nothing
+    assert [(r.target.host, r.state, r.mode) for r in result.records] == [("node-2", "proposed", "needs_approval")]
+    assert result.detail == "circuit breaker of 'c1' closed by ops: 1 transitions of blocked actions"
+    (approved,) = runner.handle_command(approve(second.action_id, "c1", by="ops", reason="two bad GPUs, checked"))
+    assert approved.state == "approved"
     ran = runner.run_due()
     assert sorted((r.target.host, r.state) for r in ran) == [("node-1", "executing")] * 2 + [("node-2", "executing")] * 2
     assert runner.apply_command(reset).records == []  # the same reset again
@@ -359,7 +369,8 @@ def test_a_worker_that_died_mid_execution_fails_the_action_and_never_reruns_it()
     assert [r.state for r in started] == ["executing"] and len(jobs) == 1
     state = json.loads(json.dumps(runner.to_state()))
     assert list(state["inflight"]) == [jobs[0].action_id]
-    again = RemediationRunner.from_state(state, AUTO_DRAIN, ExecutorSettings(clusters={}), fleet_size=8, clock=clock)
+    again = RemediationRunner.from_state(state, AUTO_DRAIN, ExecutorSettings(clusters={}), fleet_size=8,
+                                         fleet_nodes=FLEET, clock=clock)
     assert again.start_due() == ([], [])  # not started twice
     assert again.fail_lost(set(), lost_after_s=900, now=jobs[0].started_at + 899 * NS) == []
     assert again.fail_lost({jobs[0].action_id}, lost_after_s=900, now=jobs[0].started_at + 901 * NS) == []  # still running here
@@ -372,7 +383,7 @@ def test_a_worker_that_died_mid_execution_fails_the_action_and_never_reruns_it()
 
 
 def test_dry_run_mode_never_reaches_a_real_executor():
-    runner = RemediationRunner(RemediationEngine(load_policy(), fleet_size=8),
+    runner = RemediationRunner(RemediationEngine(load_policy(), fleet_size=8, fleet_nodes=FLEET),
                                ExecutorSettings(clusters={"c1": {"kind": "slurm", "scontrol": "/nonexistent/scontrol"}}),
                                clock=Clock(T0))
     drain = next(r for r in runner.handle_attribution(gpu_verdict("node-1", "c1")) if r.action == "drain")
@@ -412,6 +423,8 @@ def latest_of(records: list[RemediationAction], kind: str) -> RemediationAction 
 def test_bundle_to_proposal_to_cli_approval_to_dry_run_execution_on_a_real_broker(stream_env, kafka_bootstrap,  # noqa: F811
                                                                                   kafka_topic_factory):
     env, prefix = stream_env["env"], stream_env["prefix"]
+    env["FAULTSTREAM_COMMAND_KEYS"] = json.dumps(COMMAND_KEYS)  # the workers and the CLI hold the key
+    keyring = Keyring({k: v.encode() for k, v in COMMAND_KEYS.items()})
     for name in (f"{prefix}.remediation-commands", f"{env['FAULTSTREAM_APP_ID']}-by-cluster-remediation",
                  f"{env['FAULTSTREAM_APP_ID']}-remediation_state-changelog", f"{env['FAULTSTREAM_APP_ID']}-by-fabric",
                  f"{env['FAULTSTREAM_APP_ID']}-fabric_meta-changelog", f"{env['FAULTSTREAM_APP_ID']}-fabric_events-changelog",
@@ -454,6 +467,15 @@ def test_bundle_to_proposal_to_cli_approval_to_dry_run_execution_on_a_real_broke
                                  FAULTSTREAM_REMEDIATION_PROPOSAL_TTL_S="31536000",
                                  FAULTSTREAM_REMEDIATION_TICK_INTERVAL_S="1")
 
+    # forged approvals -- unsigned (by root, at 0) and signed with a key the worker does not
+    # hold -- are dead letters: the drain stays proposed (else the CLI below would refuse)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    forged = [approve(drain.action_id, "c1", by="root", at=0),
+              sign(approve(drain.action_id, "c1", by="root", at=time.time_ns()), Keyring({"test-1": b"f" * 40}))]
+    for cmd in forged:
+        producer.produce(f"{prefix}.remediation-commands", key=drain.action_id.encode(), value=canonical_json(cmd).encode())
+    producer.flush(30)
+
     # a person approves both through the CLI
     for action in (drain, reboot):
         out = cli(env, "remediation", "approve", action.action_id, "--by", "alice", "--reason", "checked")
@@ -484,9 +506,10 @@ def test_bundle_to_proposal_to_cli_approval_to_dry_run_execution_on_a_real_broke
     again = cli(env, "remediation", "approve", drain.action_id, "--by", "alice", "--reason", "again")
     assert again.returncode == 2
     assert again.stderr.strip() == f"error: {drain.action_id} is executing, not proposed: nothing to approve"
-    dup = approve(drain.action_id, "c1", at=time.time_ns())
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    for cmd in (dup, dup, approve(drain.action_id, "c1", by="carol", at=time.time_ns())):
+    dup = sign(approve(drain.action_id, "c1", at=time.time_ns()), keyring)
+    # and a forged cancel of the executing drain is a dead letter: the drain goes on to done
+    forged_cancel = approve(drain.action_id, "c1", command="cancel", by="root", at=0)
+    for cmd in (dup, dup, sign(approve(drain.action_id, "c1", by="carol", at=time.time_ns()), keyring), forged_cancel):
         producer.produce(f"{prefix}.remediation-commands", key=drain.action_id.encode(), value=canonical_json(cmd).encode())
     producer.produce(f"{prefix}.remediation-commands", key=b"x", value=b"{not json")
     producer.produce(f"{prefix}.remediation-commands", key=b"y",
@@ -497,12 +520,16 @@ def test_bundle_to_proposal_to_cli_approval_to_dry_run_execution_on_a_real_broke
     assert unknown.stderr.strip() == f"error: unknown remediation action 'act-ffffffffffffffffffffffff' (not on {topic})"
 
     letters = consume(kafka_bootstrap, f"{prefix}.deadletter",
-                      until=lambda ms: sum(json.loads(m.value())["source"] == "agent.remediation" for m in ms) >= 2,
+                      until=lambda ms: sum(json.loads(m.value())["source"] == "agent.remediation" for m in ms) >= 5,
                       timeout=60)
     reasons = sorted(json.loads(m.value())["reason"] for m in letters if json.loads(m.value())["source"] == "agent.remediation")
-    assert len(reasons) == 2
+    assert len(reasons) == 5, reasons
     assert reasons[0].startswith("invalid command: the command names no cluster")
     assert reasons[1].startswith("invalid json: ")
+    assert reasons[2:] == [
+        "unauthenticated command: approve by 'root': bad signature for key 'test-1'",
+        "unauthenticated command: approve by 'root': unsigned (no key_id/signature): sign it with faultstream remediation",
+        "unauthenticated command: cancel by 'root': unsigned (no key_id/signature): sign it with faultstream remediation"]
 
     # a failed, then a passing DCGM run of node-a02, published with the certifications connector
     def certify(path: Path) -> None:
@@ -547,6 +574,7 @@ def test_bundle_to_proposal_to_cli_approval_to_dry_run_execution_on_a_real_broke
     metrics = worker.metrics()
     assert metrics['faultstream_remediation_commands_total{outcome="applied"}'] == 2
     assert metrics['faultstream_remediation_commands_total{outcome="duplicate"}'] == 3
+    assert metrics['faultstream_remediation_commands_total{outcome="unauthenticated"}'] == 3
     worker.stop()
     from sinks.clickhouse import ClickHouseSink
 
@@ -570,9 +598,10 @@ def test_cli_shows_the_latest_record_and_publishes_only_decisions_that_fit(kafka
     specs = catalogue(prefix)
     create_topics({"bootstrap.servers": kafka_bootstrap}, [specs["remediations"], specs["remediation-commands"]],
                   partitions_override=2)
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "FAULTSTREAM_TOPIC_PREFIX": prefix, "USER": "zoe"}
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "FAULTSTREAM_TOPIC_PREFIX": prefix, "USER": "zoe",
+           "FAULTSTREAM_COMMAND_KEYS": json.dumps(COMMAND_KEYS)}
     now = time.time_ns()
-    runner = dry_runner()
+    runner = dry_runner(clock=Clock(now))  # the runner decides at its own clock: the wall clock here
     (fresh,) = runner.handle_attribution(gpu_verdict("node-1", "c7", at=now))
     (old,) = runner.handle_attribution(gpu_verdict("node-2", "c7", at=now - 2 * 3600 * NS, att_id="wl-old"))
     (approved,) = runner.handle_command(approve(fresh.action_id, "c7", at=now + NS))
@@ -614,6 +643,9 @@ def test_cli_shows_the_latest_record_and_publishes_only_decisions_that_fit(kafka
         ("cancel", fresh.action_id, "c7", "yann", "job moved"),
         ("reset_breaker", None, "c7", "zoe", "checked")]
     assert all(c.command_id == c.model_copy().with_id().command_id and now < c.at < time.time_ns() for c in commands)
+    # every command the CLI sent is signed with the key, and a worker holding it accepts it
+    keyring = Keyring({k: v.encode() for k, v in COMMAND_KEYS.items()})
+    assert all(c.key_id == "test-1" and authenticate(c, keyring, time.time_ns()) == c for c in commands)
     assert sorted(m.key() for m in sent) == sorted([old.action_id.encode(), fresh.action_id.encode(), b""])
 
     down = {**env, "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9"}

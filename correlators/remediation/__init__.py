@@ -8,6 +8,9 @@ caller gives).
   the NVIDIA XID catalog and the anchors' practice); :func:`load_policy`, :class:`PolicyError`.
 * :mod:`.guards` -- circuit breaker, failure-domain and workload budgets, cooldown, escalation,
   verdict quality/finality; each yields a ``GuardResult`` recorded on the action.
+* :mod:`.targets` -- targets come from facts: the node-name grammar (:func:`node_name_problem`)
+  and :class:`KnownNodes` (allocation, topology, fleet); a host only a log line names is
+  evidence, never a target.
 * :mod:`.lifecycle` -- states, the transition table, :func:`advance`, :func:`fold`,
   :class:`LifecycleError`.
 * :mod:`.engine` -- :class:`RemediationEngine`: verdicts, commands, certifications and executor
@@ -19,6 +22,7 @@ caller gives).
 from correlators.remediation.bisection import Bisection, bisect, plan_screen, screen_groups
 from correlators.remediation.engine import RemediationEngine, UnknownActionError
 from correlators.remediation.guards import FailureDomains, GuardSettings
+from correlators.remediation.targets import KnownNodes, node_name_problem, valid_node_name
 from correlators.remediation.lifecycle import TERMINAL, TRANSITIONS, LifecycleError, advance, fold
 from correlators.remediation.policy import (
     DISRUPTIVE,
@@ -37,6 +41,7 @@ __all__ = [
     "DISRUPTIVE",
     "FailureDomains",
     "GuardSettings",
+    "KnownNodes",
     "LifecycleError",
     "Policy",
     "PolicyAction",
@@ -51,8 +56,10 @@ __all__ = [
     "bisect",
     "fold",
     "load_policy",
+    "node_name_problem",
     "parse_policy",
     "plan_screen",
     "screen_groups",
+    "valid_node_name",
     "verdict_facts",
 ]

@@ -16,35 +16,45 @@ How a verdict becomes actions (:meth:`RemediationEngine.on_attribution`):
    ``verdict_quality`` guard). Otherwise the first matching policy rule gives the actions; the
    actions of one rule on one target form a chain (a later one runs only after the earlier
    one executed: no reboot before the drain).
-3. ``action_id = content_id("act", cluster, incident, target, action)`` where ``incident`` is
+3. **Targets come from facts** (:mod:`correlators.remediation.targets`): a host target must be
+   a valid node name and a node of the allocation of a workload the verdict is about
+   (:meth:`RemediationEngine.on_workload`), of the topology or of the fleet list; a port
+   target a port the topology cables. A name the verdict has only from its evidence (a log
+   line's host field: ``ALL``, ``node[01-99]``, ``a;b``) is never a target: the actions on it
+   are withheld and one ``notify`` (empty target) is proposed instead, its ``target_known``
+   guard naming the refused names and the withheld actions.
+4. ``action_id = content_id("act", cluster, incident, target, action)`` where ``incident`` is
    the verdict's ``incident_id`` or, without one, its ``attribution_id``: several verdicts of
    one incident (the fabric verdict and each workload it hit) share one action per target.
-4. **In-place upgrade** (Together AI): when a verdict of the same incident asks for a more
+5. **In-place upgrade** (Together AI): when a verdict of the same incident asks for a more
    severe action on a target that has pending (proposed/approved, not started) actions, the new
    action gets its own id (ids are per action kind) and the pending ones are ``cancelled``
    with ``reason = "superseded by <id> (<action>, severity N > M)"``. A less or equally severe
    new action on a target with a pending more severe one is not proposed (it is covered).
-5. **Cause cleared**: a later revision of a verdict that no longer calls for a ``proposed``
+6. **Cause cleared**: a later revision of a verdict that no longer calls for a ``proposed``
    action it alone supported (its root cause changed, or the workload ``completed`` -- whose
    root cause is ``none``) expires it with the reason; approved or running actions are left
    to a person (``cancel``).
-6. Guards (:mod:`correlators.remediation.guards`) run for each new action, in order; all
+7. Guards (:mod:`correlators.remediation.guards`) run for each new action, in order; all
    results are recorded on it. All passed and mode ``auto``: the action is approved by the
    policy at once (two records: ``proposed``, ``approved`` with ``Decision(by="policy:<id>@<v>")``).
    Any failed: it stays ``proposed`` and ``auto`` becomes ``needs_approval``; a person may
    approve it (the record keeps what the guards said). A provisional (not ``final``) verdict
    fails ``verdict_final``: its actions are proposed for a person and re-evaluated when the
    final revision arrives.
-7. An unapproved proposal expires at ``expires_at`` = ``decided_at + proposal_ttl_s``
+8. An unapproved proposal expires at ``expires_at`` = ``decided_at + proposal_ttl_s``
    (:meth:`tick`, or an approval arriving after it).
 
 Modes: ``auto`` and ``needs_approval`` actions are for real executors, ``dry_run`` ones for the
 dry-run executor only (they still need an approval, and count in the guards as if real).
 :meth:`executable` lists approved actions due for an executor. While a cluster's circuit
 breaker is tripped no disruptive action of it is executable, approved or not (the breaker
-holds execution, not approval); on ``reset_breaker`` blocked proposals older than
-``stale_after_s`` are expired and approved ones cancelled by age -- never replayed -- and the
-rest re-evaluated.
+holds execution, not approval). The breaker and budgets count what they admitted in
+processing order (the breaker's ledger is part of the state), so the order verdicts arrive in
+does not matter. On ``reset_breaker`` the proposals it blocked stay pending for a person (a
+progress record says the reset does not replay them), approved ones older than
+``stale_after_s`` are cancelled by age, and the ledger keeps the admissions of every action
+that has not ended.
 
 Return to service: an action with ``requires_certification`` stays ``executing`` after its
 executor reports success ("awaiting certification") and becomes ``done`` -- the executor's cue
@@ -65,7 +75,8 @@ from correlators.remediation import guards as g
 from correlators.remediation.bisection import plan_screen
 from correlators.remediation.guards import CircuitBreaker, FailureDomains, GuardSettings
 from correlators.remediation.lifecycle import TERMINAL, LifecycleError, advance
-from correlators.remediation.policy import DISRUPTIVE, Policy, PolicyAction, Rule, verdict_facts
+from correlators.remediation.policy import DISRUPTIVE, SEVERITY, Policy, PolicyAction, Rule, verdict_facts
+from correlators.remediation.targets import KnownNodes, port_problem, shown, valid_node_name
 from schemas.bundle import TopologySpec
 from schemas.records import (
     ActionMode,
@@ -178,8 +189,10 @@ class RemediationEngine:
     ``policy``: a validated :class:`Policy`. ``topology``: failure domains (racks, NVLink
     domains, leaf switches) and, without ``fleet_size``, the node count for the circuit
     breaker. ``fleet_size``: the node count of every cluster (an int) or per cluster (a
-    mapping); the breaker fails closed when neither gives one. ``settings``: guard settings
-    replacing the policy's ``guards:`` section (tests, deployment overrides)."""
+    mapping); the breaker fails closed when neither gives one. ``fleet_nodes``: the node names
+    of every cluster (an iterable) or per cluster (a mapping) -- targets may be these nodes,
+    and without ``fleet_size`` the breaker counts them. ``settings``: guard settings replacing
+    the policy's ``guards:`` section (tests, deployment overrides)."""
 
     def __init__(
         self,
@@ -187,6 +200,7 @@ class RemediationEngine:
         *,
         topology: TopologySpec | None = None,
         fleet_size: int | Mapping[str, int] | None = None,
+        fleet_nodes: Iterable[str] | Mapping[str, Iterable[str]] | None = None,
         settings: GuardSettings | None = None,
     ):
         self.policy = policy
@@ -194,6 +208,13 @@ class RemediationEngine:
         self.domains = FailureDomains(topology)
         self._has_topology = topology is not None
         self._fleet = fleet_size
+        if fleet_nodes is None:
+            self._fleet_nodes: dict[str | None, list[str]] = {}
+        elif isinstance(fleet_nodes, Mapping):
+            self._fleet_nodes = {c: sorted(set(n)) for c, n in fleet_nodes.items()}
+        else:
+            self._fleet_nodes = {None: sorted(set(fleet_nodes))}
+        self._allocations: dict[str, dict[str, dict[str, Any]]] = {}  # cluster -> workload -> {nodes, at}
         self._actions: dict[str, TrackedAction] = {}
         self._attributions: dict[str, SeenAttribution] = {}
         self._breakers: dict[str, CircuitBreaker] = {}
@@ -202,6 +223,31 @@ class RemediationEngine:
         self._certified: dict[str, dict[str, int]] = {}  # cluster -> host -> last passing finished_at
 
     # --- inputs -----------------------------------------------------------------------------
+
+    def on_workload(self, cluster: str, workload_id: str, nodes: Iterable[str], at: int) -> list[RemediationAction]:
+        """Learn a workload's allocation from the scheduler's record (``WorkloadSpec.nodes``):
+        its valid node names become targets for verdicts about that workload. ``at``: the
+        record's time (its end, else its start; UTC ns), for pruning. A later record replaces
+        the allocation. Returns [] (an allocation makes no transition)."""
+        valid = sorted({n for n in nodes if valid_node_name(n)})
+        self._allocations.setdefault(cluster, {})[workload_id] = {"nodes": valid, "at": at}
+        return []
+
+    def known_nodes(self, att: Attribution) -> KnownNodes:
+        """The nodes ``att``'s actions may target: the allocations of the workloads it is
+        about (its scope, if a workload, and ``affected.workloads``), the topology's hosts and
+        the fleet list of its cluster (see :mod:`correlators.remediation.targets`)."""
+        known = KnownNodes()
+        cluster = att.scope.cluster
+        workloads = {att.scope.id} if att.scope.kind == "workload" else set()
+        workloads.update(att.affected.workloads)
+        allocations = self._allocations.get(cluster, {})
+        for wl in sorted(workloads):
+            if wl in allocations:
+                known.add(allocations[wl]["nodes"], f"allocation of {wl}")
+        known.add(self.domains.hosts, "topology")
+        known.add(self._fleet_nodes.get(cluster, self._fleet_nodes.get(None, [])), "fleet")
+        return known
 
     def on_attribution(self, att: Attribution) -> list[RemediationAction]:
         """Propose, refresh, upgrade or expire actions for a verdict (see the module docstring).
@@ -475,6 +521,7 @@ class RemediationEngine:
             "history": copy.deepcopy(self._history),
             "xids": copy.deepcopy(self._xids),
             "certified": copy.deepcopy(self._certified),
+            "allocations": copy.deepcopy(self._allocations),
         }
 
     @classmethod
@@ -485,19 +532,21 @@ class RemediationEngine:
         *,
         topology: TopologySpec | None = None,
         fleet_size: int | Mapping[str, int] | None = None,
+        fleet_nodes: Iterable[str] | Mapping[str, Iterable[str]] | None = None,
         settings: GuardSettings | None = None,
     ) -> "RemediationEngine":
         """Rebuild an engine from :meth:`to_state` output (plus the same constructor
         arguments). Raises ``ValueError`` for an unknown state format."""
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"remediation state format {state.get('format')!r}, expected {STATE_FORMAT}")
-        eng = cls(policy, topology=topology, fleet_size=fleet_size, settings=settings)
+        eng = cls(policy, topology=topology, fleet_size=fleet_size, fleet_nodes=fleet_nodes, settings=settings)
         eng._actions = {k: TrackedAction.model_validate(v) for k, v in state["actions"].items()}
         eng._attributions = {k: SeenAttribution.model_validate(v) for k, v in state["attributions"].items()}
         eng._breakers = {k: CircuitBreaker.model_validate(v) for k, v in state["breakers"].items()}
         eng._history = {c: {h: dict(i) for h, i in hosts.items()} for c, hosts in state["history"].items()}
         eng._xids = {k: dict(v) for k, v in state["xids"].items()}
         eng._certified = {c: dict(v) for c, v in state["certified"].items()}
+        eng._allocations = {c: {w: dict(v) for w, v in wls.items()} for c, wls in state.get("allocations", {}).items()}
         return eng
 
     # --- proposal ---------------------------------------------------------------------------
@@ -511,15 +560,22 @@ class RemediationEngine:
         rule = self.policy.select(att, facts)
         cluster = att.scope.cluster
         final = g.check_final(att)
+        known = self.known_nodes(att)
         if att.quality in ("ambiguous", "insufficient"):
-            return self._recertify_spec(att, incident, rule, final)
+            return self._recertify_spec(att, incident, rule, final, known)
         if rule is None:
             return []
         quality = g.check_quality(att)
         specs: list[_Spec] = []
         last_on: dict[str, str] = {}
+        refused: dict[str, None] = {}  # why each refused name is not a target, in order
+        withheld: dict[str, ActionMode] = {}  # "drain (host)" -> its mode
         for pa in rule.actions:
-            for target, hosts, subjects in self._targets(att, pa):
+            targets, problems = self._targets(att, pa, known)
+            if problems:
+                refused.update(dict.fromkeys(problems))
+                withheld.setdefault(f"{pa.action} ({pa.target})", self.policy.mode_of(pa))
+            for target, hosts, subjects in targets:
                 aid = content_id("act", cluster, incident, target.model_dump(mode="json"), pa.action)
                 chain_key = subjects[0] if subjects else ""
                 after = last_on.get(chain_key)
@@ -542,51 +598,95 @@ class RemediationEngine:
                     )
                 )
                 last_on[chain_key] = aid
+        if refused:
+            specs.append(self._refusal_spec(att, incident, f"rule {rule.id}", list(refused), withheld, [final, quality]))
         return specs
 
-    def _recertify_spec(self, att: Attribution, incident: str, rule: Rule | None, final: GuardResult) -> list[_Spec]:
+    def _refusal_spec(self, att: Attribution, incident: str, origin: str, problems: list[str],
+                      withheld: Mapping[str, ActionMode], verdict_guards: list[GuardResult]) -> _Spec:
+        """The ``notify`` proposed instead of actions whose targets are not known nodes: an
+        empty target (a refused name is never put in one), the refusals in its
+        ``target_known`` guard and reason, the mode of the first withheld action."""
+        held = ", ".join(withheld) or "none"
+        why = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+        detail = f"not a target, evidence only: {why}; withheld: {held}; a person decides"
+        guard = GuardResult(guard=g.TARGET_KNOWN, passed=True, detail=detail)
+        target = RemediationTarget()
+        return _Spec(
+            action_id=content_id("act", att.scope.cluster, incident, target.model_dump(mode="json"), "notify",
+                                 "target_known"),
+            target=target, kind="notify", severity=SEVERITY["notify"],
+            mode=next(iter(withheld.values()), self.policy.default_mode), subjects=[], hosts=[],
+            reason=f"{origin}: {att.root_cause.code}: {detail}", verdict_guards=[*verdict_guards, guard],
+        )
+
+    def _recertify_spec(self, att: Attribution, incident: str, rule: Rule | None, final: GuardResult,
+                        known: KnownNodes) -> list[_Spec]:
         hosts = set(att.culprits.hosts) | {h for alt in att.alternatives for h in alt.hosts}
         if not hosts:
             hosts = set(att.affected.hosts)
         if not hosts:
             return []
-        suspects = sorted(hosts)
+        problems = [p for p in (known.problem(h) for h in sorted(hosts, key=str)) if p]
+        suspects = sorted(h for h in hosts if h in known)
         withheld = [f"{pa.action} ({pa.target})" for pa in rule.actions] if rule else []
         cluster = att.scope.cluster
-        target = RemediationTarget(hosts=suspects)
         amb = self.policy.ambiguous
-        alts = ", ".join(a.code for a in att.alternatives)
-        reason = (
-            f"{att.quality} verdict: {att.root_cause.code}"
-            + (f" vs {alts}" if alts else "")
-            + f"; recertify {len(suspects)} host(s) before any repair (NVCRE screen -> halve -> pair)"
-        )
-        return [
-            _Spec(
+        quality = g.check_quality(att, withheld)
+        specs: list[_Spec] = []
+        if suspects:
+            target = RemediationTarget(hosts=suspects)
+            alts = ", ".join(a.code for a in att.alternatives)
+            reason = (
+                f"{att.quality} verdict: {att.root_cause.code}"
+                + (f" vs {alts}" if alts else "")
+                + f"; recertify {len(suspects)} host(s) before any repair (NVCRE screen -> halve -> pair)"
+            )
+            specs.append(_Spec(
                 action_id=content_id("act", cluster, incident, target.model_dump(mode="json"), "recertify"),
                 target=target, kind="recertify", severity=amb.severity,
                 mode=amb.mode or self.policy.default_mode, subjects=suspects, hosts=[], reason=reason,
                 plan=plan_screen(suspects, self.domains, self._healthy(cluster, suspects), test=amb.test),
-                verdict_guards=[final, g.check_quality(att, withheld)],
-            )
-        ]
+                verdict_guards=[final, quality],
+            ))
+        if problems:
+            specs.append(self._refusal_spec(att, incident, f"{att.quality} verdict", problems,
+                                            {"recertify (hosts)": amb.mode or self.policy.default_mode},
+                                            [final, quality]))
+        return specs
 
-    def _targets(self, att: Attribution, pa: PolicyAction) -> list[tuple[RemediationTarget, list[str], list[str]]]:
-        """(target, hosts taken out, subjects) for each concrete target of ``pa``."""
-        hosts = sorted(set(att.culprits.hosts))
+    def _targets(self, att: Attribution, pa: PolicyAction,
+                 known: KnownNodes) -> tuple[list[tuple[RemediationTarget, list[str], list[str]]], list[str]]:
+        """(target, hosts taken out, subjects) for each concrete target of ``pa`` whose names
+        are known nodes (or cabled ports), and why each other name is refused."""
+        names = sorted(set(att.culprits.hosts), key=str)
+        problems = [p for p in (known.problem(h) for h in names) if p]
+        hosts = [h for h in names if h in known]
         if pa.target == "host":
-            return [(RemediationTarget(host=h), [h], [h]) for h in hosts]
+            return [(RemediationTarget(host=h), [h], [h]) for h in hosts], problems
         if pa.target == "gpu":
-            if len(hosts) == 1 and att.culprits.gpus:
-                return [(RemediationTarget(host=hosts[0], gpu=gpu), hosts, hosts) for gpu in att.culprits.gpus]
-            return [(RemediationTarget(host=h), [h], [h]) for h in hosts]
+            if len(names) == 1 and hosts and att.culprits.gpus:
+                return [(RemediationTarget(host=hosts[0], gpu=gpu), hosts, hosts) for gpu in att.culprits.gpus], problems
+            return [(RemediationTarget(host=h), [h], [h]) for h in hosts], problems
         if pa.target == "port":
             # a fabric verdict names both ends of a cable (switch/port and host/hca/port): act
             # on the switch end, the one a fabric manager can disable
-            ports = sorted(set(att.culprits.ports))
+            ports = sorted(set(att.culprits.ports), key=str)
             ports = [p for p in ports if p.count("/") < 2] or ports
-            return [(RemediationTarget(port=p), self.domains.hosts_of_port(p), [p]) for p in ports]
-        return [(RemediationTarget(hosts=hosts), hosts, hosts)] if hosts else []
+            out, problems = [], []
+            for p in ports:
+                bad = port_problem(p)
+                cabled = self.domains.hosts_of_port(p) if bad is None else []
+                if bad is None and not cabled:
+                    bad = "not a port the topology cables to a host"
+                elif bad is None and not all(h in known for h in cabled):
+                    bad = "cabled to a host that is not a valid node name"
+                if bad:
+                    problems.append(f"port {shown(p)}: {bad}")
+                else:
+                    out.append((RemediationTarget(port=p), cabled, [p]))
+            return out, problems
+        return ([(RemediationTarget(hosts=hosts), hosts, hosts)] if hosts else []), problems
 
     @staticmethod
     def _kind_of(specs: list[_Spec], action_id: str) -> str:
@@ -713,35 +813,42 @@ class RemediationEngine:
         return list(members.values())
 
     def _reset_breaker(self, cmd: RemediationCommand, cid: str) -> list[RemediationAction]:
+        """Close a tripped breaker (a closed one is left as it is, its ledger included):
+        approved actions it held that are older than ``stale_after_s`` are cancelled (not
+        replayed); the proposals it blocked stay proposed for a person, with a progress record
+        saying so; the ledger keeps the admissions of every action that has not ended."""
         breaker = self._breaker(cmd.cluster)
         if cid in breaker.resets:
             return []
-        was_tripped = breaker.tripped
-        breaker.reset()
         breaker.resets.append(cid)
-        if not was_tripped:
+        if not breaker.tripped:
             return []
-        stale_ns = self.settings.circuit_breaker.stale_after_s * NS
+        tripped = breaker.detail
+        stale_s = self.settings.circuit_breaker.stale_after_s
         out: list[RemediationAction] = []
+        blocked: list[TrackedAction] = []
         for t in list(self._actions.values()):
             a = t.action
-            if a.cluster != cmd.cluster or not t.disruptive or t.started_at is not None:
+            if a.cluster != cmd.cluster or not t.disruptive or t.started_at is not None or t.state in TERMINAL:
                 continue
-            blocked = any(r.guard == g.CIRCUIT_BREAKER and not r.passed for r in a.guards)
-            if a.state == "proposed" and blocked:
-                age = cmd.at - a.created_at
-                if age > stale_ns:
-                    out += self._end(t, "expired", cmd.at, reason=(
-                        f"stale at breaker reset by {cmd.by}: verdict {age // NS} s old "
-                        f"(stale_after_s {self.settings.circuit_breaker.stale_after_s}); not replayed"))
-                else:
-                    out += self._reevaluate(t, cmd.at)
+            if a.state == "proposed" and any(r.guard == g.CIRCUIT_BREAKER and not r.passed for r in a.guards):
+                blocked.append(t)
             elif a.state == "approved":
                 since = max(a.created_at, a.decision.at if a.decision else 0)
-                if cmd.at - since > stale_ns:
+                if cmd.at - since > stale_s * NS:
                     out += self._end(t, "cancelled", cmd.at, reason=(
                         f"stale at breaker reset by {cmd.by}: approved {(cmd.at - since) // NS} s before "
-                        f"(stale_after_s {self.settings.circuit_breaker.stale_after_s}); not replayed"))
+                        f"(stale_after_s {stale_s}); not replayed"))
+        breaker.reset(keep=[aid for aid, t in self._actions.items() if t.state not in TERMINAL])
+        note = GuardResult(guard=g.CIRCUIT_BREAKER, passed=False, detail=(
+            f"blocked while the breaker was tripped ({tripped}); reset by {cmd.by} at {cmd.at}: "
+            "not replayed, waits for a person's approval"))
+        for t in blocked:
+            if t.state != "proposed":  # a cancelled predecessor took it along
+                continue
+            guards = [note if r.guard == g.CIRCUIT_BREAKER else r for r in t.action.guards]
+            mode = "needs_approval" if t.action.mode == "auto" else t.action.mode
+            out.append(self._move(t, "proposed", cmd.at, guards=guards, mode=mode))
         return out
 
     # --- state helpers ----------------------------------------------------------------------
@@ -758,8 +865,11 @@ class RemediationEngine:
     def _fleet_size(self, cluster: str) -> int | None:
         if isinstance(self._fleet, int):
             return self._fleet
-        if self._fleet is not None and cluster in self._fleet:
+        if self._fleet is not None and not isinstance(self._fleet, int) and cluster in self._fleet:
             return self._fleet[cluster]
+        fleet = self._fleet_nodes.get(cluster, self._fleet_nodes.get(None))
+        if fleet:
+            return len(fleet)
         return len(self.domains.hosts) if self._has_topology and self.domains.hosts else None
 
     def _pending(self, cluster: str, incident: str, subject: str) -> list[TrackedAction]:
@@ -789,7 +899,7 @@ class RemediationEngine:
 
     def _healthy(self, cluster: str, exclude: Iterable[str]) -> list[str]:
         skip = set(exclude)
-        return sorted(h for h in self._certified.get(cluster, {}) if h not in skip)
+        return sorted(h for h in self._certified.get(cluster, {}) if h not in skip and valid_node_name(h))
 
     def _note_xid(self, att: Attribution) -> list[int]:
         """Record this verdict's root-cause XID on its GPU; return the decided_at of every
@@ -813,12 +923,15 @@ class RemediationEngine:
             [r.match.repeated.within_s for r in self.policy.rules if r.match.repeated] + [86400]
         ) * NS
         for breaker in self._breakers.values():
-            breaker.prune(now, s.circuit_breaker)
+            breaker.prune(keep_ns)
         for hosts in self._history.values():
             for host in list(hosts):
                 hosts[host] = {i: t for i, t in hosts[host].items() if t > now - keep_ns}
                 if not hosts[host]:
                     del hosts[host]
+        for workloads in self._allocations.values():
+            for wl in [w for w, v in workloads.items() if v["at"] <= now - keep_ns]:
+                del workloads[wl]
         for key in list(self._xids):
             self._xids[key] = {a: t for a, t in self._xids[key].items() if t > now - repeat_ns}
             if not self._xids[key]:

@@ -13,18 +13,29 @@ Guards and their defaults (``GuardSettings``, the ``guards:`` section of the pol
   detail lists what the policy would have done.
 * ``circuit_breaker`` -- per cluster, trips when more than ``max_fraction`` (0.5) of the
   cluster's nodes would be taken out within ``window_s`` (300 s) -- NVSentinel's default
-  "50% of GPU nodes cordoned in 5 minutes". Stays tripped until a ``reset_breaker`` command;
-  on reset, blocked proposals older than ``stale_after_s`` are expired by age, not replayed
-  (NVSentinel's pitfall).
+  "50% of GPU nodes cordoned in 5 minutes". It counts a **ledger** of what it admitted, in
+  processing order, whatever the event times: an admission counts against every later action
+  whose event time is within ``window_s`` of its own, before or after (so verdicts arriving out
+  of event-time order cannot each see a window without the others). Event time only places
+  admissions in windows. A verdict older than what the ledger still remembers fails closed.
+  Stays tripped until a ``reset_breaker`` command; on reset, actions awaiting approval stay
+  pending (never replayed, never expired by the reset) and the admissions of actions that
+  have not ended stay in the ledger.
 * ``domain_budget`` -- at most N nodes of one failure domain (rack, NVLink domain, leaf
   switch = the hosts cabled to it) out of service at once (``default`` 2, per-domain
   ``overrides`` by glob). None of the anchors has it.
 * ``workload_budget`` -- at most ``max_nodes`` (2) of one workload's nodes out at once: a
   verdict blaming more of one job's nodes is more likely systemic.
 * ``cooldown`` -- ``cooldown_s`` (1800 s) after any remediation of a node began, another
-  incident's disruptive action on it waits for a person (Together AI: ~30 min per node).
+  incident's disruptive action on it waits for a person (Together AI: ~30 min per node); a
+  remediation that began after the verdict's event time (a late verdict) counts too.
 * ``escalation`` -- after ``max_remediations`` (5) remediations of one node within
-  ``period_s`` (7 days), the next goes to a person (NVSentinel: 5 in 7 days).
+  ``period_s`` (7 days) of the verdict, before or after it, the next goes to a person
+  (NVSentinel: 5 in 7 days).
+
+* ``target_known`` -- on the ``notify`` the engine proposes instead of actions whose target
+  is not a known node (:mod:`correlators.remediation.targets`): passed (a notification may
+  go out), the detail names the refused names and the withheld actions.
 
 Only disruptive actions (:data:`correlators.remediation.policy.DISRUPTIVE`: everything but
 ``notify`` and ``recertify``) are subject to the capacity guards (breaker, budgets, cooldown,
@@ -51,6 +62,7 @@ DOMAIN_BUDGET = "domain_budget"
 WORKLOAD_BUDGET = "workload_budget"
 COOLDOWN = "cooldown"
 ESCALATION = "escalation"
+TARGET_KNOWN = "target_known"
 
 
 class _Settings(BaseModel):
@@ -254,18 +266,21 @@ def check_cooldown(
     cooldown_s: int,
 ) -> GuardResult:
     """Fail when another incident's remediation of one of ``hosts`` began less than
-    ``cooldown_s`` before ``at`` (UTC ns). ``history``: host -> (incident, began_at ns)."""
+    ``cooldown_s`` before or after ``at`` (UTC ns; after: the verdict arrived late).
+    ``history``: host -> (incident, began_at ns)."""
     for host in sorted(set(hosts)):
-        recent = [(t, inc) for inc, t in history.get(host, ()) if inc != incident and t <= at]
-        if recent:
-            t, inc = max(recent)
-            age_s = (at - t) / NS
-            if age_s < cooldown_s:
-                return GuardResult(
-                    guard=COOLDOWN,
-                    passed=False,
-                    detail=f"{host} was remediated {age_s:.0f} s ago (incident {inc}); cooldown {cooldown_s} s",
-                )
+        near = sorted((abs(at - t), t, inc) for inc, t in history.get(host, ()) if inc != incident)
+        if near and near[0][0] < cooldown_s * NS:
+            _, t, inc = near[0]
+            if t <= at:
+                when = f"was remediated {(at - t) / NS:.0f} s ago"
+            else:
+                when = f"was remediated {(t - at) / NS:.0f} s after this verdict's time"
+            return GuardResult(
+                guard=COOLDOWN,
+                passed=False,
+                detail=f"{host} {when} (incident {inc}); cooldown {cooldown_s} s",
+            )
     return GuardResult(guard=COOLDOWN, passed=True, detail=f"no remediation in the last {cooldown_s} s")
 
 
@@ -277,10 +292,11 @@ def check_escalation(
     settings: EscalationSettings,
 ) -> GuardResult:
     """Fail ("escalated") when one of ``hosts`` already had ``max_remediations`` remediations
-    (distinct incidents other than ``incident``) within ``period_s`` before ``at``."""
-    since = at - settings.period_s * NS
+    (distinct incidents other than ``incident``) that began within ``period_s`` of ``at``
+    (before it, or after it for a late verdict)."""
+    period = settings.period_s * NS
     for host in sorted(set(hosts)):
-        incidents = {inc for inc, t in history.get(host, ()) if inc != incident and since <= t <= at}
+        incidents = {inc for inc, t in history.get(host, ()) if inc != incident and abs(at - t) <= period}
         if len(incidents) >= settings.max_remediations:
             days = settings.period_s / 86400
             return GuardResult(
@@ -293,32 +309,41 @@ def check_escalation(
 
 
 class Admission(BaseModel):
-    """One action counted by the breaker: when (UTC ns) and which hosts it takes out."""
+    """One entry of the breaker's ledger: the action's event time (UTC ns, places it in
+    windows), the hosts it takes out and ``seq``, its place in processing order."""
 
     model_config = ConfigDict(extra="forbid")
     at: int
     hosts: list[str]
+    seq: int = 0
 
 
 class CircuitBreaker(BaseModel):
-    """The circuit breaker of one cluster (JSON-serialisable, part of the engine state).
+    """The circuit breaker of one cluster (JSON-serialisable, part of the engine state, so
+    the ledger is changelogged with it).
 
-    ``admissions``: action id -> :class:`Admission`, the disruptive actions let through (all
-    guards passed, or approved by a person) within the window. Once ``tripped`` it stays
-    tripped until :meth:`reset`."""
+    ``admissions``: the ledger, action id -> :class:`Admission`, in processing order: the
+    disruptive actions let through (all guards passed, or approved by a person). An admission
+    counts against any action whose event time is within ``window_s`` of its own, earlier or
+    later. ``admitted``: admissions so far (the next ``seq``). ``horizon``: the newest event
+    time the ledger has forgotten (pruned); a check whose window reaches back to it fails
+    closed. Once ``tripped`` it stays tripped until :meth:`reset`."""
 
     model_config = ConfigDict(extra="forbid")
     tripped: bool = False
     tripped_at: int | None = None
     detail: str = ""
     admissions: dict[str, Admission] = Field(default_factory=dict)
+    admitted: int = 0
+    horizon: int | None = None
     resets: list[str] = Field(default_factory=list)
 
     def taken_out(self, at: int, settings: CircuitBreakerSettings, exclude: str | None = None) -> set[str]:
-        """Hosts admitted in ``(at - window_s, at]``, except by action ``exclude``."""
-        since = at - settings.window_s * NS
+        """Hosts of every admission whose event time is within ``window_s`` of ``at`` (UTC
+        ns), before or after it, except those of action ``exclude``."""
+        window = settings.window_s * NS
         return {
-            h for aid, adm in self.admissions.items() if aid != exclude and since < adm.at <= at for h in adm.hosts
+            h for aid, adm in self.admissions.items() if aid != exclude and abs(adm.at - at) < window for h in adm.hosts
         }
 
     def check(
@@ -331,11 +356,12 @@ class CircuitBreaker(BaseModel):
         *,
         count: bool = True,
     ) -> GuardResult:
-        """Check the breaker for an action taking ``hosts`` out at ``at`` (UTC ns): it trips
-        when the hosts taken out within the window, these included, would exceed
-        ``max_fraction`` of ``fleet_size``. With ``count=False`` (another guard already failed,
-        so the action will not run by itself) it only reports the current share. Fails closed
-        when ``fleet_size`` is unknown."""
+        """Check the breaker for an action taking ``hosts`` out at event time ``at`` (UTC ns):
+        it trips when the hosts of the ledger's admissions within ``window_s`` of ``at``, these
+        included, would exceed ``max_fraction`` of ``fleet_size``. With ``count=False``
+        (another guard already failed, so the action will not run by itself) it only reports
+        the current share. Fails closed when ``fleet_size`` is unknown, and when ``at`` is so
+        old that the window reaches admissions the ledger has forgotten."""
         if self.tripped:
             return GuardResult(
                 guard=CIRCUIT_BREAKER, passed=False, detail=f"tripped: {self.detail}; reset by a person"
@@ -345,6 +371,13 @@ class CircuitBreaker(BaseModel):
                 guard=CIRCUIT_BREAKER,
                 passed=False,
                 detail="cluster node count unknown (no topology, no fleet_size): cannot bound the blast radius",
+            )
+        if self.horizon is not None and at - settings.window_s * NS < self.horizon:
+            return GuardResult(
+                guard=CIRCUIT_BREAKER,
+                passed=False,
+                detail=f"event time {at} is within {settings.window_s} s of admissions the breaker no longer "
+                f"holds (forgotten up to {self.horizon}): too late to bound the blast radius; a person decides",
             )
         others = self.taken_out(at, settings, exclude=action_id)
         limit = f"(limit {settings.max_fraction:.0%})"
@@ -364,15 +397,27 @@ class CircuitBreaker(BaseModel):
         return GuardResult(guard=CIRCUIT_BREAKER, passed=True, detail=f"{share} {limit}")
 
     def admit(self, action_id: str, hosts: Iterable[str], at: int) -> None:
-        """Count an action that takes ``hosts`` out (idempotent per action id)."""
-        self.admissions.setdefault(action_id, Admission(at=at, hosts=sorted(set(hosts))))
+        """Add an action that takes ``hosts`` out at event time ``at`` to the ledger
+        (idempotent per action id: its first admission stays)."""
+        if action_id not in self.admissions:
+            self.admissions[action_id] = Admission(at=at, hosts=sorted(set(hosts)), seq=self.admitted)
+            self.admitted += 1
 
-    def prune(self, at: int, settings: CircuitBreakerSettings) -> None:
-        """Forget admissions older than the window."""
-        since = at - settings.window_s * NS
-        self.admissions = {k: v for k, v in self.admissions.items() if v.at > since}
+    def prune(self, keep_ns: int) -> None:
+        """Forget admissions more than ``keep_ns`` older (event time) than the newest one;
+        :attr:`horizon` remembers how far the ledger was cut."""
+        if not self.admissions:
+            return
+        newest = max(adm.at for adm in self.admissions.values())
+        gone = [adm.at for adm in self.admissions.values() if adm.at <= newest - keep_ns]
+        if gone:
+            self.horizon = max([*gone, *([self.horizon] if self.horizon is not None else [])])
+            self.admissions = {k: v for k, v in self.admissions.items() if v.at > newest - keep_ns}
 
-    def reset(self) -> None:
-        """Close the breaker and forget the window (a person's ``reset_breaker``)."""
+    def reset(self, keep: Iterable[str] = ()) -> None:
+        """Close the breaker (a person's ``reset_breaker``): the window starts again, except
+        that the admissions of the actions ``keep`` (those not ended: awaiting approval,
+        approved, executing) stay in the ledger -- they still take their nodes out."""
+        kept = set(keep)
         self.tripped, self.tripped_at, self.detail = False, None, ""
-        self.admissions = {}
+        self.admissions = {k: v for k, v in self.admissions.items() if k in kept}

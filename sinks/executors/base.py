@@ -16,6 +16,12 @@ as an :class:`ExecutionResult`. Two rules hold for every executor:
 human-readable line per step in order -- the ``scontrol`` argument list, the
 ``kubectl``-equivalent command, the HTTP request line -- so the remediation record shows exactly
 what touched the cluster; on a failure the last line is the step that failed.
+
+**Names are checked again here.** The engine proposes actions only on known nodes
+(``correlators.remediation.targets``); every executor still refuses (``ok=False``, nothing
+run) a target that is not a valid node name (:func:`target_problem`) -- defence in depth
+against a record written by something else on the ``remediations`` topic. Commands are argument
+lists handed to ``subprocess`` or an API client, never a shell.
 """
 
 from __future__ import annotations
@@ -37,12 +43,16 @@ __all__ = [
     "action_host",
     "describe_action",
     "quote_argv",
+    "target_problem",
+    "REFUSED",
 ]
 
 T = TypeVar("T")
 
 #: ``detail`` prefix of a result for an action the executor cannot carry out.
 UNSUPPORTED = "unsupported by {name} executor"
+#: ``detail`` prefix of a result for a target the executor will not touch.
+REFUSED = "refused by {name} executor"
 
 
 class ExecutionResult(BaseModel):
@@ -107,6 +117,21 @@ def retrying(fn: Callable[[], T], *, attempts: int, wait_s: float, max_wait_s: f
 def action_host(action: RemediationAction) -> str | None:
     """The host an action acts on (``target.host``), or None (a port or a host group)."""
     return action.target.host or None
+
+
+def target_problem(action: RemediationAction) -> str | None:
+    """Why ``action``'s target may not reach an executor, or None: its ``host`` and every
+    name in ``hosts`` must be valid node names (:func:`correlators.remediation.targets.node_name_problem`:
+    no ``ALL``, hostlist expressions, lists, spaces, ``=`` or shell metacharacters, at most
+    253 characters)."""
+    from correlators.remediation.targets import node_name_problem, shown
+
+    t = action.target
+    for name in ([t.host] if t.host is not None else []) + list(t.hosts):
+        problem = node_name_problem(name)
+        if problem:
+            return f"target {shown(name)} is not a valid node name: {problem}"
+    return None
 
 
 def describe_action(action: RemediationAction) -> str:

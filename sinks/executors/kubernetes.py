@@ -36,6 +36,12 @@ is an ``ok=False`` result, not an exception. Merge patches (RFC 7386) are sent a
 node's ``resourceVersion`` so a concurrent change gives HTTP 409, which is retried with a fresh
 read.
 
+**Node names** are checked before any request (:func:`node_name_problem`): a Kubernetes node
+name is a DNS-1123 subdomain (lower-case letters, digits, ``-`` and ``.``, 253 characters at
+most), so it can neither leave the ``/api/v1/nodes/<name>`` path (``/``, ``..``) nor add a term
+to the ``spec.nodeName=<name>`` field selector (``,``); a target that is not one is refused
+(``ok=False``), nothing is sent.
+
 **Failures**: HTTP 5xx, 409 and connection errors are transient and retried (tenacity,
 ``attempts`` tries); any other API error is ``ok=False`` with the status and the API's message.
 
@@ -48,12 +54,22 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import Any, Iterable
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from schemas.records import RemediationAction
-from sinks.executors.base import UNSUPPORTED, ExecutionResult, TransientError, action_host, retrying
+from correlators.remediation.targets import shown
+from sinks.executors.base import (
+    REFUSED,
+    UNSUPPORTED,
+    ExecutionResult,
+    TransientError,
+    action_host,
+    retrying,
+    target_problem,
+)
 
 __all__ = [
     "KubernetesExecutor",
@@ -66,6 +82,7 @@ __all__ = [
     "evictable_pods",
     "eviction_body",
     "SUPPORTED",
+    "node_name_problem",
 ]
 
 log = logging.getLogger("faultstream.executor.kubernetes")
@@ -79,6 +96,25 @@ SUPPORTED = frozenset({"cordon", "drain", "notify"})
 
 
 # -- pure builders (unit-tested without a cluster) -------------------------------------------
+
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*$")
+
+
+def node_name_problem(name: object) -> str | None:
+    """Why ``name`` is not a Kubernetes node name, or None: a valid node name
+    (:func:`correlators.remediation.targets.node_name_problem`) that is also a DNS-1123
+    subdomain (lower-case letters, digits, ``-``, ``.``, at most 253 characters)."""
+    from correlators.remediation.targets import node_name_problem as generic_problem
+
+    generic = generic_problem(name)
+    if generic:
+        return generic
+    if len(name) > 253:
+        return f"{len(name)} characters (at most 253)"
+    if not _DNS1123_SUBDOMAIN.match(name):
+        return "not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.')"
+    return None
+
 
 
 def cordon_patch(action_id: str) -> dict[str, Any]:
@@ -251,6 +287,15 @@ class KubernetesExecutor:
 
     # -- planning -------------------------------------------------------------------------------
 
+    def check(self, action: RemediationAction) -> str | None:
+        """Why this executor refuses ``action``'s target (not a valid node name, not a
+        Kubernetes node name), or None."""
+        problem = target_problem(action)
+        host = action_host(action)
+        if problem is None and host is not None and node_name_problem(host):
+            problem = f"target {shown(host)} is not a Kubernetes node name: {node_name_problem(host)}"
+        return f"{REFUSED.format(name=self.name)}: {problem}" if problem else None
+
     def _taint_cmd(self, host: str, value: str, effect: str) -> str:
         return f"kubectl taint nodes {host} {self.taint_key}={value}:{effect} --overwrite"
 
@@ -258,7 +303,7 @@ class KubernetesExecutor:
         """The ``kubectl`` equivalents ``execute(action)`` would run (evictions not listed: they
         depend on the pods found)."""
         host = action_host(action)
-        if not host or action.action not in ("cordon", "drain"):
+        if not host or action.action not in ("cordon", "drain") or self.check(action):
             return []
         if self.taint_only:
             effect = "NoExecute" if action.action == "drain" else "NoSchedule"
@@ -271,7 +316,9 @@ class KubernetesExecutor:
         return cmds
 
     def plan_resume(self, host: str, reason: str) -> list[str]:
-        """The ``kubectl`` equivalents ``resume(host)`` would run."""
+        """The ``kubectl`` equivalents ``resume(host)`` would run ([] for an invalid name)."""
+        if node_name_problem(host):
+            return []
         return [f"kubectl taint nodes {host} {self.taint_key}-",
                 f"kubectl uncordon {host}  # only if annotated {CORDONED_BY}",
                 f"kubectl annotate node {host} {CORDONED_BY}-"]
@@ -356,6 +403,9 @@ class KubernetesExecutor:
             return result(True, "notify: nothing to do on Kubernetes")
         if action.action not in SUPPORTED:
             return result(False, UNSUPPORTED.format(name=self.name) + f": {action.action}")
+        refused = self.check(action)
+        if refused:
+            return result(False, refused)
         if not host:
             return result(False, f"{action.action} needs a target host")
         try:
@@ -393,12 +443,17 @@ class KubernetesExecutor:
     def resume(self, host: str, reason: str) -> ExecutionResult:
         """Remove faultstream's taint and, if faultstream cordoned ``host``, uncordon it; never
         raises for an operational failure."""
-        commands = [f"kubectl taint nodes {host} {self.taint_key}-"]
+        invalid = node_name_problem(host)
+        commands = [] if invalid else [f"kubectl taint nodes {host} {self.taint_key}-"]
 
         def result(ok: bool, detail: str) -> ExecutionResult:
-            log.log(logging.INFO if ok else logging.WARNING, "kubernetes resume %s: %s", host,
+            log.log(logging.INFO if ok else logging.WARNING, "kubernetes resume %s: %s", shown(host),
                     detail, extra={"host": host, "reason": reason, "ok": ok, "commands": list(commands)})
             return ExecutionResult(ok=ok, detail=detail, executor=self.name, commands=list(commands))
+
+        if invalid:
+            return result(False, f"{REFUSED.format(name=self.name)}: {shown(host)} is not a Kubernetes node "
+                                 f"name: {invalid}")
 
         try:
             core = self.core()

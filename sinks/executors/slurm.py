@@ -20,7 +20,13 @@ until :meth:`SlurmExecutor.resume` -- called when a certification passed -- retu
 {ALL|<NodeList>}``). A Slurm without ``RebootProgram`` rejects the reboot ("RebootProgram isn't
 defined"), which is reported as ``ok=False``.
 
-The node name is the faultstream host name (the name Slurm knows the node by).
+The node name is the faultstream host name (the name Slurm knows the node by). It is checked
+before anything runs (:meth:`SlurmExecutor.check`): a valid node name
+(:func:`correlators.remediation.targets.node_name_problem`) has no hostlist syntax -- no
+``[``, ``]``, ``,``, spaces or ``=`` -- and is never ``ALL``, so it is a hostlist of exactly
+that one node and cannot add a ``key=value`` to the command; anything else is refused
+(``ok=False``, nothing run). ``scontrol`` gets an argument list (``subprocess.run`` without a
+shell), so no shell quoting applies or is added.
 
 **The reason.** ``Reason=faultstream <action_id>: <action.reason>``, sanitised by
 :func:`slurm_reason`:
@@ -57,13 +63,16 @@ import subprocess
 from dataclasses import dataclass
 
 from schemas.records import RemediationAction
+from correlators.remediation.targets import node_name_problem, shown
 from sinks.executors.base import (
+    REFUSED,
     UNSUPPORTED,
     ExecutionResult,
     TransientError,
     action_host,
     quote_argv,
     retrying,
+    target_problem,
 )
 
 __all__ = ["SlurmExecutor", "slurm_reason", "REASON_MAX_BYTES", "SUPPORTED"]
@@ -143,8 +152,15 @@ class SlurmExecutor:
             text += f": {action.reason}"
         return slurm_reason(text)
 
+    def check(self, action: RemediationAction) -> str | None:
+        """Why this executor refuses ``action``'s target (see the module docstring), or None."""
+        problem = target_problem(action)
+        return f"{REFUSED.format(name=self.name)}: {problem}" if problem else None
+
     def _argv(self, action: RemediationAction) -> list[str] | None:
         host = action_host(action)
+        if host is None or node_name_problem(host) is not None:
+            return None
         if action.action in ("cordon", "drain"):
             return [self.scontrol, "update", f"NodeName={host}", "State=DRAIN",
                     f"Reason={self._reason(action)}"]
@@ -153,15 +169,26 @@ class SlurmExecutor:
                     f"reason={self._reason(action)}", str(host)]
         return None
 
+    def plan_argv(self, action: RemediationAction) -> list[list[str]]:
+        """The argument lists ``execute(action)`` would run, exactly as given to
+        ``subprocess.run`` (none for ``notify``, unsupported actions and refused targets)."""
+        if action.action not in SUPPORTED or self.check(action):
+            return []
+        argv = self._argv(action)
+        return [argv] if argv else []
+
     def plan(self, action: RemediationAction) -> list[str]:
-        """The ``scontrol`` command ``execute(action)`` would run (none for ``notify`` and
-        unsupported actions)."""
-        argv = self._argv(action) if action.action in SUPPORTED and action_host(action) else None
-        return [quote_argv(argv)] if argv else []
+        """The ``scontrol`` command ``execute(action)`` would run, shell-quoted for reading
+        (none for ``notify``, unsupported actions and refused targets)."""
+        return [quote_argv(argv) for argv in self.plan_argv(action)]
+
+    def plan_resume_argv(self, host: str, reason: str) -> list[list[str]]:
+        """The argument list ``resume(host)`` would run ([] for an invalid node name)."""
+        return [] if node_name_problem(host) else [self._resume_argv(host)]
 
     def plan_resume(self, host: str, reason: str) -> list[str]:
-        """The ``scontrol`` command ``resume(host)`` would run."""
-        return [quote_argv(self._resume_argv(host))]
+        """The ``scontrol`` command ``resume(host)`` would run, shell-quoted for reading."""
+        return [quote_argv(argv) for argv in self.plan_resume_argv(host, reason)]
 
     def _resume_argv(self, host: str) -> list[str]:
         return [self.scontrol, "update", f"NodeName={host}", "State=RESUME"]
@@ -240,6 +267,9 @@ class SlurmExecutor:
             return result(True, "notify: nothing to do on Slurm")
         if action.action not in SUPPORTED:
             return result(False, UNSUPPORTED.format(name=self.name) + f": {action.action}")
+        refused = self.check(action)
+        if refused:
+            return result(False, refused)
         host = action_host(action)
         if not host:
             return result(False, f"{action.action} needs a target host (target: "
@@ -267,13 +297,17 @@ class SlurmExecutor:
     def resume(self, host: str, reason: str) -> ExecutionResult:
         """Return ``host`` to service (``State=RESUME``) after a passing certification
         (``reason`` is logged); ``ok=True`` also when it already was in service."""
+        invalid = node_name_problem(host)
         argv = self._resume_argv(host)
-        commands = [quote_argv(argv)]
+        commands = [] if invalid else [quote_argv(argv)]
 
         def result(ok: bool, detail: str) -> ExecutionResult:
-            log.log(logging.INFO if ok else logging.WARNING, "slurm resume %s: %s", host, detail,
+            log.log(logging.INFO if ok else logging.WARNING, "slurm resume %s: %s", shown(host), detail,
                     extra={"host": host, "reason": reason, "ok": ok, "commands": commands})
             return ExecutionResult(ok=ok, detail=detail, executor=self.name, commands=commands)
+
+        if invalid:
+            return result(False, f"{REFUSED.format(name=self.name)}: {shown(host)} is not a valid node name: {invalid}")
 
         try:
             run = self._run(argv)

@@ -25,6 +25,9 @@ status and the first :data:`BODY_EXCERPT` characters of the body, or the connect
 Other statuses (400, 401, 404, 409, 422, ...) and an unusable URL (no scheme, invalid host) are
 not retried: ``ok=False`` at once.
 Nothing is raised.
+
+A target that is not a valid node name (``sinks.executors.base.target_problem``) is refused
+(``ok=False``) without a request: the receiver may act on ``target.host``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from typing import Mapping
 import httpx
 
 from schemas.records import RemediationAction, canonical_json, content_id
-from sinks.executors.base import ExecutionResult, TransientError, retrying
+from correlators.remediation.targets import node_name_problem, shown
+from sinks.executors.base import REFUSED, ExecutionResult, TransientError, retrying, target_problem
 
 __all__ = ["WebhookExecutor", "BODY_EXCERPT", "idempotency_key"]
 
@@ -83,12 +87,21 @@ class WebhookExecutor:
         self.retry_max_wait_s = retry_max_wait_s
         self.verify = verify
 
+    def check(self, action: RemediationAction) -> str | None:
+        """Why this executor refuses ``action``'s target (not a valid node name), or None."""
+        problem = target_problem(action)
+        return f"{REFUSED.format(name=self.name)}: {problem}" if problem else None
+
     def plan(self, action: RemediationAction) -> list[str]:
-        """The request line ``execute(action)`` would send."""
+        """The request line ``execute(action)`` would send ([] for a refused target)."""
+        if self.check(action):
+            return []
         return [f"POST {self.url} Idempotency-Key: {idempotency_key(action)}"]
 
     def plan_resume(self, host: str, reason: str) -> list[str]:
-        """The request line ``resume(host, reason)`` would send."""
+        """The request line ``resume(host, reason)`` would send ([] for an invalid name)."""
+        if node_name_problem(host):
+            return []
         return [f"POST {self.url} Idempotency-Key: {self._resume_key(host, reason)}"]
 
     @staticmethod
@@ -139,6 +152,10 @@ class WebhookExecutor:
 
     def execute(self, action: RemediationAction) -> ExecutionResult:
         """POST the action's canonical JSON; never raises for an operational failure."""
+        refused = self.check(action)
+        if refused:
+            log.warning("%s", refused, extra={"action_id": action.action_id, "action": action.action, "ok": False})
+            return ExecutionResult(ok=False, detail=refused, executor=self.name, commands=[])
         return self._send(canonical_json(action).encode(), idempotency_key(action),
                           f"{action.action} {action.action_id}",
                           {"action_id": action.action_id, "action": action.action,
@@ -147,6 +164,11 @@ class WebhookExecutor:
     def resume(self, host: str, reason: str) -> ExecutionResult:
         """POST ``{"kind": "resume", "host", "reason"}``; never raises for an operational
         failure."""
+        invalid = node_name_problem(host)
+        if invalid:
+            detail = f"{REFUSED.format(name=self.name)}: {shown(host)} is not a valid node name: {invalid}"
+            log.warning("%s", detail, extra={"action": "resume", "ok": False})
+            return ExecutionResult(ok=False, detail=detail, executor=self.name, commands=[])
         body = canonical_json({"kind": "resume", "host": host, "reason": reason}).encode()
         return self._send(body, self._resume_key(host, reason), f"resume {host}",
                           {"action": "resume", "host": host})
