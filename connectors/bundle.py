@@ -76,7 +76,9 @@ from connectors.telemetry import TelemetrySample, parse_telemetry
 from correlators.attribution import default_causal_rules
 from correlators.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, record_span
 from correlators.timefmt import TIMESTAMP_HINT, LineClock, LineTime, TimeContext, parse_line_time
+from correlators.windows import WorkloadIndex
 from schemas.bundle import ExpectedSpec, TopologySpec, WorkloadSpec, to_ns
+from schemas.messages import Span
 from schemas.records import (
     TIME_QUALITY_INHERITED,
     TIME_QUALITY_TRANSPORT,
@@ -85,6 +87,7 @@ from schemas.records import (
     Position,
     Source,
 )
+from schemas.yamlspec import load_yaml
 
 __all__ = ["BundleError", "BundleConnector", "MAX_BODY_CHARS", "NUL_MARK", "RANK_PREFIX", "SCHEDULER_HOST"]
 
@@ -115,53 +118,6 @@ class BundleError(Exception):
     printed to users as is (no traceback)."""
 
 
-# ---------------------------------------------------------------------------------------------
-# YAML: timestamps stay strings (pydantic parses them, so errors name the field) and
-# ``1:0`` is not a base-60 integer (YAML 1.1 would make ``exit_code: 1:0`` the number 60).
-# Parsed by libyaml (``yaml.CSafeLoader``: scanner and parser in C, ~5x faster on a
-# 4,096-host topology.yaml) when PyYAML was built with it, else by the pure-Python
-# ``yaml.SafeLoader``. Either way tags are resolved by PyYAML's Python resolver with the
-# implicit resolvers below and constructed by ``SafeConstructor``, so both give the same data.
-
-_BaseLoader: type = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
-
-
-def _resolvers() -> dict[str, list[tuple[str, re.Pattern[str]]]]:
-    """``yaml.SafeLoader``'s implicit resolvers without timestamp, base-60 int and float."""
-    return {
-        first: [
-            (tag, regexp)
-            for tag, regexp in resolvers
-            if tag not in ("tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:int",
-                           "tag:yaml.org,2002:float")
-        ]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-
-
-def _make_loader(base: type) -> type:
-    class Loader(base):  # type: ignore[misc,valid-type]
-        pass
-
-    Loader.yaml_implicit_resolvers = _resolvers()
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:int",
-        re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-        list("-+0123456789"),
-    )
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:float",
-        re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*"
-                   r"(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-        list("-+0123456789."),
-    )
-    return Loader
-
-
-#: the loader of bundle specs (libyaml when available)
-_Loader = _make_loader(_BaseLoader)
-
-
 def _load_spec(path: Path, model: type[pydantic.BaseModel], required: bool) -> Any:
     name = f"{path.parent.name}/{path.name}" if path.parent.name == "workloads" else path.name
     if not path.is_file():
@@ -169,7 +125,7 @@ def _load_spec(path: Path, model: type[pydantic.BaseModel], required: bool) -> A
             raise BundleError(f"{name}: missing (every bundle needs one; see BUNDLE.md)")
         return None
     try:
-        data = yaml.load(path.read_bytes(), Loader=_Loader)  # noqa: S506 -- (C)SafeLoader subclass
+        data = load_yaml(path)  # timestamps stay strings, 1:0 is no base-60 number
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -328,6 +284,7 @@ class BundleConnector:
         if not self.path.is_dir():
             raise BundleError(f"{self.path}: not a bundle directory")
         self.keywords = None if keywords is None else [k for k in keywords if k.strip()]
+        self._index: WorkloadIndex | None = None
         self._kw_pattern = "|".join(re.escape(k) for k in self.keywords or ())
         self.workload: WorkloadSpec = _load_spec(self.path / "workload.yaml", WorkloadSpec, True)
         #: every workload attempt of the bundle: ``workload.yaml`` first, then
@@ -489,25 +446,18 @@ class BundleConnector:
 
     def workload_of(self, host: str, at_ns: int) -> str | None:
         """The workload a record of ``host`` at ``at_ns`` (UTC ns) belongs to. A one-workload
-        bundle: always that workload (every file is about it). Several workloads: the one
-        running on ``host`` whose window (the causal rules' ``before_start_s`` / ``after_end_s``
-        around start and end) holds ``at_ns`` (the latest started, if several), else None --
+        bundle: always that workload (every file is about it). Several workloads: the rule of
+        :class:`correlators.windows.WorkloadIndex` (the stream routes with it too), else None --
         switch logs and lines between jobs belong to no workload; the fabric correlator still
         reads them."""
         if len(self.workloads) == 1:
             return self.workload.workload_id
-        rules = default_causal_rules()
-        best = None
-        for w in self.workloads:
-            if host not in w.nodes:
-                continue
-            end = w.end_ns
-            if w.start_ns - rules.before_start_ns <= at_ns and (
-                end is None or at_ns <= end + rules.after_end_ns
-            ):
-                if best is None or w.start_ns > best.start_ns:
-                    best = w
-        return best.workload_id if best else None
+        if self._index is None:
+            rules = default_causal_rules()
+            self._index = WorkloadIndex({}, before_ns=rules.before_start_ns, after_ns=rules.after_end_ns)
+            for spec in self.workloads:
+                self._index.add(Span.of(spec))
+        return self._index.route(self.workload.cluster, host, at_ns)
 
     def coverage_for(self, workload_id: str) -> list[CoverageEntry]:
         """The coverage entries about one workload: all of them in a one-workload bundle;

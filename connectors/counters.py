@@ -67,6 +67,7 @@ import numpy as np
 import polars as pl
 import typer
 
+from connectors.runner import publish
 from schemas.records import TIME_QUALITY_EXACT, CoverageEntry, Observation, Position, Source
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -1087,8 +1088,6 @@ class CountersConnector:
 
     def publish_poll(self, producer: "RecordProducer", topic: str | None = None) -> int:
         """Poll, publish (key = node), flush, then save the cursor; returns the number sent."""
-        from connectors.publish import publish
-
         obs = self.poll()
         n = publish(obs, producer, topic=topic, cursor=self.cursor, state=self.checkpoint)
         self.published += n

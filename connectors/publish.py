@@ -1,9 +1,8 @@
-"""Publishing Observations to Kafka, and the incident-bundle publisher.
+"""The incident-bundle publisher (and :func:`publish`, named here from :mod:`connectors.runner`).
 
 * :func:`publish` -- send Observations (key = ``obs.host``) through a
-  :class:`sinks.kafka.RecordProducer`, flush, and only then persist the cursor: a crash
-  republishes at most the unconfirmed tail (duplicates collapse downstream by their
-  deterministic ids) and loses nothing.
+  :class:`sinks.kafka.RecordProducer`, flush, and only then persist the cursor
+  (:mod:`connectors.runner`, which every connector uses).
 * :func:`bundle_records` -- an incident bundle as the stream should see it: the scheduler's
   view (``workload.yaml``, then ``workloads/*.yaml``) first, ``topology.yaml`` second (if present), then every record of
   ``BundleConnector(path, keywords=None)`` in event-time order.
@@ -20,45 +19,16 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, Iterator
 import typer
 
 from connectors.bundle import SCHEDULER_HOST, BundleConnector
+from connectors.runner import publish
 from schemas.bundle import WorkloadSpec
 from schemas.records import TIME_QUALITY_EXACT, Observation, Position, Source
 from schemas.topics import catalogue
 
 if TYPE_CHECKING:  # pragma: no cover
-    from connectors.cursor import CursorStore
     from sinks.kafka import RecordProducer
 
 __all__ = ["publish", "bundle_records", "publish_bundle", "workload_observation", "bundle_topology_observation"]
 
-
-
-def publish(
-    observations: Iterable[Observation],
-    producer: "RecordProducer",
-    *,
-    topic: str | None = None,
-    cursor: "CursorStore | None" = None,
-    state: Callable[[], dict[str, Any]] | None = None,
-    flush_timeout: float = 60.0,
-) -> int:
-    """Send every observation (key = ``obs.host``) to ``topic`` (default: the producer's),
-    flush, then persist the cursor.
-
-    ``cursor``: a ``connectors.cursor.CursorStore``; saved **only after the flush succeeded**.
-    ``state``: returns the dict to save (a connector's position after the last observation it
-    produced, e.g. :meth:`connectors.files.FilesConnector.checkpoint`); it is called after
-    the iterable is exhausted. Without it, ``{"published": n}`` is saved. Returns the number
-    of observations sent. Raises :class:`sinks.kafka.DeliveryError` (cursor untouched) when
-    any delivery failed, :class:`sinks.kafka.BackPressureTimeout` when the broker stays
-    unreachable."""
-    n = 0
-    for obs in observations:
-        producer.send(obs.host, obs, topic=topic)
-        n += 1
-    producer.flush(flush_timeout)
-    if cursor is not None:
-        cursor.save(state() if state is not None else {"published": n})
-    return n
 
 
 def _spec_data(model: Any) -> dict[str, Any]:

@@ -41,6 +41,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from correlators.ids import normalise_pci
 from correlators.timefmt import LineTime, TimeContext, parse_line_time
 from schemas.records import TIME_QUALITY_SECONDS, GpuRef
 
@@ -87,18 +88,9 @@ def _fmt(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
-_PCI = re.compile(r"(?:PCI:)?([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-7])?")
-
-
-def normalise_pci_bus_id(text: str | None) -> str | None:
-    """``00000000:00:06.0`` / ``0000:9C:00.0`` / ``PCI:0000:9c:00`` -> ``0000:9c:00``
-    (4-digit domain, bus and device in lower-case hex, no function), else ``None``."""
-    if not text:
-        return None
-    m = _PCI.search(text.strip())
-    if not m:
-        return None
-    return f"{int(m[1], 16):04x}:{m[2].lower()}:{m[3].lower()}"
+#: GPU bus ids are normalised to the one engine form (``0000:9c:00``, see
+#: :func:`correlators.ids.normalise_pci`); None for ``N/A`` and other non-addresses.
+normalise_pci_bus_id = normalise_pci
 
 
 _NUM = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*(?:[A-Za-z%/()x]+.*)?$")
@@ -266,7 +258,7 @@ def parse_nvidia_smi_q_text(text: str, ctx: TimeContext) -> list[TelemetrySample
             return
         metric, ident = _metrics_from_q_paths(_tree_paths(lines[gpu_start + 1:end]))
         gpu = GpuRef(index=index, uuid=ident.get("uuid"),
-                     pci_bus_id=normalise_pci_bus_id(ident.get("pci") or gpu_bus))
+                     pci_bus_id=normalise_pci(ident.get("pci") or gpu_bus))
         index += 1
         samples.append(TelemetrySample("nvidia_smi_q", gpu_start + 1, gpu, metric, at))
 
@@ -289,7 +281,7 @@ def parse_nvidia_smi_q_text(text: str, ctx: TimeContext) -> list[TelemetrySample
         if metric:
             gpu = None
             if ident:
-                gpu = GpuRef(uuid=ident.get("uuid"), pci_bus_id=normalise_pci_bus_id(ident.get("pci")))
+                gpu = GpuRef(uuid=ident.get("uuid"), pci_bus_id=normalise_pci(ident.get("pci")))
             first = next((i for i, l in enumerate(lines) if l.strip()), 0)
             samples.append(TelemetrySample("nvidia_smi_q", first + 1, gpu, metric, at))
     return samples
@@ -382,7 +374,7 @@ def parse_nvidia_smi_q_xml(text: str, ctx: TimeContext) -> list[TelemetrySample]
         _put(metric, "memory_used_mib", _xtext(g, "fb_memory_usage/used"))
         _put(metric, "memory_total_mib", _xtext(g, "fb_memory_usage/total"))
         gpu = GpuRef(index=index, uuid=(_xtext(g, "uuid") or "").strip() or None,
-                     pci_bus_id=normalise_pci_bus_id(_xtext(g, "pci/pci_bus_id") or g.get("id")))
+                     pci_bus_id=normalise_pci(_xtext(g, "pci/pci_bus_id") or g.get("id")))
         line = gpu_lines[index] if index < len(gpu_lines) else 1
         samples.append(TelemetrySample("nvidia_smi_q_xml", line, gpu, metric, at))
     return samples
@@ -453,7 +445,7 @@ def parse_nvidia_smi_csv(text: str, ctx: TimeContext) -> list[TelemetrySample]:
         index = _value(cells.get("index"))
         gpu = GpuRef(index=int(index) if index is not None else None,
                      uuid=cells.get("uuid") or None,
-                     pci_bus_id=normalise_pci_bus_id(cells.get("pci.bus_id")))
+                     pci_bus_id=normalise_pci(cells.get("pci.bus_id")))
         samples.append(TelemetrySample("nvidia_smi_csv", n + 1, gpu, metric, at))
     return samples
 
@@ -547,7 +539,7 @@ def parse_nvml_json(text: str, ctx: TimeContext) -> list[TelemetrySample]:
         index = d.get("index")
         gpu = GpuRef(index=index if isinstance(index, int) and not isinstance(index, bool) else None,
                      uuid=str(d["uuid"]) if d.get("uuid") else None,
-                     pci_bus_id=normalise_pci_bus_id(str(d.get("pci_bus_id") or "")))
+                     pci_bus_id=normalise_pci(str(d.get("pci_bus_id") or "")))
         samples.append(TelemetrySample("nvml_json", n, gpu, metric, at))
     return samples
 
@@ -585,7 +577,7 @@ def parse_nvidia_smi_table(text: str, ctx: TimeContext) -> list[TelemetrySample]
                 _put(metric, "memory_used_mib", m2["used"])
                 _put(metric, "memory_total_mib", m2["total"])
                 _put(metric, "utilization_gpu_pct", m2["util"])
-        gpu = GpuRef(index=int(m["idx"]), pci_bus_id=normalise_pci_bus_id(m["bus"]))
+        gpu = GpuRef(index=int(m["idx"]), pci_bus_id=normalise_pci(m["bus"]))
         samples.append(TelemetrySample("nvidia_smi_table", n + 1, gpu, metric, None))
     return samples
 

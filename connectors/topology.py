@@ -25,8 +25,9 @@ Sources and the formats' origins:
 
 GUIDs are written ``0x`` + 16 lower-case hex digits (``0x0c42a10300b1e2f1``) whatever the
 source printed (ibnetdiscover prints port GUIDs unpadded and without ``0x``);
-:func:`normalize_guid` does it for other modules. Errors in input are :class:`TopologyError`
-(a ``ValueError``) with the 1-based line number when there is one.
+:func:`correlators.ids.normalise_guid` does it (also named ``normalize_guid`` here). Errors in
+input are :class:`TopologyError` (a ``ValueError``) with the 1-based line number when there
+is one.
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ import pydantic
 import typer
 import yaml
 
+from correlators.ids import format_guid, normalise_guid, parse_guid
 from schemas.bundle import Link, TopologyHost, TopologySpec
 from schemas.records import TIME_QUALITY_TRANSPORT, Observation, Source
+from schemas.yamlspec import load_yaml
 
 if TYPE_CHECKING:  # pragma: no cover
     from sinks.kafka import RecordProducer
@@ -118,21 +121,10 @@ _GUID_TEXT = r"(?:0x)?[0-9a-fA-F]{1,16}"
 _GUID_KEY = re.compile(r"0x[0-9a-fA-F]{1,16}|[0-9a-fA-F]{16}")
 
 
-def _guid(text: str) -> int:
-    if not re.fullmatch(_GUID_TEXT, text.strip()):
-        raise ValueError(f"{text!r} is not a GUID")
-    return int(text.strip().removeprefix("0x"), 16)
-
-
-def _fmt(guid: int) -> str:
-    return f"0x{guid:016x}"
-
-
-def normalize_guid(text: str) -> str:
-    """A GUID as ``0x`` + 16 lower-case hex digits, from any of the forms the IB tools print
-    (``0x7cfe900300a5a2a0``, ``c42a10300b1e2f1``, ``0C42A10300B1E2F1``). Raises ValueError for
-    text that is not 1-16 hex digits (with an optional ``0x``)."""
-    return _fmt(_guid(text))
+# one GUID form for the whole project: correlators.ids
+_guid = parse_guid
+_fmt = format_guid
+normalize_guid = normalise_guid
 
 
 # -- ibnetdiscover ------------------------------------------------------------------------------
@@ -727,7 +719,7 @@ def parse_topology_yaml(text: str) -> TopologySpec:
     :class:`TopologyError` for invalid YAML (with the line) or a document the model rejects
     (naming the fields)."""
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)  # schemas.yamlspec: switch port 1:17 stays "1:17"
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise TopologyError(f"invalid YAML: {getattr(exc, 'problem', None) or exc}",

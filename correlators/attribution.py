@@ -35,8 +35,6 @@ How a verdict is reached (the rules are data, ``correlators/causal.yaml``):
 from __future__ import annotations
 
 import math
-import re
-import string
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -46,7 +44,8 @@ import yaml
 
 from correlators import ENGINE_VERSION
 from correlators import xid as xid_catalog
-from correlators.enrich import Allocation, normalise_pci
+from correlators.enrich import Allocation
+from correlators.ids import normalise_pci
 from correlators.explain import (
     cause_sentence,
     coverage_gaps,
@@ -54,7 +53,14 @@ from correlators.explain import (
     unexplained_groups,
     unexplained_sentence,
 )
-from correlators.repetition import clock
+from correlators.hypothesis import (
+    TEXT_FORMAT as _FMT,
+    Hypothesis,
+    gpu_label as _gpu_label,
+    hypothesis_ranks as _ranks,
+    render_text as _render,
+)
+from correlators.timefmt import clock
 from correlators.unrecognised import EVENT_TYPE as UNRECOGNISED, mine_templates
 from schemas.bundle import WorkloadSpec
 from schemas.records import (
@@ -67,7 +73,6 @@ from schemas.records import (
     EvidenceItem,
     GpuRef,
     TIME_QUALITY_INHERITED,
-    TIME_QUALITY_TRANSPORT,
     RootCause,
     Scope,
     UnrecognisedTemplate,
@@ -284,139 +289,6 @@ def classify_xid(event: Event) -> tuple[str, str, str, float, str]:
     return f"gpu.xid.{xid}", "gpu", "gpu_hardware", 0.4, f"XID {xid} ({desc}) on {where}"
 
 
-def _gpu_label(gpu: GpuRef | None) -> str:
-    if gpu is None:
-        return "?"
-    return gpu.pci_bus_id or (f"#{gpu.index}" if gpu.index is not None else gpu.uuid or "?")
-
-
-class _Fmt(string.Formatter):
-    def get_value(self, key, args, kwargs):  # noqa: D401 - formatter hook
-        value = kwargs.get(key)
-        return "?" if value is None else value
-
-
-_FMT = _Fmt()
-
-
-# what a text says when a placeholder had no value: "(GPU ?)" and "(pid ?)" go, "GPU ? of" and
-# "rank ? on" become "a GPU of" / "a rank on"
-_UNKNOWN = (
-    (re.compile(r" \((?:GPU|pid|rank)s? \?\)"), ""),
-    (re.compile(r"\b(GPU|rank)\(?s?\)? \? (of|on)\b"), r"a \1 \2"),
-)
-
-
-def _render(template: str, event: Event | None, **extra: Any) -> str:
-    """``template`` with the event's attributes, host, rank and GPU filled in; a value the
-    event lacks reads as "?", and the phrases around an unknown GPU, pid or rank are
-    reworded (:data:`_UNKNOWN`) so a text never shows "GPU ?"."""
-    values: dict[str, Any] = {}
-    if event is not None:
-        values.update(event.attributes)
-        values.update(host=event.host, rank=event.rank, gpu=_gpu_label(event.gpu))
-    values.update(extra)
-    text = _FMT.format(template, **values)
-    for pattern, repl in _UNKNOWN:
-        text = pattern.sub(repl, text)
-    return text
-
-
-# --- hypotheses ------------------------------------------------------------------------------
-
-
-@dataclass
-class Hypothesis:
-    """A candidate cause: its code, domain, supporting events and what it explains."""
-
-    code: str
-    family: str
-    domain: str
-    text: str
-    job_wide: bool
-    support: list[tuple[float, str, Event]] = field(default_factory=list)  # (weight, rule, event)
-    extra_ranks: set[int] = field(default_factory=set)
-    extra_hosts: set[str] = field(default_factory=set)
-    derived_at: int | None = None
-    derived_weight: float = 0.0
-    explained: dict[str, Event] = field(default_factory=dict)
-    #: sentences for the verdict's ``reasoning`` when this hypothesis wins (a detector's chain)
-    reasons: list[str] = field(default_factory=list)
-    #: codes of the weaker hypotheses this one absorbed (their events are its symptoms)
-    absorbed: list[str] = field(default_factory=list)
-    #: events shown as context when this hypothesis wins (earlier occurrences from history)
-    context: list[Event] = field(default_factory=list)
-    #: alternatives to list when this hypothesis wins: (code, domain, text, score, hosts, ranks)
-    side_alternatives: list[tuple[str, str, str, float, tuple[str, ...], tuple[int, ...]]] = field(default_factory=list)
-
-    @property
-    def strength(self) -> float:
-        """Noisy-OR of the best weight of each distinct supporting rule (0..1). A kernel-side
-        event (driver, PCIe, host, fabric lines: every real collection of those carries a time)
-        whose time is only the transport's counts at half weight: its own timestamp was
-        missing or impossible, so where it sits in the timeline is a guess. Application
-        lines are often timeless by nature and keep their weight."""
-        best: dict[str, float] = {}
-        for weight, rule, event in self.support:
-            if event.time_quality <= TIME_QUALITY_TRANSPORT and event.type.startswith(KERNEL_TYPES):
-                weight *= 0.5
-            best[rule] = max(best.get(rule, 0.0), weight)
-        if self.derived_weight:
-            best["_derived"] = self.derived_weight
-        miss = 1.0
-        for weight in best.values():
-            miss *= 1.0 - weight
-        return round(1.0 - miss, 6)
-
-    @property
-    def at(self) -> int:
-        """When the cause happened: the earliest supporting event (or the detector's time)."""
-        times = [e.at for _, _, e in self.support]
-        if self.derived_at is not None:
-            times.append(self.derived_at)
-        return min(times)
-
-    @property
-    def until(self) -> int:
-        """When the cause was last seen: a derived fault event says how long its evidence
-        lasted (``attributes.last_at``: a cable degrading for hours); else :attr:`at`."""
-        ends = [e.attributes["last_at"] for _, _, e in self.support if isinstance(e.attributes.get("last_at"), int)]
-        return max([self.at, *ends])
-
-    @property
-    def hosts(self) -> set[str]:
-        """Culprit hosts: each supporting event's host, or the ``culprit_hosts`` a derived
-        event names (a fabric fault names the host at the end of the cable, a switch, or a
-        rack's hosts), plus hosts a detector added."""
-        out = set(self.extra_hosts)
-        for _, _, e in self.support:
-            named = e.attributes.get("culprit_hosts")
-            if isinstance(named, list) and named:
-                out.update(named)
-            elif e.host != "_scheduler":
-                out.add(e.host)
-        return out
-
-    @property
-    def events(self) -> list[Event]:
-        return [e for _, _, e in self.support]
-
-    def absorb(self, other: "Hypothesis") -> None:
-        self.support.extend(other.support)
-        self.extra_ranks |= other.extra_ranks
-        self.extra_hosts |= other.extra_hosts
-
-    def explains(self, symptom: Event, rule: SymptomRule, skew_ns: int) -> bool:
-        if rule.families and self.family not in rule.families:
-            return False
-        if rule.same_host and not self.job_wide and symptom.host not in self.hosts:
-            return False
-        when = symptom.effective_at
-        lo = self.at - int(rule.lead_s * NS) - skew_ns
-        hi = self.until + int(rule.horizon_s * NS) + skew_ns
-        return lo <= when <= hi
-
-
 def _primary(hyp: Hypothesis) -> Event:
     """The event that names a hypothesis: the highest weight, then the best time quality,
     then the earliest."""
@@ -426,9 +298,6 @@ def _primary(hyp: Hypothesis) -> Event:
 def _event_sort_key(event: Event) -> tuple[int, int, str]:
     return (event.effective_at, event.at, event.event_id)
 
-
-#: Event types read from kernel-side logs (dmesg, syslog, journald, switch logs).
-KERNEL_TYPES = ("gpu.", "pcie.", "host.", "fabric.")
 
 #: Families whose faults outlive a process: a GPU, host or link that broke shortly before the
 #: workload started still explains its failure. An application fault (XID 13/31, a CUDA
@@ -979,10 +848,6 @@ def unrecognised_templates(
 def _explains(hyp: Hypothesis, event: Event, rules: CausalRules) -> bool:
     rule = rules.symptoms.get(event.type)
     return rule is not None and hyp.explains(event, rule, rules.skew_ns)
-
-
-def _ranks(hyp: Hypothesis) -> set[int]:
-    return {e.rank for e in hyp.events if e.rank is not None} | hyp.extra_ranks
 
 
 def _gpus(hyp: Hypothesis, alloc: Allocation) -> list[GpuRef]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from correlators.enrich import Allocation
+from correlators.hypothesis import Hypothesis, hypothesis_ranks, render_text
 from correlators.timefmt import clock
 from schemas.records import Event
 
@@ -130,8 +131,6 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
     failure") is a consequence of its wait: the suspect outweighs it. A strong cause already on
     the suspect (an XID, OOM kill or SIGKILL of that rank or host) gets the suspect ranks
     instead of a rival hypothesis."""
-    from correlators.attribution import Hypothesis, _ranks, _render
-
     waits = [e for e in events if _is_wait(e, params)]
     if not waits:
         return []
@@ -175,7 +174,7 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
         for hyp in hyps:
             if hyp.family not in ("gpu", "host", "killed", "app", "fabric", "rack") or hyp.strength < weight:
                 continue
-            hr = _ranks(hyp)
+            hr = hypothesis_ranks(hyp)
             on_rank = bool(hr & set(suspects))
             on_host = suspect_hosts <= hyp.hosts and not (hr & waiters)
             if on_rank or on_host:
@@ -198,8 +197,8 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
             code = params["code"] if nccl else params.get("code_other", params["code"])
         else:
             code = params.get("code_named", params["code"])
-        text = _render(params.get("text", code), None, ranks=", ".join(map(str, suspects)) or "?",
-                       hosts=", ".join(hosts), how="; ".join(how), at=clock(began))
+        text = render_text(params.get("text", code), None, ranks=", ".join(map(str, suspects)) or "?",
+                           hosts=", ".join(hosts), how="; ".join(how), at=clock(began))
         out.append(Hypothesis(code=code, family="stall", domain=params.get("domain", "unknown"), text=text,
                               job_wide=False, extra_ranks=set(suspects), extra_hosts=set(hosts),
                               derived_at=began, derived_weight=round(strength, 6)))
@@ -226,7 +225,7 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
                 scale = float(alt.get("weight", w)) / float(rdzv.get("weight", 0.6)) if alt is not rdzv else 1.0
                 out.append(Hypothesis(
                     code=alt["code"], family="absent", domain=alt.get("domain", "unknown"),
-                    text=_render(alt.get("text", alt["code"]), None, **values), job_wide=False,
+                    text=render_text(alt.get("text", alt["code"]), None, **values), job_wide=False,
                     extra_ranks=set(ranks), extra_hosts=set(hosts), derived_at=e0.effective_at,
                     derived_weight=round(w * scale, 6)))
     return out
@@ -238,8 +237,6 @@ def p_input(presence: dict, host: str) -> bool:
 
 @detector("roce_gid_index")
 def roce_gid_index(info, alloc: Allocation, events: Sequence[Event], hyps: list, params: dict) -> list:
-    from correlators.attribution import Hypothesis
-
     errors = [
         e
         for e in events
@@ -274,8 +271,6 @@ def roce_gid_index(info, alloc: Allocation, events: Sequence[Event], hyps: list,
 
 @detector("gdr_asymmetry")
 def gdr_asymmetry(info, alloc: Allocation, events: Sequence[Event], hyps: list, params: dict) -> list:
-    from correlators.attribution import Hypothesis
-
     by_host: dict[str, list[Event]] = {}
     for e in events:
         if e.type == "nccl.channel_transport" and e.host and isinstance(e.attributes.get("gdr"), bool):

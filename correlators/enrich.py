@@ -19,31 +19,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from correlators.ids import normalise_pci, parse_address
 from schemas.bundle import WorkloadSpec
 from schemas.records import Event, GpuRef, Observation
 
-
-def normalise_pci(bus_id: str | None) -> str | None:
-    """``00000000:9C:00.0`` / ``0000:9c:00`` / ``PCI:0000:9c:00`` -> ``0000:9c:00``.
-
-    nvidia-smi prints an 8-digit domain and a function; the driver's Xid lines print a 4-digit
-    domain without the function. Both name the same device."""
-    if not bus_id:
-        return None
-    text = bus_id.strip().lower().removeprefix("pci:")
-    parts = text.split(":")
-    if len(parts) < 3:
-        return text
-    domain, bus, dev = parts[-3], parts[-2], parts[-1].split(".")[0]
-    return f"{domain[-4:]:0>4}:{bus:0>2}:{dev:0>2}"
+__all__ = ["Allocation", "normalise_pci"]  # normalise_pci: correlators.ids's, named here for callers
 
 
 @dataclass
 class Allocation:
     """Host/rank/GPU facts of one workload attempt.
 
-    ``ranks``: rank -> (host, gpu index or None); ``ips``: address -> host;
-    ``gpus``: (host, normalised PCI bus id) -> GPU index, learned from telemetry;
+    ``ranks``: rank -> (host, gpu index or None); ``ips``: address -> host (as
+    ``workload.yaml`` writes it; read when the table is built);
+    ``gpus``: (host, PCI bus id in the :func:`correlators.ids.normalise_pci` form) -> GPU
+    index, learned from telemetry;
     ``pids``: (host, pid) -> rank from ``ranks.<N>.pid`` (``correlators.pids`` adds what the
     logs state).
     """
@@ -72,6 +62,10 @@ class Allocation:
     def _reindex(self) -> None:
         self._by_host_gpu = {}
         self._by_host = {}
+        # addresses normalised (correlators.ids.parse_address), first host per address wins
+        self._ip_host: dict[str, str] = {}
+        for ip, host in self.ips.items():
+            self._ip_host.setdefault(parse_address(ip) or ip, host)
         for rank in sorted(self.ranks):
             host, gpu = self.ranks[rank]
             self._by_host.setdefault(host, []).append(rank)
@@ -105,10 +99,15 @@ class Allocation:
         return self.gpus.get((host, pci)) if pci else None
 
     def host_of_peer(self, peer: str | None) -> str | None:
-        """The host behind a peer address as NCCL/gloo print it (``10.0.0.15:38560``,
-        ``10.0.0.15<38560>``, ``[10.0.0.15]:11692``, or a host name)."""
+        """The host behind a peer as NCCL/gloo print it: an address (``10.0.0.15:38560``,
+        ``10.0.0.15<38560>``, ``[10.0.0.15]:11692``, IPv4-mapped ``::ffff:10.0.0.15``; read
+        with :func:`correlators.ids.parse_address`) of a host in ``ips``, or a host name of
+        the allocation (``node-a01``, ``node-a01.cluster:5000``). None when neither."""
         if not peer:
             return None
+        addr = parse_address(peer)
+        if addr is not None and addr in self._ip_host:
+            return self._ip_host[addr]
         text = peer.strip().lstrip("[")
         for sep in ("<", "]", ":"):
             text = text.split(sep)[0]

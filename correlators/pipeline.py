@@ -8,7 +8,7 @@ replay; messages are :mod:`schemas.messages`)::
         | the event time); host facts kept for every workload: GPU tables (host -> PCI id ->
         | index, from all telemetry), node history (earlier XIDs of each host)
         |-> Publish("events")                        every extracted event, raw
-        |-> Route("workload", wid | "host:<h>")     events, specs, coverage, claims
+        |-> Route("workload", wid | "host:<c>/<h>") events, specs, coverage, claims
         '-> Route("fabric", cluster)                cable / node-down events, topology, spans
     Route("workload", wid) --apply--> WorkloadWindow (correlators.windows)
         '-> Publish("attributions") + Route("fabric", VerdictMessage)
@@ -37,9 +37,9 @@ from typing import Any, Iterable, MutableMapping, Union
 from pydantic import BaseModel
 
 from correlators.config import EngineConfig
-from correlators.enrich import normalise_pci
+from correlators.ids import normalise_pci
 from correlators.fabric import PORT_EVENT_TYPES
-from correlators.windows import FabricWindow, WorkloadIndex, WorkloadWindow, is_decisive
+from correlators.windows import FabricWindow, WorkloadIndex, WorkloadWindow, host_key, is_decisive
 from schemas.bundle import TopologySpec, WorkloadSpec
 from schemas.messages import (
     ClaimMessage,
@@ -57,7 +57,7 @@ from schemas.messages import (
 from schemas.records import Attribution, CoverageEntry, Event, Observation, canonical_json
 
 SEP = "\x1f"  # between a window key and an event id in event-store keys
-HOST = "host:"  # prefix of a host window's key: events no workload has claimed yet
+HOST = "host:"  # a host window's key is host:<cluster>/<host>: events no workload claimed yet
 #: the node history keeps this many most recent XID events per host
 NODE_HISTORY_MAX = 256
 
@@ -89,15 +89,16 @@ class Stores:
     """The pipeline's durable state, as mappings (values are JSON data or bytes).
 
     Keyed by the channel's key (one partition owns them): ``window_meta`` (workload id ->
-    :meth:`WorkloadWindow.to_state`; ``host:<h>`` -> its claims), ``window_events`` (window key
+    :meth:`WorkloadWindow.to_state`; ``host:<cluster>/<host>`` -> its claims), ``window_events`` (window key
     + SEP + event id -> event JSON bytes), ``fabric_meta`` (cluster ->
     :meth:`FabricWindow.to_state`), ``fabric_events`` (cluster + SEP + event id -> event JSON
     bytes), ``topology`` (cluster -> topology data).
 
-    Written while ingesting and read by every window, so global in the stream (keyed by host):
-    ``allocation`` (host -> ``[[workload id, start ns, end ns | None], ...]``), ``gpus`` (host ->
-    {PCI bus id: GPU index}), ``node_history`` (host -> ``[[workload id | None, event data],
-    ...]``, its :data:`NODE_HISTORY_MAX` latest XID events)."""
+    Written while ingesting and read by every window, so global in the stream, keyed by
+    :func:`correlators.windows.host_key` (``<cluster>/<host>``): ``allocation`` (``[[workload
+    id, start ns, end ns | None], ...]``), ``gpus`` ({PCI bus id: GPU index}), ``node_history``
+    (``[[workload id | None, event data], ...]``, the host's :data:`NODE_HISTORY_MAX` latest XID
+    events)."""
 
     window_meta: MutableMapping[str, Any] = field(default_factory=dict)
     window_events: MutableMapping[str, Any] = field(default_factory=dict)
@@ -148,6 +149,7 @@ class Pipeline:
         self._unclaimed: dict[str, set[str]] | None = None
         self._deferred_loaded = False
         self._loaded = False
+        self.deferred: set[str] = set()  # clusters with evidence not yet decided
 
     # -- ingest ----------------------------------------------------------------------------
 
@@ -166,7 +168,8 @@ class Pipeline:
             out.append(Route("fabric", spec.cluster, SpanMessage(span=span)))
             out.append(Route("workload", spec.workload_id, SpecMessage(spec=spec)))
             # events of these hosts routed before this record wait in their host's window
-            out += [Route("workload", f"{HOST}{h}", ClaimMessage(span=span)) for h in span.nodes]
+            out += [Route("workload", f"{HOST}{host_key(span.cluster, h)}", ClaimMessage(span=span))
+                    for h in span.nodes]
             return out
         if obs.kind == "health_event" and obs.format == "coverage":
             entry = CoverageEntry.model_validate(obs.attributes["coverage"])
@@ -175,29 +178,32 @@ class Pipeline:
             return out
         if obs.kind == "telemetry" and obs.gpu and obs.gpu.pci_bus_id and obs.gpu.index is not None:
             pci = normalise_pci(obs.gpu.pci_bus_id)
-            table = dict(self.stores.gpus.get(obs.host) or {})
+            hkey = host_key(obs.cluster, obs.host)
+            table = dict(self.stores.gpus.get(hkey) or {})
             if pci and table.get(pci) != obs.gpu.index:
                 table[pci] = obs.gpu.index
-                self.stores.gpus[obs.host] = table
+                self.stores.gpus[hkey] = table
         for event in self.config.pack.extract(obs):
-            wid = event.workload_id or self.index.route(event.host, event.at)
-            key = wid or f"{HOST}{event.host}"
-            out.append(Publish("events", key, event))
+            cluster = event.cluster or obs.cluster
+            wid = event.workload_id or self.index.route(cluster, event.host, event.at)
+            key = wid or f"{HOST}{host_key(cluster, event.host)}"
+            out.append(Publish("events", wid or f"{HOST}{event.host}", event))
             out.append(Route("workload", key, EventMessage(event=event)))
             if event.type == "gpu.xid":
-                self._remember(event, wid)
+                self._remember(cluster, event, wid)
             if fabric_relevant(event):
-                out.append(Route("fabric", event.cluster or obs.cluster, EventMessage(event=event)))
+                out.append(Route("fabric", cluster, EventMessage(event=event)))
         return out
 
-    def _remember(self, event: Event, wid: str | None) -> None:
+    def _remember(self, cluster: str, event: Event, wid: str | None) -> None:
         """Add an XID event to its host's node history (bounded, oldest dropped)."""
-        history = list(self.stores.node_history.get(event.host) or [])
+        hkey = host_key(cluster, event.host)
+        history = list(self.stores.node_history.get(hkey) or [])
         if any(item[1]["event_id"] == event.event_id for item in history):
             return
         history.append([wid, json.loads(canonical_json(event))])
         history.sort(key=lambda item: (item[1]["at"], item[1]["event_id"]))
-        self.stores.node_history[event.host] = history[-NODE_HISTORY_MAX:]
+        self.stores.node_history[hkey] = history[-NODE_HISTORY_MAX:]
 
     # -- the workload channel --------------------------------------------------------------
 
@@ -273,9 +279,10 @@ class Pipeline:
         gpus: dict[tuple[str, str], int] = {}
         history: list[Event] = []
         for host in sorted(spec.nodes):
-            for pci, index in sorted((self.stores.gpus.get(host) or {}).items()):
+            hkey = host_key(spec.cluster, host)
+            for pci, index in sorted((self.stores.gpus.get(hkey) or {}).items()):
                 gpus[(host, pci)] = int(index)
-            for wid, data in self.stores.node_history.get(host) or []:
+            for wid, data in self.stores.node_history.get(hkey) or []:
                 if wid != spec.workload_id and data["at"] < spec.start_ns:
                     history.append(Event.model_validate(data))
         return gpus, history
@@ -302,13 +309,13 @@ class Pipeline:
             waiting = self._waiting(key)
             for stored_key in sorted(waiting):
                 event = stored_event(self.stores.window_events[stored_key])
-                if self.index.route("", event.at, [entry]):
+                if self.index.route("", "", event.at, [entry]):
                     out.append(Route("workload", span.workload_id, EventMessage(event=event)))
                     del self.stores.window_events[stored_key]
                     waiting.discard(stored_key)
         elif isinstance(message, EventMessage):
             event = message.event
-            target = self.index.route("", event.at, meta["claims"])
+            target = self.index.route("", "", event.at, meta["claims"])
             if target:
                 out.append(Route("workload", target, message))
             else:
@@ -349,18 +356,19 @@ class Pipeline:
     def _load_windows(self) -> None:
         """Bring every stored workload window into the cache (after a restart)."""
         self._loaded = True
-        missing = [k for k, v in self.stores.window_meta.items()
-                   if v and not k.startswith(HOST) and k not in self.windows]
+        # values come from the iteration: a changelogged table answers a lookup by key only
+        # for the partition of the record being processed
+        missing = {k: v for k, v in self.stores.window_meta.items()
+                   if v and not k.startswith(HOST) and k not in self.windows}
         if not missing:
             return
         grouped: dict[str, list[Event]] = collections.defaultdict(list)
-        wanted = set(missing)
         for k, v in self.stores.window_events.items():
             wid = k.split(SEP, 1)[0]
-            if wid in wanted:
+            if wid in missing:
                 grouped[wid].append(stored_event(v))
-        for wid in missing:
-            self.windows[wid] = WorkloadWindow.from_state(self.stores.window_meta[wid], grouped.get(wid, []))
+        for wid in sorted(missing):
+            self.windows[wid] = WorkloadWindow.from_state(missing[wid], grouped.get(wid, []))
 
     # -- the fabric channel ----------------------------------------------------------------
 
@@ -379,7 +387,10 @@ class Pipeline:
     def _apply_fabric(self, cluster: str, message: BaseModel, now: float) -> list[Effect]:
         fw = self.fabric_window(cluster)
         if isinstance(message, FlushMessage):
-            return self._decide_fabric(fw, now, force=True) if fw.deferred else []
+            if fw.deferred:
+                return self._decide_fabric(fw, now, force=True)
+            self.deferred.discard(cluster)
+            return []
         if isinstance(message, EventMessage):
             changed = fw.add_event(message.event)
             if changed:
@@ -404,11 +415,12 @@ class Pipeline:
         sample of a degrading cable) is decided together by the next flush, and the last
         revision still holds all the evidence."""
         if self.hold or (not force and now - self.flushed.get(fw.cluster, -1e18) < self.config.window.fabric_flush_s):
-            if not fw.deferred:
-                fw.deferred = True  # survives a crash: a new worker flushes it
+            fw.deferred = True  # stored: after a crash a new worker flushes it
+            self.deferred.add(fw.cluster)
             self.stores.fabric_meta[fw.cluster] = fw.to_state()
             return []
         self.flushed[fw.cluster] = now
+        self.deferred.discard(fw.cluster)
         routes, verdicts = fw.decide(self.config)
         self.stores.fabric_meta[fw.cluster] = fw.to_state()
         out: list[Effect] = [Route("workload", wid, FaultsMessage(events=events)) for wid, events in routes.items()]
@@ -420,12 +432,9 @@ class Pipeline:
         passed (after a restart: those a previous worker deferred)."""
         if not self._deferred_loaded:
             self._deferred_loaded = True
-            for cluster, state in list(self.stores.fabric_meta.items()):
-                if state and state.get("deferred"):
-                    self.fabric_window(cluster)
-        return [Route("fabric", c, FlushMessage()) for c in sorted(self.fabric)
-                if self.fabric[c].deferred
-                and now - self.flushed.get(c, -1e18) >= self.config.window.fabric_flush_s]
+            self.deferred.update(c for c, state in self.stores.fabric_meta.items() if state and state.get("deferred"))
+        return [Route("fabric", c, FlushMessage()) for c in sorted(self.deferred)
+                if now - self.flushed.get(c, -1e18) >= self.config.window.fabric_flush_s]
 
     def forget(self) -> None:
         """Drop every cache (after a rebalance): windows are rebuilt from the stores."""
@@ -435,6 +444,7 @@ class Pipeline:
         self._unclaimed = None
         self._deferred_loaded = False
         self._loaded = False
+        self.deferred.clear()
 
 
 class InMemoryRouter:

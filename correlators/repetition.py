@@ -32,8 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from correlators.enrich import Allocation, normalise_pci
-from correlators.timefmt import NS, clock
+from correlators.enrich import Allocation
+from correlators.ids import normalise_pci
+from correlators.timefmt import NS
 from schemas.records import Event
 
 

@@ -21,16 +21,13 @@ only without its other end. Pure: no I/O.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from collections.abc import Iterable
 
+from correlators.ids import normalise_bdf, parse_address
 from schemas.bundle import Link, TopologySpec
 from schemas.records import Event
 
-__all__ = ["FabricIndex", "host_port_id", "parse_address"]
-
-_PORT_SUFFIX = re.compile(r"<\d+>$")
+__all__ = ["FabricIndex", "host_port_id", "parse_address"]  # parse_address: correlators.ids's
 
 
 def host_port_id(link: Link) -> str:
@@ -38,27 +35,11 @@ def host_port_id(link: Link) -> str:
     return f"{link.host}/{link.hca}/{link.host_port}"
 
 
-def parse_address(text: str | None) -> str | None:
-    """The IP address in a peer string as NCCL and the sockets layer print it, normalised.
-
-    ``10.0.0.15<38560>`` (NCCL's ``ip<port>``), ``10.0.0.15:38560``, ``[fe80::1]:5000``, a bare
-    address, and IPv4-mapped IPv6 (``::ffff:10.0.0.15``, the form a RoCE v2 GID of an IPv4
-    interface takes) -> ``"10.0.0.15"`` / ``"fe80::1"``. Returns None when no address is
-    recognised (a host name, ``10.0.0.x`` placeholders)."""
-    if not text:
-        return None
-    text = _PORT_SUFFIX.sub("", text.strip())
-    if text.startswith("["):
-        text = text[1:].split("]", 1)[0]
-    elif text.count(":") == 1:
-        text = text.split(":", 1)[0]
-    try:
-        addr = ipaddress.ip_address(text)
-    except ValueError:
-        return None
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        return str(addr.ipv4_mapped)
-    return str(addr)
+def _name_key(name: str) -> str:
+    """The lookup key of a name a line gives an HCA port: a PCI function in the
+    :func:`correlators.ids.normalise_bdf` form (``01:00.1`` and ``0000:01:00.1`` are one
+    function), any other name (RDMA device, netdev, GUID) lower-cased."""
+    return normalise_bdf(name) or name.lower()
 
 
 class FabricIndex:
@@ -81,7 +62,7 @@ class FabricIndex:
             self.switch_links.setdefault(link.switch, []).append(link)
             for name in (link.hca, link.netdev, link.pci, link.hca_guid):
                 if name:
-                    self._by_host_name.setdefault((link.host, name.lower()), link)
+                    self._by_host_name.setdefault((link.host, _name_key(name)), link)
         self.switches: set[str] = set(self.switch_links)
         for a, b in self.spec.uplinks:
             for end in (a, b):
@@ -158,7 +139,7 @@ class FabricIndex:
                 # "mlx4_0" port 2 (NCCL's "mlx4_0:2 Got async event") is that port's cable, not
                 # the first cable of a dual-port HCA
                 link = self.by_host_port.get(f"{event.host}/{value}/{port}") if port is not None else None
-                link = link or self._by_host_name.get((event.host, value.lower()))
+                link = link or self._by_host_name.get((event.host, _name_key(value)))
                 if link is not None:
                     return link
                 # "mlx5_0/1" (device/port) as counter samples name a host port

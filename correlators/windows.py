@@ -40,7 +40,7 @@ from schemas.bundle import TopologySpec, WorkloadSpec
 from schemas.messages import Span
 from schemas.records import Attribution, CoverageEntry, Event, canonical_json
 
-__all__ = ["WindowPolicy", "WorkloadIndex", "WorkloadWindow", "FabricWindow", "verdict_digest", "is_decisive"]
+__all__ = ["WindowPolicy", "host_key", "WorkloadIndex", "WorkloadWindow", "FabricWindow", "verdict_digest", "is_decisive"]
 
 NS = 1_000_000_000
 
@@ -59,12 +59,18 @@ def is_decisive(event: Event, config: EngineConfig, start_ns: int | None = None)
     return any(h.strength >= weight for h in propose([event], config.causal, start_ns=start_ns))
 
 
+def host_key(cluster: str, host: str) -> str:
+    """The key of a host's facts in the pipeline's host-keyed stores: ``<cluster>/<host>``
+    (node names are unique within a cluster only)."""
+    return f"{cluster}/{host}"
+
+
 class WorkloadIndex:
     """Host -> the workloads that ran on it, and the one rule that routes a host's record.
 
-    ``spans`` is a mapping host -> list of ``[workload_id, start_ns, end_ns | None]`` (UTC
-    ns), the shape a driver keeps in a table (the stream's global ``allocation`` table; a dict
-    in replay). A record of ``host`` at ``at_ns`` belongs to the workload whose window -- its
+    ``spans`` is a mapping :func:`host_key` -> list of ``[workload_id, start_ns, end_ns |
+    None]`` (UTC ns), the shape a driver keeps in a table (the stream's global ``allocation``
+    table; a dict in replay). A record of ``host`` at ``at_ns`` belongs to the workload whose window -- its
     start less ``before_ns`` to its end plus ``after_ns`` (the causal rules' ``before_start_s``
     / ``after_end_s``) -- holds ``at_ns``; of several, the latest started (a line just after
     job A ended on a host where job B has started is B's); else to none."""
@@ -78,19 +84,22 @@ class WorkloadIndex:
         """Record ``span`` on each of its nodes (a span of the same workload is replaced)."""
         entry = [span.workload_id, span.start, span.end]
         for host in span.nodes:
-            kept = [s for s in (self.spans.get(host) or []) if s[0] != span.workload_id]
-            self.spans[host] = sorted([*kept, entry], key=lambda s: (s[1], s[0]))
+            key = host_key(span.cluster, host)
+            kept = [s for s in (self.spans.get(key) or []) if s[0] != span.workload_id]
+            self.spans[key] = sorted([*kept, entry], key=lambda s: (s[1], s[0]))
 
     def holds(self, entry: Sequence[Any], at_ns: int) -> bool:
         """True when ``at_ns`` falls in the window of span ``entry`` (``[wid, start, end]``)."""
         _, start, end = entry
         return start - self.before_ns <= at_ns and (end is None or at_ns <= end + self.after_ns)
 
-    def route(self, host: str, at_ns: int, entries: Iterable[Sequence[Any]] | None = None) -> str | None:
-        """The workload a record of ``host`` at ``at_ns`` belongs to, or None. ``entries``
-        (default: the host's spans) restricts the candidates."""
+    def route(self, cluster: str, host: str, at_ns: int, entries: Iterable[Sequence[Any]] | None = None
+              ) -> str | None:
+        """The workload a record of ``host`` of ``cluster`` at ``at_ns`` belongs to, or None.
+        ``entries`` (default: the host's spans) restricts the candidates."""
         best = None
-        for entry in (self.spans.get(host) or []) if entries is None else entries:
+        candidates = (self.spans.get(host_key(cluster, host)) or []) if entries is None else entries
+        for entry in candidates:
             if self.holds(entry, at_ns) and (best is None or (entry[1], entry[0]) > (best[1], best[0])):
                 best = entry
         return best[0] if best else None

@@ -1,7 +1,7 @@
 """The AsyncAPI 3.0 document of faultstream's public Kafka topics, generated from the catalogue.
 
 :func:`asyncapi_document` builds it from :func:`schemas.topics.catalogue` and the pydantic
-models of :data:`schemas.export.EXPORTED_MODELS`; :func:`render_asyncapi` gives the YAML text
+models of :data:`schemas.exported.EXPORTED_MODELS`; :func:`render_asyncapi` gives the YAML text
 ``faultstream schemas export`` writes (``schemas/asyncapi.yaml`` in the repository). Nothing in
 it is written by hand twice: add a topic to the catalogue or a field to a model and
 regenerate (``python -m schemas.export``).
@@ -45,6 +45,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from schemas.exported import EXPORTED_MODELS
 from schemas.records import SCHEMA_VERSION
 from schemas.topics import DEFAULT_PREFIX, TopicSpec, catalogue
 
@@ -65,8 +66,6 @@ _INT_CONFIGS = ("retention.ms", "retention.bytes", "delete.retention.ms", "max.m
 
 def _models() -> dict[str, type[BaseModel]]:
     """Class name -> model of every topic value model (``Observation``, ..., ``DeadLetter``)."""
-    from schemas.export import EXPORTED_MODELS
-
     return {m.__name__: m for m in EXPORTED_MODELS.values()}
 
 
@@ -98,7 +97,7 @@ def asyncapi_document(prefix: str = DEFAULT_PREFIX) -> dict[str, Any]:
     ``catalogue(prefix)``. Deterministic: the same catalogue and models give an equal dict.
 
     Raises KeyError when a catalogue entry names a ``value_schema`` that is not a model of
-    :data:`schemas.export.EXPORTED_MODELS`."""
+    :data:`schemas.exported.EXPORTED_MODELS`."""
     models = _models()
     specs = catalogue(prefix)
     channels: dict[str, Any] = {}

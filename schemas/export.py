@@ -2,7 +2,8 @@
 
 ``python -m schemas.export [OUT_DIR]`` (default ``schemas/json/``) writes one file per model in
 :data:`EXPORTED_MODELS` (the record models of :data:`schemas.records.RECORD_MODELS` plus the
-dead-letter topic's :class:`sinks.deadletter.DeadLetter`)::
+dead-letter topic's :class:`schemas.deadletter.DeadLetter`; the registry is
+:mod:`schemas.exported`)::
 
     observation.schema.json  event.schema.json  attribution.schema.json
     remediation_action.schema.json  dead_letter.schema.json
@@ -26,10 +27,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from schemas.asyncapi import render_asyncapi
+from schemas.exported import EXPORTED_MODELS
 
-from schemas.records import RECORD_MODELS
-from sinks.deadletter import DeadLetter
+__all__ = ["DEFAULT_ASYNCAPI", "DEFAULT_DIR", "EXPORTED_MODELS", "asyncapi_path_for", "export_json_schemas",
+           "render_schema", "schema_for"]
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -38,10 +40,6 @@ DEFAULT_DIR = Path(__file__).resolve().parent / "json"
 #: Where the committed AsyncAPI document lives (beside DEFAULT_DIR).
 DEFAULT_ASYNCAPI = DEFAULT_DIR.parent / "asyncapi.yaml"
 ASYNCAPI_FILE = "asyncapi.yaml"
-
-#: file stem -> model of every exported JSON Schema: the records plus the dead letter.
-EXPORTED_MODELS: dict[str, type[BaseModel]] = {**RECORD_MODELS, "dead_letter": DeadLetter}
-
 
 def schema_for(name: str) -> dict[str, Any]:
     """The JSON Schema (a dict) of the model registered as ``name`` in :data:`EXPORTED_MODELS`
@@ -83,8 +81,6 @@ def export_json_schemas(out_dir: Path = DEFAULT_DIR, *, asyncapi: bool = True) -
         _write_if_changed(path, render_schema(name).encode("utf-8"))
         written.append(path)
     if asyncapi:
-        from schemas.asyncapi import render_asyncapi
-
         path = asyncapi_path_for(out_dir)
         path.parent.mkdir(parents=True, exist_ok=True)
         _write_if_changed(path, render_asyncapi().encode("utf-8"))

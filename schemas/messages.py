@@ -65,6 +65,7 @@ class Span(_Message):
     runs), and the nodes' addresses (host -> IP, from the spec's ``hosts``) for naming ports."""
 
     workload_id: str
+    cluster: str = ""
     nodes: list[str]
     start: int
     end: int | None = None
@@ -73,8 +74,8 @@ class Span(_Message):
     @classmethod
     def of(cls, spec: WorkloadSpec) -> "Span":
         """The span of a workload spec."""
-        return cls(workload_id=spec.workload_id, nodes=sorted(spec.nodes), start=spec.start_ns, end=spec.end_ns,
-                   ips={h: f.ip for h, f in sorted(spec.hosts.items()) if f.ip})
+        return cls(workload_id=spec.workload_id, cluster=spec.cluster, nodes=sorted(spec.nodes),
+                   start=spec.start_ns, end=spec.end_ns, ips={h: f.ip for h, f in sorted(spec.hosts.items()) if f.ip})
 
 
 class ClaimMessage(_Message):

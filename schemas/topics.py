@@ -78,9 +78,18 @@ class TopicSpec(BaseModel):
         return cfg
 
 
+def clean_prefix(value: str | None) -> str:
+    """A topic prefix as configured -> the prefix used: ``value`` without surrounding blanks,
+    :data:`DEFAULT_PREFIX` when that leaves nothing (unset, ``""``, ``"  "``). Settings that
+    read ``FAULTSTREAM_TOPIC_PREFIX`` themselves (``streams.settings.WorkerSettings``) pass
+    their value through this, so every process names the same topics."""
+    return (value or "").strip() or DEFAULT_PREFIX
+
+
 def topic_prefix() -> str:
-    """The topic prefix: ``FAULTSTREAM_TOPIC_PREFIX`` or ``"faultstream"``."""
-    return os.environ.get(PREFIX_ENV, "").strip() or DEFAULT_PREFIX
+    """The topic prefix: :func:`clean_prefix` of ``FAULTSTREAM_TOPIC_PREFIX`` (the one reader
+    of that variable), ``"faultstream"`` when unset or blank."""
+    return clean_prefix(os.environ.get(PREFIX_ENV))
 
 
 def topic_name(logical: str, prefix: str | None = None) -> str:

@@ -785,6 +785,93 @@ class ClickHouseSink:
         )
         return [spec.model.model_validate_json(row[0]) for row in result.result_rows]
 
+    def observation_records(
+        self,
+        *,
+        workload_ids: Sequence[str] | None = None,
+        cluster: str | None = None,
+        hosts: Sequence[str] | None = None,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        kinds: Sequence[str] | None = None,
+        formats: Sequence[str] | None = None,
+    ) -> list[str]:
+        """The ``record`` column (an Observation's canonical JSON, not parsed: a caller
+        validates each row and reports the ones that fail) of the ``observations`` rows (under
+        FINAL: one per id) that match every filter given: ``workload_id`` in ``workload_ids``,
+        ``cluster``, ``host`` in ``hosts``, ``start_ns <= observed_at <= end_ns`` (UTC ns,
+        both inclusive), ``kind`` in ``kinds``, ``format`` in ``formats``. An empty sequence
+        matches nothing. Ordered by ``observed_at``, then ``observation_id``. Raises
+        :class:`SinkError` when the read fails."""
+        where: list[str] = []
+        params: dict[str, Any] = {}
+        for column, name, values in (("workload_id", "wids", workload_ids), ("host", "hosts", hosts),
+                                     ("kind", "kinds", kinds), ("format", "formats", formats)):
+            if values is not None:
+                if not values:
+                    return []
+                where.append(f"{column} IN {{{name}:Array(String)}}")
+                params[name] = sorted(set(values))
+        if cluster is not None:
+            where.append("cluster = {cluster:String}")
+            params["cluster"] = cluster
+        if start_ns is not None:
+            where.append("observed_at >= fromUnixTimestamp64Nano({lo:Int64}, 'UTC')")
+            params["lo"] = int(start_ns)
+        if end_ns is not None:
+            where.append("observed_at <= fromUnixTimestamp64Nano({hi:Int64}, 'UTC')")
+            params["hi"] = int(end_ns)
+        return self._records("observations", where, params, "observed_at, observation_id")
+
+    def attribution_records(
+        self,
+        *,
+        ids: Sequence[str] | None = None,
+        scope_ids: Sequence[str] | None = None,
+        clusters: Sequence[str] | None = None,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+    ) -> list[str]:
+        """The ``record`` column (an Attribution's canonical JSON, not parsed) of the latest
+        revision (FINAL) of every attribution that matches ANY of: its ``attribution_id`` in
+        ``ids``; a workload verdict whose ``scope.id`` is in ``scope_ids``; a fabric-port or
+        incident verdict of a cluster in ``clusters`` whose window overlaps ``[start_ns,
+        end_ns]`` (UTC ns; an open end is unbounded). No filter at all: every attribution.
+        Ordered by ``attribution_id``. Raises :class:`SinkError` when the read fails."""
+        any_of: list[str] = []
+        params: dict[str, Any] = {}
+        if ids:
+            any_of.append("attribution_id IN {ids:Array(String)}")
+            params["ids"] = sorted(set(ids))
+        if scope_ids:
+            any_of.append("(scope_kind = 'workload' AND scope_id IN {scopes:Array(String)})")
+            params["scopes"] = sorted(set(scope_ids))
+        if clusters:
+            cond = ["scope_kind != 'workload'", "cluster IN {clusters:Array(String)}"]
+            params["clusters"] = sorted(set(clusters))
+            if end_ns is not None:
+                cond.append("window_start <= fromUnixTimestamp64Nano({hi:Int64}, 'UTC')")
+                params["hi"] = int(end_ns)
+            if start_ns is not None:
+                cond.append("window_end >= fromUnixTimestamp64Nano({lo:Int64}, 'UTC')")
+                params["lo"] = int(start_ns)
+            any_of.append("(" + " AND ".join(cond) + ")")
+        if not any_of and (ids is not None or scope_ids is not None or clusters is not None):
+            return []
+        where = ["(" + " OR ".join(any_of) + ")"] if any_of else []
+        return self._records("attributions", where, params, "attribution_id")
+
+    def _records(self, table: str, where: list[str], params: dict[str, Any], order: str) -> list[str]:
+        self._check_open()
+        sql = f"SELECT record FROM {self.database}.{table} FINAL"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY {order}"
+        result = self._retry(
+            lambda: self._client.query(sql, parameters=params or None), f"read {table}"
+        )
+        return [row[0] for row in result.result_rows]
+
     # -- lifecycle -----------------------------------------------------------------------
 
     def close(self) -> None:

@@ -23,24 +23,21 @@ is emitted depends on arrival and the wall clock (``docs/architecture.md``).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import faust
 from faust.types import TP
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from pydantic import ValidationError
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from correlators.config import EngineConfig, WindowPolicy
 from correlators.pipeline import Effect, Pipeline, Route, Stores
 from schemas.messages import message_json, parse_fabric_message, parse_workload_message
-from schemas.records import SCHEMA_VERSION, Attribution, Event, Observation, Position, canonical_json
-from sinks.deadletter import DeadLetter
+from schemas.records import SCHEMA_VERSION, Attribution, Observation, Position, canonical_json
+from schemas.deadletter import DeadLetter
 from sinks.kafka_settings import KafkaSettings
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
 from streams.settings import WorkerSettings
@@ -344,82 +341,11 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         return web.bytes(generate_latest(metrics.registry), content_type="text/plain; version=0.0.4")
 
     if settings.clickhouse:
-        attach_clickhouse(app, settings, metrics, public["events"], public["attributions"], dead_letters)
+        from streams.store import attach_clickhouse
+
+        attach_clickhouse(app, settings, metrics, observations=observations, events=public["events"],
+                          attributions=public["attributions"], dead_letters=dead_letters)
     from streams.remediate import attach_remediation
 
     attach_remediation(app, settings, attributions_topic=public["attributions"], dead_letter=dead_letter, metrics=metrics)
     return app
-
-
-def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Metrics, events_out: Any,
-                      attributions: Any, dead_letters: Any) -> None:
-    """Agents that batch events, verdicts and dead letters into ClickHouse. A batch is
-    retried with exponential back-off until it is written; until then the agent does not
-    move on, so its offsets are not committed and nothing is lost (writes are idempotent,
-    so a batch replayed after a crash adds no rows)."""
-    from sinks.clickhouse import ClickHouseSink, SinkError
-
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clickhouse")
-    state: dict[str, Any] = {"sink": None}
-
-    def write(table: str, records: list[Any]) -> None:
-        if state["sink"] is None:
-            state["sink"] = ClickHouseSink(settings.clickhouse)
-        sink = state["sink"]
-        {"events": sink.write_events, "attributions": sink.write_attributions,
-         "dead_letters": sink.write_dead_letters, "remediations": sink.write_remediations,
-         "certifications": sink.write_certifications}[table](records)
-
-    async def store(table: str, records: list[Any]) -> None:
-        loop = asyncio.get_running_loop()
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(SinkError),
-            wait=wait_exponential(multiplier=0.5, max=30),
-            before_sleep=lambda rs: log.warning("ClickHouse write failed (%s); retrying", rs.outcome.exception()),
-            reraise=True,
-        ):
-            with attempt:
-                await loop.run_in_executor(executor, write, table, records)
-        metrics.clickhouse_rows.labels(table).inc(len(records))
-
-    @app.agent(events_out)
-    async def store_events(stream: Any) -> None:
-        async for batch in stream.take(1000, within=1.0):
-            await store("events", [Event.model_validate_json(v) for v in batch])
-
-    @app.agent(attributions)
-    async def store_attributions(stream: Any) -> None:
-        async for batch in stream.take(100, within=1.0):
-            await store("attributions", [Attribution.model_validate_json(v) for v in batch])
-
-    @app.agent(dead_letters)
-    async def store_dead_letters(stream: Any) -> None:
-        async for batch in stream.take(100, within=1.0):
-            await store("dead_letters", [DeadLetter.model_validate_json(v) for v in batch])
-
-    # every remediation transition (ReplacingMergeTree(sequence): the latest per action under
-    # FINAL, each transition in remediation_transitions) and every certification; a record that
-    # does not validate is logged and skipped here (the remediation agent dead-letters bad input)
-    from schemas.records import Certification, RemediationAction
-
-    def valid(model: Any, batch: list[Any]) -> list[Any]:
-        out = []
-        for value in batch:
-            try:
-                out.append(model.model_validate_json(value))
-            except ValidationError as exc:
-                log.warning("%s not stored in ClickHouse: %s", model.__name__, str(exc).splitlines()[0])
-        return out
-
-    remediations_in = app.topic(settings.topic("remediations"), value_serializer="raw", key_serializer="raw")
-    certifications_in = app.topic(settings.topic("certifications"), value_serializer="raw", key_serializer="raw")
-
-    @app.agent(remediations_in)
-    async def store_remediations(stream: Any) -> None:
-        async for batch in stream.take(100, within=1.0):
-            await store("remediations", valid(RemediationAction, batch))
-
-    @app.agent(certifications_in)
-    async def store_certifications(stream: Any) -> None:
-        async for batch in stream.take(100, within=1.0):
-            await store("certifications", valid(Certification, batch))

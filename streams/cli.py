@@ -6,6 +6,12 @@ Commands:
   incident bundle, for a person (rich) or as JSON Lines of Attributions; events, evidence
   observations and the verdict are written to ClickHouse (embedded chDB under
   ``.state/clickhouse`` by default, or any ``http(s)://`` server).
+* ``faultstream replay --from-kafka|--from-clickhouse [--since T] [--until T] [--workload W]
+  [--cluster C] [--diff]`` -- replay a Kafka range of the observations topic or the stored
+  observations (``streams/sources.py``); ``--diff`` prints what changed against the stored
+  verdicts and exits 1 when anything did.
+* ``faultstream bundle export W --out DIR`` -- write a stored incident as a bundle
+  (``streams/export.py``).
 * ``faultstream score DIR...`` -- replay every bundle with an ``expected.yaml`` below the given
   directories and print hits and misses; exits 1 on any miss.
 * ``faultstream schemas export DIR`` -- write the JSON Schema files of every record and the
@@ -34,6 +40,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
 from connectors.bundle import BundleError
+from connectors.registry import cli_fail
 from schemas.records import canonical_json
 
 DEFAULT_CLICKHOUSE = "chdb://.state/clickhouse"
@@ -55,12 +62,6 @@ err = Console(stderr=True)
 logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
 
 
-def _fail(message: str, code: int = 2) -> None:
-    # one line, never wrapped or styled, so it can be grepped when stderr is a file
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
 def _replay(bundle: Path, *, show_progress: bool):
     from streams.replay import replay_bundle
 
@@ -79,20 +80,149 @@ def _replay(bundle: Path, *, show_progress: bool):
         return replay_bundle(bundle, on_observation=tick)
 
 
+SourceOption = {
+    "since": typer.Option(None, "--since", help="ISO 8601 start, UTC unless it has a zone (Kafka: message time; ClickHouse: event time)"),
+    "until": typer.Option(None, "--until", help="ISO 8601 end (Kafka: exclusive; ClickHouse: inclusive)"),
+    "workload": typer.Option(None, "--workload", help="the workload's records, its nodes' and switches' in its windows (streams/sources.py)"),
+    "cluster": typer.Option(None, "--cluster", help="only this cluster"),
+    "topic_prefix": typer.Option(None, "--topic-prefix", help="topic name prefix (default: FAULTSTREAM_TOPIC_PREFIX or faultstream)"),
+    "bootstrap": typer.Option(None, "--bootstrap", help="Kafka host:port[,...] (default: KAFKA_BOOTSTRAP_SERVERS)"),
+    "kafka_timeout": typer.Option(10.0, "--kafka-timeout", min=0.1, help="seconds to wait for the broker"),
+}
+
+
+def _read_source(config, *, from_kafka: bool, clickhouse: str, since: Optional[str], until: Optional[str],
+                 workload: Optional[str], cluster: Optional[str], topic_prefix: Optional[str],
+                 bootstrap: Optional[str], kafka_timeout: float):
+    """(observations, plan, report) of a Kafka range or of ClickHouse (streams/sources.py);
+    user errors end the command (exit 2)."""
+    from pydantic import ValidationError
+
+    from sinks.clickhouse import ClickHouseSink, SinkError
+    from streams import sources
+
+    try:
+        since_ns = sources.parse_time(since) if since else None
+        until_ns = sources.parse_time(until) if until else None
+    except ValueError as exc:
+        cli_fail(str(exc))
+    report = sources.ReadReport()
+    try:
+        if from_kafka:
+            from schemas.topics import catalogue
+            from sinks.kafka_settings import KafkaSettings
+
+            try:
+                settings = KafkaSettings(bootstrap_servers=bootstrap) if bootstrap else KafkaSettings()
+            except ValidationError as exc:
+                cli_fail(f"invalid Kafka settings: {exc.errors()[0]['msg']}")
+            topic = catalogue(topic_prefix)["observations"].name
+            read = list(sources.observations_from_kafka(settings.confluent_config(), topic, since_ns=since_ns,
+                                                        until_ns=until_ns, timeout_s=kafka_timeout, report=report))
+            observations, plan = sources.select(read, config, workload=workload, cluster=cluster, report=report)
+            return observations, plan, report
+        plans: list = []
+        with ClickHouseSink(clickhouse) as sink:
+            observations = list(sources.observations_from_clickhouse(
+                sink, config, workload=workload, cluster=cluster, since_ns=since_ns, until_ns=until_ns,
+                report=report, plan_out=plans))
+        return observations, plans[0], report
+    except sources.SourceError as exc:
+        cli_fail(str(exc))
+    except SinkError as exc:
+        cli_fail(f"ClickHouse: {exc}")
+
+
+def _print_diff(verdicts, clickhouse: str, json_lines: bool, workloads) -> None:
+    """Compare ``verdicts`` with the stored ones and print the changes; exit 1 when any."""
+    import json
+
+    from sinks.clickhouse import ClickHouseSink, SinkError
+    from streams.sources import ReadReport, diff_verdicts, stored_verdicts
+
+    report = ReadReport()
+    span = (min((a.window.start for a in verdicts), default=0), max((a.window.end for a in verdicts), default=0))
+    try:
+        with ClickHouseSink(clickhouse) as sink:
+            stored = stored_verdicts(sink, verdicts, workloads=workloads,
+                                     clusters={a.scope.cluster for a in verdicts}, span=span, report=report)
+    except SinkError as exc:
+        cli_fail(f"ClickHouse: {exc}")
+    if report.invalid:
+        typer.echo(f"stored verdicts: {report.summary()}", err=True)
+    result = diff_verdicts(verdicts, stored)
+    for change in result.changes:
+        if json_lines:
+            typer.echo(json.dumps({"attribution_id": change.attribution_id, "scope": change.scope,
+                                   "status": change.status, "before": change.before, "after": change.after},
+                                  sort_keys=True))
+        elif change.status != "same":
+            typer.echo("\n".join(change.lines()))
+    typer.echo(result.summary(), err=json_lines)
+    if result.differs:
+        raise typer.Exit(1)
+
+
 @app.command()
 def replay(
-    bundle: Path = typer.Argument(..., help="incident bundle directory (BUNDLE.md v1)"),
+    bundle: Optional[Path] = typer.Argument(None, help="incident bundle directory (BUNDLE.md v1)"),
     json_lines: bool = typer.Option(False, "--json", help="print JSON Lines of Attributions"),
     clickhouse: str = typer.Option(
         DEFAULT_CLICKHOUSE, "--clickhouse", envvar="FAULTSTREAM_CLICKHOUSE", help="chdb://DIR or http(s)://host:8123"
     ),
     no_store: bool = typer.Option(False, "--no-store", help="do not write to ClickHouse"),
+    from_kafka: bool = typer.Option(False, "--from-kafka", help="replay a time range of the observations topic"),
+    from_clickhouse: bool = typer.Option(False, "--from-clickhouse", help="replay the observations stored in ClickHouse"),
+    since: Optional[str] = SourceOption["since"],
+    until: Optional[str] = SourceOption["until"],
+    workload: Optional[str] = SourceOption["workload"],
+    cluster: Optional[str] = SourceOption["cluster"],
+    topic_prefix: Optional[str] = SourceOption["topic_prefix"],
+    bootstrap: Optional[str] = SourceOption["bootstrap"],
+    kafka_timeout: float = SourceOption["kafka_timeout"],
+    diff: bool = typer.Option(False, "--diff", help="print what changed against the stored verdicts; exit 1 if anything did"),
 ) -> None:
-    """Replay an incident bundle and print its verdict."""
+    """Replay an incident bundle, a Kafka time range or stored observations, and print the
+    verdicts -- or, with --diff, what changed against the verdicts stored in ClickHouse
+    (latest revision per attribution id; exit 0: nothing changed, 1: a verdict changed, is new
+    or is gone). Only a bundle's replay is stored, and never with --diff."""
+    if sum([bundle is not None, from_kafka, from_clickhouse]) != 1:
+        cli_fail("give exactly one source: a BUNDLE directory, --from-kafka or --from-clickhouse")
+    if bundle is None:
+        from correlators.config import EngineConfig
+        from streams.replay import replay_observations
+
+        config = EngineConfig.default()
+        observations, plan, report = _read_source(
+            config, from_kafka=from_kafka, clickhouse=clickhouse, since=since, until=until, workload=workload,
+            cluster=cluster, topic_prefix=topic_prefix, bootstrap=bootstrap, kafka_timeout=kafka_timeout)
+        typer.echo(f"{'Kafka' if from_kafka else 'ClickHouse'}: {report.summary()}, {len(observations):,} selected",
+                   err=True)
+        verdicts, _, _ = replay_observations(observations, config)
+        # the asked workload's verdict first, the rest in replay order (sort is stable)
+        verdicts.sort(key=lambda a: a.scope.kind != "workload" or a.scope.id != plan.focus)
+        if diff:
+            _print_diff(verdicts, clickhouse, json_lines, plan.workloads)
+            return
+        if json_lines:
+            sys.stdout.write("".join(canonical_json(att) + "\n" for att in verdicts))
+            return
+        from streams.render import render_attribution
+
+        out = Console() if Console().is_terminal else Console(width=140)
+        for att in verdicts:
+            render_attribution(att, out)
+        return
+    if since or until or workload or cluster:
+        cli_fail("--since, --until, --workload and --cluster select from --from-kafka or --from-clickhouse, not a bundle")
     try:
         result = _replay(bundle, show_progress=not json_lines and err.is_terminal)
     except BundleError as exc:
-        _fail(str(exc))
+        cli_fail(str(exc))
+    if diff:
+        _print_diff(result.attributions, clickhouse, json_lines,
+                    [a.scope.id for a in result.attributions if a.scope.kind == "workload"])
+        return
     stored = None
     if not no_store:
         from sinks.clickhouse import ClickHouseSink, SinkError
@@ -105,7 +235,7 @@ def replay(
             sink.close()
             stored = clickhouse
         except SinkError as exc:
-            _fail(f"ClickHouse: {exc}")
+            cli_fail(f"ClickHouse: {exc}")
     if json_lines:
         sys.stdout.write("".join(canonical_json(att) + "\n" for att in result.attributions))
         return
@@ -121,6 +251,46 @@ def replay(
     )
 
 
+# -- bundle: incident bundles (BUNDLE.md) from stored observations -----------------------------
+bundle_app = typer.Typer(help="Incident bundles (BUNDLE.md) from stored observations.", no_args_is_help=True)
+app.add_typer(bundle_app, name="bundle")
+
+
+@bundle_app.command("export")
+def bundle_export(
+    workload_id: str = typer.Argument(..., help="the workload to export (its workload record must be stored)"),
+    out: Path = typer.Option(..., "--out", help="the bundle directory to write (new or empty)"),
+    clickhouse: str = typer.Option(
+        DEFAULT_CLICKHOUSE, "--clickhouse", envvar="FAULTSTREAM_CLICKHOUSE", help="chdb://DIR or http(s)://host:8123"
+    ),
+    from_kafka: bool = typer.Option(False, "--from-kafka", help="read a time range of the observations topic instead"),
+    since: Optional[str] = SourceOption["since"],
+    until: Optional[str] = SourceOption["until"],
+    cluster: Optional[str] = SourceOption["cluster"],
+    topic_prefix: Optional[str] = SourceOption["topic_prefix"],
+    bootstrap: Optional[str] = SourceOption["bootstrap"],
+    kafka_timeout: float = SourceOption["kafka_timeout"],
+) -> None:
+    """Write a stored incident as a bundle: the observations `replay --workload` selects
+    (from ClickHouse, or from a Kafka range), rebuilt into workload.yaml, workloads/*.yaml,
+    topology.yaml and logs/<host>/<file> (streams/export.py says what cannot round-trip)."""
+    from correlators.config import EngineConfig
+    from streams.export import ExportError, export_bundle
+
+    observations, _, report = _read_source(
+        EngineConfig.default(), from_kafka=from_kafka, clickhouse=clickhouse, since=since, until=until,
+        workload=workload_id, cluster=cluster, topic_prefix=topic_prefix, bootstrap=bootstrap,
+        kafka_timeout=kafka_timeout)
+    try:
+        written = export_bundle(observations, workload_id, out)
+    except ExportError as exc:
+        cli_fail(str(exc))
+    skipped = ", ".join(f"{n} {kind}" for kind, n in sorted(written.skipped.items()))
+    typer.echo(f"{report.summary()}; wrote {len(written.files)} files, {written.records:,} records to {out}"
+               + (f" (not written: {skipped})" if skipped else "")
+               + (f" ({written.overlaps} overlapping records left out)" if written.overlaps else ""), err=True)
+
+
 @app.command()
 def score(dirs: list[Path] = typer.Argument(..., help="directories holding bundles")) -> None:
     """Replay every bundle that has an expected.yaml; exit 1 on any miss.
@@ -131,7 +301,7 @@ def score(dirs: list[Path] = typer.Argument(..., help="directories holding bundl
 
     bundles = sorted({p.parent for d in dirs for p in Path(d).rglob("expected.yaml")})
     if not bundles:
-        _fail(f"no bundle with an expected.yaml under {', '.join(map(str, dirs))}")
+        cli_fail(f"no bundle with an expected.yaml under {', '.join(map(str, dirs))}")
     rows = []
     for bundle in bundles:
         try:
@@ -171,7 +341,7 @@ def worker(
     try:  # before anything logs; faust.Worker re-applies it (mode clears the root handlers)
         configure_logging(log_format, loglevel)
     except ValueError as exc:
-        _fail(str(exc))
+        cli_fail(str(exc))
 
     overrides = {
         "app_id": app_id, "clickhouse": clickhouse, "idle_timeout_s": idle_timeout,
@@ -186,17 +356,17 @@ def worker(
         settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
         kafka = KafkaSettings()
     except ValueError as exc:  # pydantic.ValidationError is a ValueError
-        _fail(f"worker settings: {exc}")
+        cli_fail(f"worker settings: {exc}")
     logging.getLogger("faultstream.worker").info(
         "worker starting", extra={"app_id": settings.app_id, "bootstrap": kafka.bootstrap_servers})
     try:
         faust_app = create_app(settings, kafka)
     except ValueError as exc:  # invalid remediation / executor settings (pydantic)
-        _fail(f"worker settings: {exc}")
+        cli_fail(f"worker settings: {exc}")
     try:
         declare_topics(settings, kafka)
     except (KafkaException, RuntimeError) as exc:
-        _fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
+        cli_fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
     json_config = logging_config(log_format, loglevel) if log_format == "json" else None  # text: Faust's own
     faust.Worker(faust_app, loglevel=loglevel, logging_config=json_config).execute_from_commandline()
 
@@ -214,13 +384,13 @@ def verdicts(
 
     from confluent_kafka import Consumer, KafkaException
 
+    from schemas.records import Attribution
+    from schemas.topics import catalogue
     from sinks.kafka_settings import KafkaSettings
     from streams.render import render_attribution
-    from streams.settings import WorkerSettings
-    from schemas.records import Attribution
 
     kafka = KafkaSettings()
-    name = topic or WorkerSettings().topic("attributions")
+    name = topic or catalogue()["attributions"].name
     consumer = Consumer(kafka.confluent_config() | {
         "group.id": f"faultstream-verdicts-{uuid.uuid4().hex}",
         "auto.offset.reset": "earliest", "enable.auto.commit": False,
@@ -247,7 +417,7 @@ def verdicts(
             else:
                 render_attribution(att, out, max_timeline=15)
     except KafkaException as exc:
-        _fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
+        cli_fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
     except KeyboardInterrupt:
         pass
     finally:
@@ -279,7 +449,7 @@ def rules_suggest(
         try:
             result = replay_bundle(bundle)
         except BundleError as exc:
-            _fail(str(exc))
+            cli_fail(str(exc))
         unknown.extend(e for e in result.events if e.type == EVENT_TYPE)
     typer.echo(suggest_rules(mine_templates(unknown), min_count=min_count), nl=False)
 
@@ -315,7 +485,7 @@ def _topics_settings(bootstrap: str | None):
     try:
         return KafkaSettings(bootstrap_servers=bootstrap) if bootstrap else KafkaSettings()
     except ValidationError as exc:
-        _fail(f"invalid Kafka settings: {exc.errors()[0]['msg']}")
+        cli_fail(f"invalid Kafka settings: {exc.errors()[0]['msg']}")
 
 
 @topics_app.command("create")
@@ -343,7 +513,7 @@ def topics_create(
         raise typer.Exit(1)
     except (KafkaException, TimeoutError) as exc:
         detail = exc.args[0].str() if isinstance(exc, KafkaException) and exc.args else str(exc)
-        _fail(f"Kafka at {settings.bootstrap_servers}: {detail}")
+        cli_fail(f"Kafka at {settings.bootstrap_servers}: {detail}")
     for spec in specs.values():
         typer.echo(f"{'created' if spec.name in created else 'exists '} {spec.name}")
 

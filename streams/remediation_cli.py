@@ -39,13 +39,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Annotated, Any, NoReturn, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
+from connectors.registry import cli_fail
 from schemas.records import RemediationAction, RemediationCommand, canonical_json
 
 __all__ = ["app", "read_actions", "ActionLog", "latest", "send_command", "signed"]
@@ -68,11 +69,6 @@ def _reason(value: str) -> str:
 ReasonOpt = Annotated[str, typer.Option("--reason", callback=_reason, help="why (recorded on the action; not empty)")]
 
 
-def _fail(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
 def _kafka(bootstrap: str | None) -> Any:
     from pydantic import ValidationError
 
@@ -81,7 +77,7 @@ def _kafka(bootstrap: str | None) -> Any:
     try:
         return KafkaSettings(bootstrap_servers=bootstrap) if bootstrap else KafkaSettings()
     except ValidationError as exc:
-        _fail("Kafka settings: " + "; ".join(e["msg"] for e in exc.errors()))
+        cli_fail("Kafka settings: " + "; ".join(e["msg"] for e in exc.errors()))
 
 
 def _topic(logical: str) -> str:
@@ -136,10 +132,10 @@ def read_actions(kafka: Any, topic: str, timeout_s: float) -> tuple[dict[str, Ac
         try:
             md = consumer.list_topics(topic, timeout=timeout_s)
         except KafkaException as exc:
-            _fail(f"Kafka at {kafka.bootstrap_servers} did not answer within {timeout_s:g} s: {exc.args[0].str()}")
+            cli_fail(f"Kafka at {kafka.bootstrap_servers} did not answer within {timeout_s:g} s: {exc.args[0].str()}")
         meta = md.topics.get(topic)
         if meta is None or meta.error is not None or not meta.partitions:
-            _fail(f"topic {topic} does not exist on {kafka.bootstrap_servers} "
+            cli_fail(f"topic {topic} does not exist on {kafka.bootstrap_servers} "
                   "(faultstream topics create; is FAULTSTREAM_TOPIC_PREFIX right?)")
         pending: dict[int, int] = {}  # partition -> last offset to read
         for p in sorted(meta.partitions):
@@ -152,7 +148,7 @@ def read_actions(kafka: Any, topic: str, timeout_s: float) -> tuple[dict[str, Ac
         deadline = time.monotonic() + timeout_s
         while pending:
             if time.monotonic() > deadline:
-                _fail(f"reading {topic} on {kafka.bootstrap_servers}: not at its end after {timeout_s:g} s "
+                cli_fail(f"reading {topic} on {kafka.bootstrap_servers}: not at its end after {timeout_s:g} s "
                       f"(partitions {sorted(pending)} left)")
             msg = consumer.poll(0.5)
             if msg is None:
@@ -161,7 +157,7 @@ def read_actions(kafka: Any, topic: str, timeout_s: float) -> tuple[dict[str, Ac
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     pending.pop(msg.partition(), None)
                     continue
-                _fail(f"reading {topic} on {kafka.bootstrap_servers}: {msg.error().str()}")
+                cli_fail(f"reading {topic} on {kafka.bootstrap_servers}: {msg.error().str()}")
             if msg.offset() >= pending.get(msg.partition(), -1):
                 pending.pop(msg.partition(), None)
             try:
@@ -169,7 +165,7 @@ def read_actions(kafka: Any, topic: str, timeout_s: float) -> tuple[dict[str, Ac
             except ValueError:
                 bad += 1
     except KafkaException as exc:
-        _fail(f"Kafka at {kafka.bootstrap_servers}: {exc.args[0].str()}")
+        cli_fail(f"Kafka at {kafka.bootstrap_servers}: {exc.args[0].str()}")
     finally:
         consumer.close()
     return latest(records), bad
@@ -246,7 +242,7 @@ def show(
     actions, topic = _load(bootstrap, timeout)
     log = actions.get(action_id)
     if log is None:
-        _fail(f"unknown remediation action {action_id!r} (not on {topic})")
+        cli_fail(f"unknown remediation action {action_id!r} (not on {topic})")
     a = log.latest
     if json_out:
         sys.stdout.write(canonical_json(a) + "\n")
@@ -290,9 +286,9 @@ def _keyring() -> Any:
         keyring = CommandKeySettings().keyring()
         keyring.signing_key_id()
     except ValidationError as exc:
-        _fail("command key settings: " + "; ".join(e["msg"] for e in exc.errors()))
+        cli_fail("command key settings: " + "; ".join(e["msg"] for e in exc.errors()))
     except CommandKeyError as exc:
-        _fail(str(exc))
+        cli_fail(str(exc))
     return keyring
 
 
@@ -317,7 +313,7 @@ def send_command(kafka: Any, cmd: RemediationCommand, timeout_s: float) -> str:
         producer.send(cmd.action_id or "", cmd)
         producer.flush(timeout_s + 5)
     except KafkaProducerError as exc:
-        _fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
+        cli_fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
     return topic
 
 
@@ -329,7 +325,7 @@ def _who(by: str | None) -> str:
         except (KeyError, OSError):
             name = ""
     if not name.strip():
-        _fail("--by is required: $USER is not set")
+        cli_fail("--by is required: $USER is not set")
     return name.strip()
 
 
@@ -343,13 +339,13 @@ def _decide(command: str, action_id: str, by: str | None, reason: str, bootstrap
     actions, topic = _load(bootstrap, timeout)
     log = actions.get(action_id)
     if log is None:
-        _fail(f"unknown remediation action {action_id!r} (not on {topic})")
+        cli_fail(f"unknown remediation action {action_id!r} (not on {topic})")
     a = log.latest
     if a.state not in ALLOWED[command]:
-        _fail(f"{action_id} is {a.state}, not {' or '.join(ALLOWED[command])}: nothing to {command}")
+        cli_fail(f"{action_id} is {a.state}, not {' or '.join(ALLOWED[command])}: nothing to {command}")
     now = time.time_ns()
     if command == "approve" and a.expires_at is not None and now >= a.expires_at:
-        _fail(f"{action_id} expired at {_ts(a.expires_at)} (the policy's proposal_ttl_s after its verdict): "
+        cli_fail(f"{action_id} expired at {_ts(a.expires_at)} (the policy's proposal_ttl_s after its verdict): "
               "too late to approve")
     cmd = signed(RemediationCommand(command=command, action_id=action_id, cluster=a.cluster, by=who, reason=reason,
                                     at=time.time_ns()))
@@ -393,17 +389,17 @@ def reset_breaker(
 
     who = _who(by)
     if not cluster.strip():
-        _fail("--cluster must name a cluster")
+        cli_fail("--cluster must name a cluster")
     _keyring()
     kafka = _kafka(bootstrap)
     topic = _topic("remediation-commands")
     try:
         md = AdminClient(kafka.confluent_config() | {"log_level": 0}).list_topics(topic, timeout=timeout)
     except KafkaException as exc:
-        _fail(f"Kafka at {kafka.bootstrap_servers} did not answer within {timeout:g} s: {exc.args[0].str()}")
+        cli_fail(f"Kafka at {kafka.bootstrap_servers} did not answer within {timeout:g} s: {exc.args[0].str()}")
     meta = md.topics.get(topic)
     if meta is None or meta.error is not None:
-        _fail(f"topic {topic} does not exist on {kafka.bootstrap_servers} (faultstream topics create)")
+        cli_fail(f"topic {topic} does not exist on {kafka.bootstrap_servers} (faultstream topics create)")
     cmd = signed(RemediationCommand(command="reset_breaker", cluster=cluster, by=who, reason=reason, at=time.time_ns()))
     send_command(kafka, cmd, timeout)
     typer.echo(f"reset-breaker of cluster {cluster} by {who}: {cmd.command_id} sent to {topic}")

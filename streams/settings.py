@@ -34,7 +34,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from schemas.topics import DEFAULT_PREFIX, clean_prefix
 
 
 def _default_store() -> str:
@@ -47,7 +50,7 @@ class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FAULTSTREAM_", extra="ignore")
 
     app_id: str = "faultstream-worker"
-    topic_prefix: str = "faultstream"
+    topic_prefix: str = DEFAULT_PREFIX
     store: str = _default_store()
     data_dir: Path = Path(".state/faust")
     clickhouse: str = ""
@@ -60,6 +63,11 @@ class WorkerSettings(BaseSettings):
     web_port: int = 6066
     max_message_bytes: int = 1_048_576
     remediation: bool = True
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        return clean_prefix(value)
 
     def topic(self, name: str) -> str:
         """Public topic ``name`` (``observations``, ``events``, ...) under the prefix."""

@@ -22,6 +22,7 @@ from correlators.windows import FabricWindow, WorkloadIndex, WorkloadWindow
 from schemas.bundle import WorkloadSpec
 from schemas.messages import (
     ClaimMessage,
+    CloseMessage,
     EventMessage,
     Span,
     SpecMessage,
@@ -132,14 +133,15 @@ def test_a_line_after_job_a_ends_where_job_b_started_belongs_to_b() -> None:
     index = WorkloadIndex({}, before_ns=120 * S, after_ns=300 * S)
     index.add(Span.of(spec("job-a", ["node-a01"], T0, T0 + 600 * S)))
     index.add(Span.of(spec("job-b", ["node-a01"], T0 + 610 * S, None)))
-    assert index.route("node-a01", T0 + 100 * S) == "job-a"
-    assert index.route("node-a01", T0 + 650 * S) == "job-b"  # in both windows: the latest started
-    assert index.route("node-a01", T0 - 121 * S) is None
-    assert index.route("node-a02", T0 + 100 * S) is None
+    assert index.route("c1", "node-a01", T0 + 100 * S) == "job-a"
+    assert index.route("c1", "node-a01", T0 + 650 * S) == "job-b"  # in both windows: the latest started
+    assert index.route("c1", "node-a01", T0 - 121 * S) is None
+    assert index.route("c1", "node-a02", T0 + 100 * S) is None
+    assert index.route("c2", "node-a01", T0 + 100 * S) is None  # another cluster's node-a01
     # re-adding a span replaces it
     index.add(Span.of(spec("job-a", ["node-a01"], T0, T0 + 700 * S)))
-    assert [s[0] for s in index.spans["node-a01"]] == ["job-a", "job-b"]
-    assert index.spans["node-a01"][0][2] == T0 + 700 * S
+    assert [s[0] for s in index.spans["c1/node-a01"]] == ["job-a", "job-b"]
+    assert index.spans["c1/node-a01"][0][2] == T0 + 700 * S
 
 
 def test_the_bundle_reader_routes_with_the_same_rule(tmp_path: Path) -> None:
@@ -154,7 +156,7 @@ def test_the_bundle_reader_routes_with_the_same_rule(tmp_path: Path) -> None:
     times = [w.start_ns + d * S for w in conn.workloads for d in (-200, -60, 0, 30, 10_000)]
     for host in hosts:
         for at in times:
-            assert conn.workload_of(host, at) == index.route(host, at)
+            assert conn.workload_of(host, at) == index.route(conn.workload.cluster, host, at)
 
 
 # -- WorkloadWindow ----------------------------------------------------------------------------
@@ -202,15 +204,15 @@ def test_pipeline_resent_scheduler_record_does_not_reopen_a_closed_window() -> N
 def test_events_before_their_workload_wait_in_the_host_window_and_are_claimed() -> None:
     p = Pipeline(EngineConfig.default())
     event = xid_event("node-a01", T0 + 60 * S)
-    assert p.apply("workload", f"{HOST}node-a01", EventMessage(event=event)) == []
+    assert p.apply("workload", f"{HOST}c1/node-a01", EventMessage(event=event)) == []
     span = Span.of(spec("job-1", ["node-a01"], T0, T0 + 600 * S))
-    out = p.apply("workload", f"{HOST}node-a01", ClaimMessage(span=span))
+    out = p.apply("workload", f"{HOST}c1/node-a01", ClaimMessage(span=span))
     assert [(r.key, r.message.event.event_id) for r in out if isinstance(r, Route)] == [("job-1", event.event_id)]
     assert not any(k.startswith(HOST) for k in p.stores.window_events)
     # an event outside every claim stays
     late = xid_event("node-a01", T0 + 10_000 * S)
-    assert p.apply("workload", f"{HOST}node-a01", EventMessage(event=late)) == []
-    assert [k for k in p.stores.window_events if k.startswith(HOST)] == [f"{HOST}node-a01\x1f{late.event_id}"]
+    assert p.apply("workload", f"{HOST}c1/node-a01", EventMessage(event=late)) == []
+    assert [k for k in p.stores.window_events if k.startswith(HOST)] == [f"{HOST}c1/node-a01\x1f{late.event_id}"]
 
 
 def test_windows_rebuild_from_the_stores_after_forget() -> None:
@@ -247,10 +249,11 @@ def test_node_history_holds_earlier_jobs_xids_and_not_the_jobs_own() -> None:
     p.index.add(Span.of(s1))
     p.index.add(Span.of(s2))
     first, own = xid_event("node-a01", T0 + 60 * S, xid=31), xid_event("node-a01", T0 + 3700 * S, xid=31)
-    p._remember(first, "job-1")
-    p._remember(own, "job-2")
-    p._remember(own, "job-2")  # at-least-once delivery: stored once
-    assert len(p.stores.node_history["node-a01"]) == 2
+    p._remember("c1", first, "job-1")
+    p._remember("c1", own, "job-2")
+    p._remember("c1", own, "job-2")  # at-least-once delivery: stored once
+    p._remember("c2", xid_event("node-a01", T0 + 100 * S, xid=31), "job-9")  # another cluster's node
+    assert len(p.stores.node_history["c1/node-a01"]) == 2
     _, history = p.host_facts(s2)
     assert [e.event_id for e in history] == [first.event_id]
     _, history = p.host_facts(s1)
@@ -298,3 +301,33 @@ def test_messages_round_trip_and_bad_ones_are_refused() -> None:
         parse_fabric_message(b'{"kind": "event", "event": {"type": "gpu.xid"}}')
     with pytest.raises(ValidationError):
         parse_workload_message(b"[" * 100 + b"]" * 100)
+
+
+class PartitionLocal(dict):
+    """A store like a changelogged Faust table: lookups by key answer only for the key of the
+    record being processed (``active``); iteration sees every key."""
+
+    active: str | None = None
+
+    def __getitem__(self, key):
+        if key != self.active:
+            raise KeyError(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        return self[key] if key == self.active and key in self else default
+
+
+def test_recovery_reads_windows_by_iteration_not_by_lookup() -> None:
+    config = EngineConfig.default(window=WindowPolicy(idle_timeout_s=None, fabric_flush_s=1e9))
+    meta = PartitionLocal()
+    stores = Stores(window_meta=meta)
+    p = Pipeline(config, stores)
+    for wid in ("job-1", "job-2"):
+        meta.active = wid
+        p.apply("workload", wid, SpecMessage(spec=spec(wid, ["node-a01"], T0, T0 + 600 * S)))
+        p.apply("workload", wid, EventMessage(event=xid_event("node-a01", T0 + 60 * S)))
+    p.forget()
+    meta.active = "job-2"
+    p.apply("workload", "job-2", CloseMessage())
+    assert sorted(p.windows) == ["job-1", "job-2"] and p.windows["job-2"].closed

@@ -9,6 +9,7 @@ subprocesses (the installed `faultstream` command), so SIGKILL is a real crash.
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import socket
@@ -24,14 +25,9 @@ from confluent_kafka import Consumer, Producer
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "incidents"
-#: Bundles whose replay verdict uses what the stream cannot see yet, with the reason; they are
-#: not published (README, "Node history").
-REPLAY_ONLY = {
-    "history-xid31-repeated-across-jobs": "the same XID on the same GPU in an earlier job of the "
-    "bundle: replay passes the node's earlier events to decide(history=...); the worker keeps no "
-    "per-node history store yet, so it decides the application",
-}
-BUNDLES = sorted(p.parent for p in EXAMPLES.glob("*/expected.yaml") if p.parent.name not in REPLAY_ONLY)
+#: The example bundles. Each is published as its own cluster (node-a01 of one bundle is not the
+#: node-a01 of another: their GPU tables and node histories must not mix).
+SOURCES = sorted(p.parent for p in EXAMPLES.glob("*/expected.yaml"))
 # the worker's internal topics and tables get 4 partitions: unlike the catalogue's 3-partition
 # topology and remediation-commands topics, as in a default deployment (12 vs 3), so a table
 # written from a stream of a topic with another partition count fails here too
@@ -118,7 +114,7 @@ def stream_env(kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path: Path):
         kafka_topic_factory.track(f"{prefix}.{suffix}")
     for internal in ("by-workload", "by-fabric", "window_meta-changelog", "window_events-changelog",
                      "allocation-changelog", "fabric_meta-changelog", "fabric_events-changelog",
-                     "topology-changelog", "by-cluster-remediation", "remediation_state-changelog",
+                     "topology-changelog", "gpus-changelog", "node_history-changelog", "by-cluster-remediation", "remediation_state-changelog",
                      "__assignor-__leader"):
         kafka_topic_factory.track(f"{app_id}-{internal}")
 
@@ -188,13 +184,28 @@ def latest_verdicts(messages: list[Any]) -> dict[str, dict]:
     return latest
 
 
+def own_cluster(source: Path, root: Path) -> Path:
+    """A copy of bundle ``source`` under ``root`` whose workloads name the bundle as their
+    cluster."""
+    import shutil
+
+    copy = root / source.name
+    shutil.copytree(source, copy)
+    for spec in [copy / "workload.yaml", *sorted((copy / "workloads").glob("*.yaml"))]:
+        text = spec.read_text()
+        spec.write_text(re.sub(r"(?m)^cluster: .*$", f"cluster: {source.name}", text))
+    return copy
+
+
 @pytest.fixture(scope="module")
-def replayed() -> dict[Path, dict]:
-    """Each example bundle's `faultstream replay` verdicts (JSON data; the workload verdict
-    first, then fabric-port and incident verdicts), the reference."""
+def replayed(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, dict]:
+    """Each example bundle (as its own cluster) and its `faultstream replay` verdicts (JSON
+    data; the workload verdict first, then fabric-port and incident verdicts), the reference."""
     from streams.replay import replay_bundle
 
-    return {b: [a.model_dump(mode="json") for a in replay_bundle(b).attributions] for b in BUNDLES}
+    root = tmp_path_factory.mktemp("bundles")
+    copies = [own_cluster(b, root) for b in SOURCES]
+    return {b: [a.model_dump(mode="json") for a in replay_bundle(b).attributions] for b in copies}
 
 
 def publish_all(env: dict[str, str], bundles: list[Path], replayed: dict[Path, dict]) -> dict[str, dict]:
@@ -246,7 +257,7 @@ def test_bundles_through_the_stream_equal_replay_on_the_topic_and_in_clickhouse(
     env, prefix = stream_env["env"], stream_env["prefix"]
     ch_dir = stream_env["tmp"] / "clickhouse"
     worker = stream_env["start"](FAULTSTREAM_CLICKHOUSE=f"chdb://{ch_dir}")
-    expected = publish_all(env, BUNDLES, replayed)
+    expected = publish_all(env, list(replayed), replayed)
     messages = consume(kafka_bootstrap, f"{prefix}.attributions", until=final_for(expected), timeout=120)
     latest = latest_verdicts(messages)
     for scope, att in expected.items():
@@ -290,11 +301,12 @@ def test_worker_killed_mid_stream_recovers_from_the_changelog(stream_env, kafka_
     env, prefix = stream_env["env"], stream_env["prefix"]
     ch_dir = stream_env["tmp"] / "clickhouse"
     first = stream_env["start"]("first", FAULTSTREAM_CLICKHOUSE=f"chdb://{ch_dir}")
-    half = len(BUNDLES) // 2
-    expected = publish_all(env, BUNDLES[:half], replayed)
+    bundles = list(replayed)
+    half = len(bundles) // 2
+    expected = publish_all(env, bundles[:half], replayed)
     consume(kafka_bootstrap, f"{prefix}.attributions", until=final_for(expected), timeout=120)
     # the second half is published, then the worker dies mid-stream with no chance to clean up
-    expected |= publish_all(env, BUNDLES[half:], replayed)
+    expected |= publish_all(env, bundles[half:], replayed)
     time.sleep(1.0)
     first.stop(signal.SIGKILL)
     # a new worker on a new machine: no local state, everything from the changelog topics
@@ -327,7 +339,7 @@ def test_two_workers_in_one_group_give_the_same_verdicts(stream_env, kafka_boots
     a = stream_env["start"]("a")
     b = stream_env["start"]("b", FAULTSTREAM_DATA_DIR=str(stream_env["tmp"] / "faust-b"))
     time.sleep(5)  # let the group settle with both members
-    expected = publish_all(env, BUNDLES, replayed)
+    expected = publish_all(env, list(replayed), replayed)
     messages = consume(kafka_bootstrap, f"{prefix}.attributions", until=final_for(expected), timeout=150)
     latest = latest_verdicts(messages)
     assert standing(latest) == set(expected)
@@ -345,7 +357,7 @@ def test_malformed_messages_are_dead_lettered_and_counts_reconcile(stream_env, k
     good = json.loads(subprocess.run(
         [sys.executable, "-c", (
             "from connectors.publish import bundle_records; import sys;"
-            f"recs,_=bundle_records({str(BUNDLES[0])!r});"
+            f"recs,_=bundle_records({str(SOURCES[0])!r});"
             "print(recs[1].model_dump_json())")],
         cwd=ROOT, capture_output=True, text=True, check=True).stdout)
     wrong_version = {**good, "schema_version": 99}
@@ -397,7 +409,7 @@ def test_events_read_before_their_workload_is_known_are_claimed_later(stream_env
 
     prefix = stream_env["prefix"]
     stream_env["start"]()
-    bundle = next(b for b in BUNDLES if "rc15" in b.name)
+    bundle = next(b for b in replayed if "rc15" in b.name)
     records, _ = bundle_records(bundle)
     workload_record = next(r for r in records if r.format == "workload_yaml")
     # the lines as a files connector would publish them: no workload id
@@ -439,7 +451,7 @@ def test_a_topology_from_the_topology_connector_names_the_port_in_the_stream(str
     from schemas.records import canonical_json
 
     env, prefix = stream_env["env"], stream_env["prefix"]
-    bundle = EXAMPLES / "fabric-port-flap-host-and-switch"
+    bundle = next(b for b in replayed if b.name == "fabric-port-flap-host-and-switch")
     records, conn = bundle_records(bundle)
     stream_env["start"]()
     producer = Producer({"bootstrap.servers": kafka_bootstrap})

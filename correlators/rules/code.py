@@ -11,8 +11,9 @@ and turns every returned draft into an :class:`~schemas.records.Event` (an empty
 the match). A hook may set ``draft.type`` to any type listed in the rule's ``event`` /
 ``events``; the loader and the tests check the list against the vocabulary.
 
-This module also holds the normalisers shared by the engine and the hooks (PCI bus ids,
-peer addresses, signals, byte sizes).
+This module also holds the normalisers shared by the engine and the hooks (signals, byte
+sizes) and names the identifier normalisers of :mod:`correlators.ids` (PCI bus ids, peer
+addresses, switch ports) under the names the hooks use.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from correlators import xid as xidcat
+from correlators.ids import normalise_peer, normalise_pci, normalise_switch_port, pci_from_nccl_busid
 
 if TYPE_CHECKING:  # pragma: no cover
     from correlators.rules import Rule
@@ -61,62 +63,12 @@ def hook(name: str) -> Callable[[Hook], Hook]:
 
 # --------------------------------------------------------------------------- normalisers
 
-_HEX = re.compile(r"^[0-9a-fA-F]+$")
-
-
-def normalize_pci(text: str | None) -> str | None:
-    """PCI address as logs print it -> ``dddd:bb:dd`` lower-case, function dropped.
-
-    ``PCI:0000:9C:00`` / ``0000:9c:00.0`` / ``00000000:9C:00.0`` (nvidia-smi's 8-digit
-    domain) / ``9c:00.0`` (no domain) all give ``0000:9c:00``. Returns None for text that
-    is not a PCI address.
-    """
-    if not text:
-        return None
-    t = text.strip().lower()
-    if t.startswith("pci:"):
-        t = t[4:]
-    t = t.split(".", 1)[0]
-    parts = t.split(":")
-    if len(parts) == 2:
-        parts = ["0", *parts]
-    if len(parts) != 3 or not all(p and _HEX.match(p) for p in parts):
-        return None
-    dom, bus, dev = parts
-    return f"{int(dom, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}"
-
-
-def nccl_busid_to_pci(busid_hex: str) -> str | None:
-    """NCCL's compact bus id (``%lx`` of the int64 it packs ``domain:bus:dev.fn`` into, e.g.
-    ``60`` for 0000:00:06.0, ``2000`` for 0000:02:00.0) -> ``0000:00:06``."""
-    try:
-        value = int(busid_hex, 16)
-    except ValueError:
-        return None
-    return f"{value >> 20:04x}:{(value >> 12) & 0xFF:02x}:{(value >> 4) & 0xFF:02x}"
-
-
-_ANGLE_PORT = re.compile(r"^(?P<addr>.+)<(?P<port>\d+)>$")
-_BRACKET_PORT = re.compile(r"^\[(?P<addr>[^\]]+)\]:(?P<port>\d+)$")
-
-
-def normalize_peer(text: str | None) -> str | None:
-    """A peer as printed -> ``addr:port`` (or the host name unchanged).
-
-    NCCL prints ``10.0.0.15<38560>``; gloo prints ``[127.0.0.1]:11692``. IPv6 addresses keep
-    their brackets (``[fe80::1]:5000``). Trailing punctuation is dropped.
-    """
-    if not text:
-        return None
-    t = text.strip().rstrip(".,;")
-    m = _ANGLE_PORT.match(t)
-    if m:
-        addr = m["addr"]
-        return f"[{addr}]:{m['port']}" if ":" in addr and not addr.startswith("[") else f"{addr}:{m['port']}"
-    m = _BRACKET_PORT.match(t)
-    if m and ":" not in m["addr"]:
-        return f"{m['addr']}:{m['port']}"
-    return t
+# PCI bus ids, peers and switch ports are normalised by correlators.ids (one form per kind of
+# id for the whole engine); the names below are the ones the rule engine and hooks use.
+normalize_pci = normalise_pci
+nccl_busid_to_pci = pci_from_nccl_busid
+normalize_peer = normalise_peer
+normalize_switch_port = normalise_switch_port
 
 
 #: Linux x86-64/arm64 signal numbers (fixed here so results never depend on the platform).
@@ -336,25 +288,6 @@ def fabric_port_errors(draft: Draft, match: re.Match[str] | None, obs: Observati
         if key in obs.attributes:
             a[key] = obs.attributes[key]
     return [draft]
-
-
-_ONYX_IB = re.compile(r"^(?:IB|ib)(?:\s*port)?\s*(?P<slot>\d+)/(?P<port>\d+(?:/\d+)?)$")
-
-
-def normalize_switch_port(text: str) -> str:
-    """A switch port as a switch log names it -> the id topology ``switch_port`` uses.
-
-    InfiniBand ports become their IB port number, as ibnetdiscover / ibqueryerrors / UFM name
-    them: Onyx ``IB1/17`` and ``ib port 1/17`` -> ``17`` (slot 1, the only slot of a 1U switch; a
-    split port ``IB1/17/2`` -> ``17/2``; another slot of a modular switch keeps ``<slot>/<port>``,
-    ``IB3/17`` -> ``3/17``). A bare number stays as is. Ethernet names are kept exactly as the
-    switch prints them (``Eth1/12``, ``swp12``, ``Ethernet48``): topology.yaml and lldpctl use
-    the same names."""
-    t = text.strip().rstrip(".,:;")
-    m = _ONYX_IB.match(t)
-    if m:
-        return m["port"] if m["slot"] == "1" else f"{m['slot']}/{m['port']}"
-    return t
 
 
 @hook("switch_port_event")

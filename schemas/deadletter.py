@@ -1,0 +1,52 @@
+"""The dead-letter record: input faultstream could not process, kept with the reason and the
+original bytes (the value of the ``deadletter`` topic and the ``dead_letters`` table).
+
+DESIGN.md, engineering rules: bad input never stops a worker; it goes to the dead-letter
+topic/table with the reason and the original bytes, and is counted. Nothing is silently dropped.
+
+A :class:`DeadLetter` is a plain pydantic model:
+
+* ``source`` -- who rejected it and from where: ``"<component>:<instance>"`` by convention,
+  e.g. ``"connector.files:bundles/xid79"`` or ``"agent.extract"``.
+* ``reason`` -- why, one line for people (``"json decode error: Expecting value at 0"``).
+* ``original`` -- the bytes exactly as received. In JSON (``model_dump(mode="json")``,
+  :func:`schemas.records.canonical_json`) they are **base64url** text; in ClickHouse the
+  ``dead_letters.original`` column is a ``String`` holding the raw bytes.
+* ``original_key`` -- the Kafka key it was read with (bytes, base64url in JSON), when it came
+  from Kafka.
+* ``position`` -- where it was read: bundle file + 1-based line and/or Kafka
+  topic/partition/offset (:class:`schemas.records.Position`).
+* ``at_ns`` -- when it was dead-lettered, UTC nanoseconds since the epoch. Not part of the id.
+
+``dead_letter_id`` is deterministic (``dl-<24 hex>``, a hash of source, reason, original and
+position) so replaying the same bad input collapses onto the same row.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.records import SCHEMA_VERSION, Position, content_id
+
+
+class DeadLetter(BaseModel):
+    """One rejected input. See the module docstring for the fields; ``with_id`` fills the id."""
+
+    model_config = ConfigDict(extra="forbid", ser_json_bytes="base64", val_json_bytes="base64")
+
+    schema_version: int = SCHEMA_VERSION
+    dead_letter_id: str = ""
+    source: str
+    reason: str
+    original: bytes
+    original_key: bytes | None = None
+    position: Position = Field(default_factory=Position)
+    at_ns: int
+
+    def with_id(self) -> "DeadLetter":
+        """Fill ``dead_letter_id`` from source, reason, original bytes and position (``at_ns``
+        excluded, so a rerun that rejects the same input again gives the same id); return
+        self."""
+        data = self.model_dump(mode="json", exclude={"dead_letter_id", "at_ns"})
+        self.dead_letter_id = content_id("dl", data)
+        return self
