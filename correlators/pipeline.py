@@ -146,6 +146,7 @@ class Pipeline:
         self.activity: dict[str, float] = {}  # window key -> driver time of its last message
         self.pending_close: set[str] = set()
         self.flushed: dict[str, float] = {}  # cluster -> driver time of its last decision
+        self.shape_since: dict[str, float] = {}  # cluster -> driver time its faults' shape was first seen
         self._unclaimed: dict[str, set[str]] | None = None
         self._deferred_loaded = False
         self._loaded = False
@@ -230,7 +231,9 @@ class Pipeline:
             if self.hold:
                 return out
             if w.due(self.config.window):
-                out += self._emit(w, final=True)
+                # a window with cable evidence waits for the fabric correlator's faults (or the
+                # idle timer) before it is final: a link down may be one port of a lost switch
+                out += self._emit(w, final=not any(fabric_relevant(e) for e in w.events.values()))
             elif w.spec is not None and not w.closed and is_decisive(event, self.config, w.spec.start_ns):
                 out += self._emit(w, final=False)
             return out
@@ -338,7 +341,9 @@ class Pipeline:
 
     def idle(self, now: float) -> list[Route]:
         """Close messages for the windows with evidence and a spec that saw nothing for the
-        window policy's ``idle_timeout_s`` (live mode; none when it is None)."""
+        window policy's ``idle_timeout_s`` (live mode; none when it is None), except those of a
+        cluster whose fabric evidence this pipeline has not decided yet (their faults may be
+        on the way; a worker that does not own the cluster's fabric partition cannot know)."""
         timeout = self.config.window.idle_timeout_s
         if not timeout:
             return []
@@ -348,6 +353,7 @@ class Pipeline:
         for wid in sorted(self.windows):
             w = self.windows[wid]
             if (not w.closed and w.events and w.spec is not None and wid not in self.pending_close
+                    and w.spec.cluster not in self.deferred  # its cluster's faults are settling
                     and now - self.activity.setdefault(wid, now) >= timeout):
                 self.pending_close.add(wid)
                 out.append(Route("workload", wid, CloseMessage()))
@@ -413,19 +419,35 @@ class Pipeline:
     def _decide_fabric(self, fw: FabricWindow, now: float, *, force: bool = False) -> list[Effect]:
         """Re-decide a cluster, at most once per ``fabric_flush_s``: a burst (every counter
         sample of a degrading cable) is decided together by the next flush, and the last
-        revision still holds all the evidence."""
-        if self.hold or (not force and now - self.flushed.get(fw.cluster, -1e18) < self.config.window.fabric_flush_s):
-            fw.deferred = True  # stored: after a crash a new worker flushes it
-            self.deferred.add(fw.cluster)
-            self.stores.fabric_meta[fw.cluster] = fw.to_state()
-            return []
+        revision still holds all the evidence. Nothing is sent while the faults' shape is
+        settling: a shape (which faults, at which level) is routed to workloads and published
+        only once it held for ``fabric_flush_s`` -- four ports going down one after the other
+        are one switch fault, never first four port faults with their proposals."""
+        settle = self.config.window.fabric_flush_s
+        if self.hold or (not force and now - self.flushed.get(fw.cluster, -1e18) < settle):
+            return self._defer(fw)
         self.flushed[fw.cluster] = now
+        shape = fw.refresh(self.config)
+        if shape != fw.shape:
+            fw.shape = shape
+            self.shape_since[fw.cluster] = now
+        if now - self.shape_since.setdefault(fw.cluster, now) < settle:
+            return self._defer(fw)
         self.deferred.discard(fw.cluster)
-        routes, verdicts = fw.decide(self.config)
+        routes = fw.route_faults(self.config)
+        verdicts = fw.publish(self.config)
         self.stores.fabric_meta[fw.cluster] = fw.to_state()
         out: list[Effect] = [Route("workload", wid, FaultsMessage(events=events)) for wid, events in routes.items()]
         out += [Publish("attributions", att.attribution_id, att) for att in verdicts]
         return out
+
+    def _defer(self, fw: FabricWindow) -> list[Effect]:
+        """Leave the cluster's evidence for the next flush (stored: after a crash a new worker
+        flushes it)."""
+        fw.deferred = True
+        self.deferred.add(fw.cluster)
+        self.stores.fabric_meta[fw.cluster] = fw.to_state()
+        return []
 
     def due_flushes(self, now: float) -> list[Route]:
         """Flush messages for the clusters with evidence not yet decided whose flush interval
@@ -488,6 +510,7 @@ class InMemoryRouter:
         start = len(self.published)
         for cluster in sorted(p.fabric):
             fw = p.fabric[cluster]
+            fw.refresh(p.config)
             routes = fw.route_faults(p.config)
             for wid, events in routes.items():
                 self.send([Route("workload", wid, FaultsMessage(events=events))])

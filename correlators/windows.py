@@ -264,6 +264,7 @@ class FabricWindow:
     emitted: dict[str, tuple[int, str]] = field(default_factory=dict)  # attribution id -> (revision, digest)
     live: dict[str, Attribution] = field(default_factory=dict)  # published and still standing
     deferred: bool = False
+    shape: str | None = None  # digest of the faults' shape last seen (refresh)
     faults: list[Fault] = field(default_factory=list)  # of the last decision (not state)
 
     def add_event(self, event: Event) -> bool:
@@ -297,14 +298,16 @@ class FabricWindow:
         return True
 
     def decide(self, config: EngineConfig) -> tuple[dict[str, list[Event]], list[Attribution]]:
-        """Re-decide the cluster: :meth:`route_faults`, then :meth:`publish`."""
+        """Re-decide the cluster: :meth:`refresh`, :meth:`route_faults`, then :meth:`publish`."""
+        self.refresh(config)
         routes = self.route_faults(config)
         return routes, self.publish(config)
 
-    def route_faults(self, config: EngineConfig) -> dict[str, list[Event]]:
-        """Re-decide the cluster's faults from its whole event set. Returns workload id -> its
-        new set of relevant fault events, for the workloads whose set changed. Ports are named
-        through the topology and the workloads' host addresses."""
+    def refresh(self, config: EngineConfig) -> str:
+        """Re-decide the cluster's faults from its whole event set (``faults``); returns the
+        digest of their shape -- which faults at which level, kind, hosts and ports, not how
+        much evidence each holds. Ports are named through the topology and the workloads' host
+        addresses."""
         self.deferred = False
         topo = TopologySpec.model_validate(self.topology) if self.topology else None
         ips: dict[str, list[str]] = {}
@@ -313,6 +316,12 @@ class FabricWindow:
                 ips.setdefault(host, [ip])
         self.faults = correlate(self.events.values(), FabricIndex(topo, extra_ips=ips), cluster=self.cluster,
                                 policy=config.fabric)
+        shape = [[f.incident_id, f.level, f.code, list(f.hosts), list(f.ports)] for f in self.faults]
+        return hashlib.blake2b(canonical_json(shape).encode(), digest_size=16).hexdigest()
+
+    def route_faults(self, config: EngineConfig) -> dict[str, list[Event]]:
+        """The relevant fault events of the last :meth:`refresh` for each workload whose set
+        changed since it was last sent (workload id -> events)."""
         rules = config.causal
         routes: dict[str, list[Event]] = {}
         for wid in sorted(self.workloads):
@@ -326,7 +335,7 @@ class FabricWindow:
         return routes
 
     def publish(self, config: EngineConfig) -> list[Attribution]:
-        """The fabric and incident verdicts of the last :meth:`route_faults` over the
+        """The fabric and incident verdicts of the last :meth:`refresh` over the
         workloads' latest verdicts, revisions set: those whose content changed, and a
         withdrawal (:func:`correlators.fabric.superseded`) of each published one the evidence
         no longer supports. A verdict is final when every workload verdict it links is."""
@@ -367,6 +376,7 @@ class FabricWindow:
             "emitted": {k: list(v) for k, v in sorted(self.emitted.items())},
             "live": {k: v.model_dump(mode="json") for k, v in sorted(self.live.items())},
             "deferred": self.deferred,
+            "shape": self.shape,
         }
 
     @classmethod
@@ -382,4 +392,5 @@ class FabricWindow:
             emitted={k: (int(v[0]), v[1]) for k, v in state.get("emitted", {}).items()},
             live={k: Attribution.model_validate(v) for k, v in state.get("live", {}).items()},
             deferred=bool(state.get("deferred", False)),
+            shape=state.get("shape"),
         )

@@ -691,6 +691,7 @@ def test_kubernetes_unknown_node_and_unreachable_api(api):
 needs_cluster = pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="no Kubernetes cluster: set KUBECONFIG")
 
 
+@pytest.mark.k8s
 @needs_cluster
 def test_kubernetes_cluster_cordon_drain_resume():
     """Against the cluster KUBECONFIG names: cordons, taints and drains one node (env

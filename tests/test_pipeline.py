@@ -331,3 +331,24 @@ def test_recovery_reads_windows_by_iteration_not_by_lookup() -> None:
     meta.active = "job-2"
     p.apply("workload", "job-2", CloseMessage())
     assert sorted(p.windows) == ["job-1", "job-2"] and p.windows["job-2"].closed
+
+
+FABRIC_BUNDLES = [b for b in BUNDLES if b.name.startswith("fabric-")]
+
+
+@pytest.mark.parametrize("bundle", FABRIC_BUNDLES, ids=lambda p: p.name)
+def test_live_fabric_verdicts_wait_for_a_settled_shape(bundle: Path) -> None:
+    """In event-time order (as a live cluster sends it), nothing is published from a shape of
+    faults that changes within the flush interval: every fabric or incident verdict published
+    is one replay gives (none is withdrawn: no port faults for the ports of a lost switch), and
+    every final workload verdict names the cause replay names. A port that went down and
+    minutes later flaps is first published as down: that shape held."""
+    records, _ = bundle_records(bundle)
+    replayed = {a.attribution_id: a for a in replay_bundle(bundle).attributions}
+    _, published = live_run(records)
+    assert [a.scope.id for a in published if a.root_cause.code == "superseded"] == []
+    finals = [a for a in published if a.scope.kind == "workload" and a.final]
+    assert finals
+    for att in finals:
+        assert att.root_cause.code == replayed[att.attribution_id].root_cause.code, att.scope.id
+    assert {a.attribution_id for a in published} <= set(replayed)
