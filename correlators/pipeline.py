@@ -38,8 +38,7 @@ from pydantic import BaseModel
 
 from correlators.config import EngineConfig
 from correlators.ids import normalise_pci
-from correlators.fabric import PORT_EVENT_TYPES
-from correlators.windows import FabricWindow, WorkloadIndex, WorkloadWindow, host_key, is_decisive
+from correlators.windows import FabricWindow, WorkloadIndex, WorkloadWindow, fabric_relevant, host_key, is_decisive
 from schemas.bundle import TopologySpec, WorkloadSpec
 from schemas.messages import (
     ClaimMessage,
@@ -117,13 +116,6 @@ def stored_event(value: Any) -> Event:
     if isinstance(value, (bytearray, memoryview)):
         value = bytes(value)
     return Event.model_validate_json(value)
-
-
-def fabric_relevant(event: Event) -> bool:
-    """Events the fabric correlator reads: about a cable, or a node the scheduler lost."""
-    return event.type in PORT_EVENT_TYPES or (
-        event.type == "sched.node_state" and str(event.attributes.get("state", "")).upper() == "DOWN"
-    )
 
 
 class Pipeline:
@@ -233,7 +225,7 @@ class Pipeline:
             if w.due(self.config.window):
                 # a window with cable evidence waits for the fabric correlator's faults (or the
                 # idle timer) before it is final: a link down may be one port of a lost switch
-                out += self._emit(w, final=not any(fabric_relevant(e) for e in w.events.values()))
+                out += self._emit(w, final=not w.cabled)
             elif w.spec is not None and not w.closed and is_decisive(event, self.config, w.spec.start_ns):
                 out += self._emit(w, final=False)
             return out

@@ -34,13 +34,13 @@ from typing import Any, Iterable, Mapping, Sequence
 from correlators.attribution import WorkloadInfo, decide, propose
 from correlators.config import EngineConfig, WindowPolicy
 from correlators.enrich import Allocation
-from correlators.fabric import Fault, assemble, correlate, superseded, workload_faults
+from correlators.fabric import PORT_EVENT_TYPES, Fault, assemble, correlate, superseded, workload_faults
 from correlators.topology import FabricIndex
 from schemas.bundle import TopologySpec, WorkloadSpec
 from schemas.messages import Span
 from schemas.records import Attribution, CoverageEntry, Event, canonical_json
 
-__all__ = ["WindowPolicy", "host_key", "WorkloadIndex", "WorkloadWindow", "FabricWindow", "verdict_digest", "is_decisive"]
+__all__ = ["WindowPolicy", "fabric_relevant", "host_key", "WorkloadIndex", "WorkloadWindow", "FabricWindow", "verdict_digest", "is_decisive"]
 
 NS = 1_000_000_000
 
@@ -50,6 +50,13 @@ def verdict_digest(att: Attribution) -> str:
     data = att.model_dump(mode="json")
     data.pop("revision")
     return hashlib.blake2b(canonical_json(data).encode(), digest_size=16).hexdigest()
+
+
+def fabric_relevant(event: Event) -> bool:
+    """Events the fabric correlator reads: about a cable, or a node the scheduler lost."""
+    return event.type in PORT_EVENT_TYPES or (
+        event.type == "sched.node_state" and str(event.attributes.get("state", "")).upper() == "DOWN"
+    )
 
 
 def is_decisive(event: Event, config: EngineConfig, start_ns: int | None = None) -> bool:
@@ -119,6 +126,7 @@ class WorkloadWindow:
     revision: int = 0
     digest: str | None = None
     closed: bool = False
+    cabled: bool = False  # holds an event the fabric correlator reads (fabric_relevant)
 
     # -- updates -------------------------------------------------------------------------
 
@@ -129,6 +137,7 @@ class WorkloadWindow:
             return False
         self.events[event.event_id] = event
         self.max_at = max(self.max_at, event.at)
+        self.cabled = self.cabled or fabric_relevant(event)
         self.closed = False
         return True
 
