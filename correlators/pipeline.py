@@ -5,10 +5,11 @@ replay; messages are :mod:`schemas.messages`)::
 
     Observation --ingest--> events: rule pack (correlators.rules)
         | routed by WorkloadIndex (the observation's workload, else the host's span that holds
-        | the event time); host facts kept for every workload: GPU tables (host -> PCI id ->
-        | index, from all telemetry), node history (earlier XIDs of each host)
+        | the event time); host facts go to the host window "host:<c>/<h>": GPU tables (from
+        | all telemetry) and node history (the host's XIDs), which it sends every workload on
+        | the host (HostFactsMessage)
         |-> Publish("events")                        every extracted event, raw
-        |-> Route("workload", wid | "host:<c>/<h>") events, specs, coverage, claims
+        |-> Route("workload", wid | "host:<c>/<h>") events, specs, coverage, claims, host facts
         '-> Route("fabric", cluster)                cable / node-down events, topology, spans
     Route("workload", wid) --apply--> WorkloadWindow (correlators.windows)
         '-> Publish("attributions") + Route("fabric", VerdictMessage)
@@ -30,7 +31,6 @@ which decides each workload once: every verdict is revision 1.
 from __future__ import annotations
 
 import collections
-import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, MutableMapping, Union
 
@@ -47,6 +47,9 @@ from schemas.messages import (
     EventMessage,
     FaultsMessage,
     FlushMessage,
+    GpuMessage,
+    HistoryMessage,
+    HostFactsMessage,
     Span,
     SpanMessage,
     SpecMessage,
@@ -59,6 +62,8 @@ SEP = "\x1f"  # between a window key and an event id in event-store keys
 HOST = "host:"  # a host window's key is host:<cluster>/<host>: events no workload claimed yet
 #: the node history keeps this many most recent XID events per host
 NODE_HISTORY_MAX = 256
+#: a host window keeps the spans of this many most recent workloads on the host
+MAX_CLAIMS = 64
 
 
 @dataclass(frozen=True)
@@ -93,11 +98,10 @@ class Stores:
     :meth:`FabricWindow.to_state`), ``fabric_events`` (cluster + SEP + event id -> event JSON
     bytes), ``topology`` (cluster -> topology data).
 
-    Written while ingesting and read by every window, so global in the stream, keyed by
-    :func:`correlators.windows.host_key` (``<cluster>/<host>``): ``allocation`` (``[[workload
-    id, start ns, end ns | None], ...]``), ``gpus`` ({PCI bus id: GPU index}), ``node_history``
-    (``[[workload id | None, event data], ...]``, the host's :data:`NODE_HISTORY_MAX` latest XID
-    events)."""
+    Written while ingesting and read there, so global in the stream (every worker routes):
+    ``allocation``, keyed by :func:`correlators.windows.host_key` (``<cluster>/<host>``):
+    ``[[workload id, start ns, end ns | None], ...]``. A host window's ``window_meta`` entry
+    holds its claims, GPU table and node history."""
 
     window_meta: MutableMapping[str, Any] = field(default_factory=dict)
     window_events: MutableMapping[str, Any] = field(default_factory=dict)
@@ -105,8 +109,6 @@ class Stores:
     fabric_events: MutableMapping[str, Any] = field(default_factory=dict)
     topology: MutableMapping[str, Any] = field(default_factory=dict)
     allocation: MutableMapping[str, Any] = field(default_factory=dict)
-    gpus: MutableMapping[str, Any] = field(default_factory=dict)
-    node_history: MutableMapping[str, Any] = field(default_factory=dict)
 
 
 def stored_event(value: Any) -> Event:
@@ -142,6 +144,7 @@ class Pipeline:
         self._unclaimed: dict[str, set[str]] | None = None
         self._deferred_loaded = False
         self._loaded = False
+        self._gpus_sent: dict[tuple[str, str], int] = {}
         self.deferred: set[str] = set()  # clusters with evidence not yet decided
 
     # -- ingest ----------------------------------------------------------------------------
@@ -172,10 +175,9 @@ class Pipeline:
         if obs.kind == "telemetry" and obs.gpu and obs.gpu.pci_bus_id and obs.gpu.index is not None:
             pci = normalise_pci(obs.gpu.pci_bus_id)
             hkey = host_key(obs.cluster, obs.host)
-            table = dict(self.stores.gpus.get(hkey) or {})
-            if pci and table.get(pci) != obs.gpu.index:
-                table[pci] = obs.gpu.index
-                self.stores.gpus[hkey] = table
+            if pci and self._gpus_sent.get((hkey, pci)) != obs.gpu.index:
+                self._gpus_sent[(hkey, pci)] = obs.gpu.index  # a cache: a resend is harmless
+                out.append(Route("workload", f"{HOST}{hkey}", GpuMessage(host=obs.host, pci=pci, index=obs.gpu.index)))
         for event in self.config.pack.extract(obs):
             cluster = event.cluster or obs.cluster
             wid = event.workload_id or self.index.route(cluster, event.host, event.at)
@@ -183,20 +185,11 @@ class Pipeline:
             out.append(Publish("events", wid or f"{HOST}{event.host}", event))
             out.append(Route("workload", key, EventMessage(event=event)))
             if event.type == "gpu.xid":
-                self._remember(cluster, event, wid)
+                out.append(Route("workload", f"{HOST}{host_key(cluster, event.host)}",
+                                 HistoryMessage(workload_id=wid, event=event)))
             if fabric_relevant(event):
                 out.append(Route("fabric", cluster, EventMessage(event=event)))
         return out
-
-    def _remember(self, cluster: str, event: Event, wid: str | None) -> None:
-        """Add an XID event to its host's node history (bounded, oldest dropped)."""
-        hkey = host_key(cluster, event.host)
-        history = list(self.stores.node_history.get(hkey) or [])
-        if any(item[1]["event_id"] == event.event_id for item in history):
-            return
-        history.append([wid, json.loads(canonical_json(event))])
-        history.sort(key=lambda item: (item[1]["at"], item[1]["event_id"]))
-        self.stores.node_history[hkey] = history[-NODE_HISTORY_MAX:]
 
     # -- the workload channel --------------------------------------------------------------
 
@@ -235,6 +228,8 @@ class Pipeline:
             changed = w.add_coverage(message.entry)
         elif isinstance(message, FaultsMessage):
             changed = w.set_faults(message.events)
+        elif isinstance(message, HostFactsMessage):
+            changed = w.set_host_facts(message.host, message.gpus, message.history)
         else:
             raise ValueError(f"workload channel: unexpected message {message.kind!r}")
         if not changed:
@@ -268,23 +263,8 @@ class Pipeline:
             w = self.windows[wid] = WorkloadWindow(workload_id=wid)
         return w
 
-    def host_facts(self, spec: WorkloadSpec) -> tuple[dict[tuple[str, str], int], list[Event]]:
-        """The GPU tables of a workload's nodes, and its history: the XID events of earlier
-        jobs on its nodes (before its start)."""
-        gpus: dict[tuple[str, str], int] = {}
-        history: list[Event] = []
-        for host in sorted(spec.nodes):
-            hkey = host_key(spec.cluster, host)
-            for pci, index in sorted((self.stores.gpus.get(hkey) or {}).items()):
-                gpus[(host, pci)] = int(index)
-            for wid, data in self.stores.node_history.get(hkey) or []:
-                if wid != spec.workload_id and data["at"] < spec.start_ns:
-                    history.append(Event.model_validate(data))
-        return gpus, history
-
     def _emit(self, w: WorkloadWindow, *, final: bool) -> list[Effect]:
-        gpus, history = self.host_facts(w.spec) if w.spec else ({}, [])
-        att = w.emit(self.config, gpus, history, final=final)
+        att = w.emit(self.config, final=final)
         self.stores.window_meta[w.workload_id] = w.to_state()
         if att is None:
             return []
@@ -292,15 +272,23 @@ class Pipeline:
                 Route("fabric", att.scope.cluster, VerdictMessage(attribution=att))]
 
     def _apply_host(self, key: str, message: BaseModel) -> list[Effect]:
-        """A host window: events of a host no known workload claimed yet, and the workload
-        spans seen for the host (an event and its claim may arrive in either order)."""
-        meta = self.stores.window_meta.get(key) or {"claims": []}
+        """A host window (key ``host:<cluster>/<host>``): the workload spans seen for the host
+        (claims), the host's events no claim holds yet (an event and its claim may arrive in
+        either order), its GPU table and its node history (the latest
+        :data:`NODE_HISTORY_MAX` XID events). Every claiming workload gets the host's facts
+        (:class:`~schemas.messages.HostFactsMessage`) when it claims and whenever they
+        change."""
+        meta = dict(self.stores.window_meta.get(key) or {})
+        claims = list(meta.get("claims", []))
+        gpus = dict(meta.get("gpus", {}))
+        history = list(meta.get("history", []))
         out: list[Effect] = []
+        notify: list[list[Any]] = []  # the claims whose facts changed
         if isinstance(message, ClaimMessage):
             span = message.span
             entry = [span.workload_id, span.start, span.end]
-            claims = [c for c in meta["claims"] if c[0] != span.workload_id] + [entry]
-            self.stores.window_meta[key] = {"claims": sorted(claims, key=lambda c: (c[1], c[0]))}
+            claims = sorted([c for c in claims if c[0] != span.workload_id] + [entry],
+                            key=lambda c: (c[1], c[0]))[-MAX_CLAIMS:]
             waiting = self._waiting(key)
             for stored_key in sorted(waiting):
                 event = stored_event(self.stores.window_events[stored_key])
@@ -308,17 +296,38 @@ class Pipeline:
                     out.append(Route("workload", span.workload_id, EventMessage(event=event)))
                     del self.stores.window_events[stored_key]
                     waiting.discard(stored_key)
+            notify = [entry]
         elif isinstance(message, EventMessage):
             event = message.event
-            target = self.index.route("", "", event.at, meta["claims"])
+            target = self.index.route("", "", event.at, claims)
             if target:
                 out.append(Route("workload", target, message))
             else:
                 stored_key = f"{key}{SEP}{event.event_id}"
                 self.stores.window_events[stored_key] = canonical_json(event).encode()
                 self._waiting(key).add(stored_key)
+            return out
+        elif isinstance(message, GpuMessage):
+            if gpus.get(message.pci) == message.index:
+                return out
+            gpus[message.pci] = message.index
+            notify = claims
+        elif isinstance(message, HistoryMessage):
+            event = message.event
+            if any(item[1]["event_id"] == event.event_id for item in history):
+                return out
+            history.append([message.workload_id, event.model_dump(mode="json")])
+            history = sorted(history, key=lambda item: (item[1]["at"], item[1]["event_id"]))[-NODE_HISTORY_MAX:]
+            notify = [c for c in claims if c[0] != message.workload_id and event.at < c[1]]
         else:
             raise ValueError(f"host window: unexpected message {message.kind!r}")
+        self.stores.window_meta[key] = {"claims": claims, "gpus": gpus, "history": history}
+        host = key[len(HOST):].split("/", 1)[1]
+        for wid, start, _ in notify:
+            if not gpus and not history:
+                break
+            earlier = [Event.model_validate(data) for w, data in history if w != wid and data["at"] < start]
+            out.append(Route("workload", wid, HostFactsMessage(host=host, gpus=gpus, history=earlier)))
         return out
 
     def _waiting(self, key: str) -> set[str]:

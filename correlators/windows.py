@@ -122,6 +122,8 @@ class WorkloadWindow:
     events: dict[str, Event] = field(default_factory=dict)
     coverage: dict[str, CoverageEntry] = field(default_factory=dict)
     faults: dict[str, Event] = field(default_factory=dict)
+    #: host -> {"gpus": {PCI bus id: index}, "history": [event data]} (HostFactsMessage)
+    host_facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     max_at: int = 0
     revision: int = 0
     digest: str | None = None
@@ -166,6 +168,29 @@ class WorkloadWindow:
         self.faults = new
         return True
 
+    def set_host_facts(self, host: str, gpus: Mapping[str, int], history: Sequence[Event]) -> bool:
+        """Replace what ``host`` knows (its GPU table, the XID events of earlier jobs); True if
+        it changed."""
+        facts = {"gpus": dict(sorted(gpus.items())),
+                 "history": [e.model_dump(mode="json") for e in sorted(history, key=lambda e: (e.at, e.event_id))]}
+        if self.host_facts.get(host) == facts:
+            return False
+        self.host_facts[host] = facts
+        self.__dict__.pop("_history", None)
+        return True
+
+    def gpus(self) -> dict[tuple[str, str], int]:
+        """(host, PCI bus id) -> GPU index, from the hosts' facts."""
+        return {(h, pci): int(i) for h in sorted(self.host_facts) for pci, i in self.host_facts[h]["gpus"].items()}
+
+    def history(self) -> list[Event]:
+        """The XID events of earlier jobs on the workload's hosts (cached until facts change)."""
+        cached = self.__dict__.get("_history")
+        if cached is None:
+            cached = [Event.model_validate(d) for h in sorted(self.host_facts) for d in self.host_facts[h]["history"]]
+            self.__dict__["_history"] = cached
+        return cached
+
     # -- decisions -----------------------------------------------------------------------
 
     def due(self, policy: WindowPolicy) -> bool:
@@ -174,12 +199,12 @@ class WorkloadWindow:
         end = self.spec.end_ns if self.spec else None
         return not self.closed and end is not None and self.max_at - policy.lateness_ns >= end
 
-    def verdict(self, config: EngineConfig, gpus: Mapping[tuple[str, str], int],
-                history: Sequence[Event] = ()) -> Attribution | None:
-        """The verdict over everything in the window (None while the spec is unknown).
-        ``gpus``: (host, PCI bus id) -> GPU index of the workload's nodes; ``history``: raw
-        events of earlier jobs on its nodes (:func:`correlators.attribution.decide`)."""
+    def verdict(self, config: EngineConfig) -> Attribution | None:
+        """The verdict over everything in the window (None while the spec is unknown): its
+        events enriched with the allocation and the hosts' GPU tables, the fabric faults, the
+        coverage, and the hosts' history (:func:`correlators.attribution.decide`)."""
         spec = self.spec
+        gpus = self.gpus()
         if spec is None:
             return None
         # enrichment depends only on the spec, the GPU tables and the event: cached, so a
@@ -198,18 +223,17 @@ class WorkloadWindow:
         events = [enriched[event_id] for event_id in self.events] + list(self.faults.values())
         coverage = [self.coverage[k] for k in sorted(self.coverage)]
         return decide(WorkloadInfo.from_spec(spec), alloc, events, coverage,
-                      ruleset_version=config.ruleset_version, rules=config.causal, history=history)
+                      ruleset_version=config.ruleset_version, rules=config.causal, history=self.history())
 
     def enriched_events(self) -> list[Event]:
         """The window's events as the last :meth:`verdict` enriched them."""
         cache = self.__dict__.get("_enriched")
         return list(cache[3].values()) if cache else []
 
-    def emit(self, config: EngineConfig, gpus: Mapping[tuple[str, str], int], history: Sequence[Event] = (),
-             *, final: bool) -> Attribution | None:
+    def emit(self, config: EngineConfig, *, final: bool) -> Attribution | None:
         """The verdict to publish now, or None if it equals the last one published.
         ``final`` closes the window; a provisional verdict has ``final`` false."""
-        att = self.verdict(config, gpus, history)
+        att = self.verdict(config)
         if att is None:
             return None
         if final:
@@ -233,6 +257,7 @@ class WorkloadWindow:
             "spec": self.spec.model_dump(mode="json") if self.spec else None,
             "coverage": {k: v.model_dump(mode="json") for k, v in sorted(self.coverage.items())},
             "faults": [self.faults[k].model_dump(mode="json") for k in sorted(self.faults)],
+            "host_facts": dict(sorted(self.host_facts.items())),
             "revision": self.revision,
             "digest": self.digest,
             "closed": self.closed,
@@ -246,6 +271,7 @@ class WorkloadWindow:
             spec=WorkloadSpec.model_validate(state["spec"]) if state.get("spec") else None,
             coverage={k: CoverageEntry.model_validate(v) for k, v in state.get("coverage", {}).items()},
             faults={e.event_id: e for e in (Event.model_validate(f) for f in state.get("faults", []))},
+            host_facts=dict(state.get("host_facts", {})),
             revision=int(state.get("revision", 0)),
             digest=state.get("digest"),
             closed=bool(state.get("closed", False)),

@@ -3,8 +3,8 @@
 Two channels carry them; in the stream each is an internal Kafka topic, in replay an in-memory
 queue:
 
-* **workload** (key: workload id, or ``host:<name>`` for a host's events no workload has
-  claimed yet): :data:`WorkloadMessage`;
+* **workload** (key: workload id, or ``host:<cluster>/<name>`` for a host window: the host's
+  events no workload has claimed yet, its GPU table and node history): :data:`WorkloadMessage`;
 * **fabric** (key: cluster): :data:`FabricMessage`.
 
 Each message is a JSON object with a ``kind`` discriminator. Times are UTC nanoseconds.
@@ -86,6 +86,36 @@ class ClaimMessage(_Message):
     span: Span
 
 
+class GpuMessage(_Message):
+    """To a host window: telemetry says GPU ``pci`` (normalised bus id) of ``host`` has index
+    ``index``."""
+
+    kind: Literal["gpu"] = "gpu"
+    host: str
+    pci: str
+    index: int
+
+
+class HistoryMessage(_Message):
+    """To a host window: an XID event of the host (with the workload it was routed to, if
+    any), kept as the node's history."""
+
+    kind: Literal["history"] = "history"
+    workload_id: str | None = None
+    event: Event
+
+
+class HostFactsMessage(_Message):
+    """To a workload window: what one of its hosts knows -- its GPU table (PCI bus id ->
+    index) and its history (XID events of earlier jobs, before the workload's start). The
+    whole current set; it replaces the previous one."""
+
+    kind: Literal["host_facts"] = "host_facts"
+    host: str
+    gpus: dict[str, int] = Field(default_factory=dict)
+    history: list[Event] = Field(default_factory=list)
+
+
 class TopologyMessage(_Message):
     """A cluster's topology (``schemas.bundle.TopologySpec`` as JSON data)."""
 
@@ -114,7 +144,8 @@ class FlushMessage(_Message):
 
 
 WorkloadMessage = Annotated[
-    Union[EventMessage, SpecMessage, CoverageMessage, FaultsMessage, CloseMessage, ClaimMessage],
+    Union[EventMessage, SpecMessage, CoverageMessage, FaultsMessage, CloseMessage, ClaimMessage, GpuMessage,
+          HistoryMessage, HostFactsMessage],
     Field(discriminator="kind"),
 ]
 FabricMessage = Annotated[

@@ -12,9 +12,8 @@ It maps the pipeline onto Kafka and only adds transport, timers and sinks::
 
 The pipeline's :class:`~correlators.pipeline.Stores` are changelogged Faust tables
 (``FAULTSTREAM_STORE``): ``window_meta``, ``window_events``, ``fabric_meta``,
-``fabric_events`` partitioned like their channel, and the global tables ``allocation``,
-``gpus``, ``node_history`` (written while consuming observations) and ``topology``, which
-every worker reads. The in-memory windows are a cache of the tables, rebuilt after a restart
+``fabric_events`` partitioned like their channel, and the global tables ``allocation`` (written
+while consuming observations) and ``topology``, which every worker reads. The in-memory windows are a cache of the tables, rebuilt after a restart
 or a rebalance. A record that does not decode or fails is dead-lettered with the reason.
 
 The verdict content is the engine's decision over a window's whole evidence; only *when* it
@@ -23,10 +22,16 @@ is emitted depends on arrival and the wall clock (``docs/architecture.md``).
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import json
 import logging
+import os
+import sys
+import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 import faust
 from faust.types import TP
@@ -59,6 +64,74 @@ class Metrics:
         self.open_windows = Gauge("faultstream_open_windows", "workload windows not closed", registry=r)
         self.lag = Gauge("faultstream_consumer_lag", "messages behind the high watermark", ["topic", "partition"], registry=r)
         self.clickhouse_rows = Counter("faultstream_clickhouse_rows_total", "rows written", ["table"], registry=r)
+        self.inputs = Counter("faultstream_agent_inputs_total", "records an agent read, by outcome "
+                              "(processed | dead_lettered)", ["agent", "outcome"], registry=r)
+
+
+class DataDirLocked(RuntimeError):
+    """Another worker process holds the data directory (its RocksDB and chDB files)."""
+
+
+def lock_data_dir(path: Path) -> BinaryIO:
+    """Take an exclusive, non-blocking ``fcntl.flock`` on ``<path>/.lock`` (the directory is
+    created) and return the open lock file; the lock lasts while the file is open, and the
+    operating system releases it when the process ends, however it ends. Its content is the
+    holder's pid. Raises :class:`DataDirLocked` naming the holder when another process holds
+    it, ``OSError`` when the directory cannot be created."""
+    path.mkdir(parents=True, exist_ok=True)
+    lock_path = path / ".lock"
+    fh = open(lock_path, "a+b")  # noqa: SIM115 -- held for the life of the worker
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().decode(errors="replace").strip() or "?"
+        fh.close()
+        raise DataDirLocked(
+            f"the data directory {path} is in use by another worker (pid {holder}): give each "
+            "worker on a host its own FAULTSTREAM_DATA_DIR") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(str(os.getpid()).encode())
+    fh.flush()
+    return fh
+
+
+def exit_without_commit(reason: str, code: int = 1) -> None:
+    """End the process now (``os._exit``), committing no offset: as after a crash, what was
+    not committed is read again at the next start (every effect is idempotent). For a
+    shutdown that would otherwise wait on a sink or a hung stop."""
+    log.error("exiting without committing: %s", reason)
+    for handler in logging.getLogger().handlers + log.handlers:
+        try:
+            handler.flush()
+        except Exception:  # noqa: BLE001 -- exiting anyway
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class BoundedWorker(faust.Worker):
+    """A ``faust.Worker`` whose shutdown on SIGTERM / SIGINT takes at most
+    ``shutdown_timeout_s`` seconds: the signal sets ``app.faultstream_stop`` (the ClickHouse
+    writers stop retrying) and starts a timer that ends the process with
+    :func:`exit_without_commit` if the orderly stop has not finished by then."""
+
+    def __init__(self, app: faust.App, *args: Any, shutdown_timeout_s: float = 30.0, **kwargs: Any) -> None:
+        super().__init__(app, *args, **kwargs)
+        self._faultstream_app = app
+        self._shutdown_timeout_s = shutdown_timeout_s
+
+    def _schedule_shutdown(self, signal: Any) -> None:
+        stop = getattr(self._faultstream_app, "faultstream_stop", None)
+        if stop is not None:
+            stop.set()
+        timer = threading.Timer(self._shutdown_timeout_s, exit_without_commit,
+                                args=(f"shutdown not finished after {self._shutdown_timeout_s:g} s",))
+        timer.daemon = True
+        timer.start()
+        super()._schedule_shutdown(signal)
 
 
 def _credentials(kafka: KafkaSettings) -> Any:
@@ -77,8 +150,8 @@ def _credentials(kafka: KafkaSettings) -> Any:
 
 
 #: The worker's tables (their changelog topics are declared up front, see declare_topics).
-TABLES = ("window_meta", "window_events", "allocation", "fabric_meta", "fabric_events", "topology", "gpus",
-          "node_history", "remediation_state")
+TABLES = ("window_meta", "window_events", "allocation", "fabric_meta", "fabric_events", "topology",
+          "remediation_state")
 
 
 def internal_topic_specs(settings: WorkerSettings) -> list[Any]:
@@ -127,7 +200,8 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         fabric_flush_s=settings.fabric_flush_s,
     ))
     metrics = Metrics()
-    (settings.data_dir / settings.app_id).mkdir(parents=True, exist_ok=True)
+    # one worker per data directory: RocksDB and chDB files cannot be shared
+    data_lock = lock_data_dir(settings.data_dir / settings.app_id)
     app = faust.App(
         settings.app_id,
         broker=[f"kafka://{s}" for s in kafka.bootstrap_servers.split(",")],
@@ -154,6 +228,8 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         broker_commit_interval=1.0,
     )
     app.faultstream_metrics = metrics  # type: ignore[attr-defined]
+    app.faultstream_data_lock = data_lock  # type: ignore[attr-defined]
+    app.faultstream_stop = asyncio.Event()  # type: ignore[attr-defined]
 
     def raw_topic(name: str, **kw: Any) -> Any:
         return app.topic(name, value_serializer="raw", key_serializer="raw", **kw)
@@ -181,8 +257,6 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         fabric_events=table("fabric_events", raw_values),
         # written while consuming observations (keyed by host), read by every worker
         allocation=table("allocation", json_schema, global_=True),
-        gpus=table("gpus", json_schema, global_=True),
-        node_history=table("node_history", json_schema, global_=True),
         # written from the by-fabric stream (a table's changelog has as many partitions as
         # the topic whose stream writes it); read by the remediation agent for failure domains
         topology=table("topology", json_schema, global_=True),
@@ -190,7 +264,8 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     app.faultstream_topology = stores.topology  # type: ignore[attr-defined]
     pipeline = Pipeline(config, stores)
 
-    async def dead_letter(source: str, reason: str, original: bytes, message: Any) -> None:
+    async def dead_letter(source: str, reason: str, original: bytes | None, message: Any) -> None:
+        original = original or b""
         letter = DeadLetter(
             source=source,
             reason=reason,
@@ -221,10 +296,11 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             else:
                 metrics.events.labels(record.type).inc()
 
-    def decode_observation(raw: bytes) -> Observation | str:
-        """The observation in ``raw``, or the reason it is dead-lettered."""
-        if len(raw) > settings.max_message_bytes:
-            return f"too large: {len(raw)} bytes > {settings.max_message_bytes}"
+    def decode_observation(raw: bytes, limit: int | None = settings.max_message_bytes) -> Observation | str:
+        """The observation in ``raw`` (at most ``limit`` bytes; None: any size), or the
+        reason it is dead-lettered."""
+        if limit is not None and len(raw) > limit:
+            return f"too large: {len(raw)} bytes > {limit}"
         try:
             data = json.loads(raw)
             if not isinstance(data, dict):
@@ -247,9 +323,10 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             raw: bytes = item.value or b""
             message = item.message
             metrics.observations.inc()
-            obs = decode_observation(raw)
+            obs = decode_observation(raw) if item.value is not None else "tombstone: no value"
             if isinstance(obs, str):
                 await dead_letter("agent.extract", obs, raw, message)
+                metrics.inputs.labels("extract", "dead_lettered").inc()
                 continue
             obs.position = Position.model_construct(
                 file=obs.position.file, line=obs.position.line,
@@ -259,33 +336,58 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                 await run(pipeline.ingest(obs))
             except Exception as exc:  # noqa: BLE001 -- a bad record never stops the agent
                 log.exception("observation %s failed", obs.observation_id)
-                await dead_letter("agent.extract", f"processing error: {type(exc).__name__}: {exc}", raw, message)
+                await dead_letter("agent.extract", f"processing error: {type(exc).__name__}: {str(exc)[:300]}",
+                                  raw, message)
+                metrics.inputs.labels("extract", "dead_lettered").inc()
                 continue
             metrics.processed.inc()
+            metrics.inputs.labels("extract", "processed").inc()
 
     @app.agent(topology_in)
     async def topology_records(stream: Any) -> None:
         async for item in stream.events():
             raw: bytes = item.value or b""
+            # a fleet's topology may be larger than an observation: no size limit here
+            obs = decode_observation(raw, None) if item.value is not None else "tombstone: no value"
+            if not isinstance(obs, str) and obs.kind != "topology":
+                obs = f"invalid record: expected kind 'topology', got {obs.kind!r}"
+            if isinstance(obs, str):
+                await dead_letter("agent.topology", f"invalid topology record: {obs}", raw, item.message)
+                metrics.inputs.labels("topology", "dead_lettered").inc()
+                continue
             try:
-                obs = Observation.model_validate_json(raw)
-                if obs.kind != "topology":
-                    raise ValueError(f"expected kind 'topology', got {obs.kind!r}")
                 await run(pipeline.ingest(obs))
-            except (ValueError, ValidationError) as exc:
-                await dead_letter("agent.topology", f"invalid topology record: {str(exc).splitlines()[0][:300]}",
+            except Exception as exc:  # noqa: BLE001 -- a bad record never stops the agent
+                log.exception("topology record %s failed", obs.observation_id)
+                await dead_letter("agent.topology", f"processing error: {type(exc).__name__}: {str(exc)[:300]}",
                                   raw, item.message)
+                metrics.inputs.labels("topology", "dead_lettered").inc()
+                continue
+            metrics.inputs.labels("topology", "processed").inc()
 
     async def apply(channel: str, item: Any) -> None:
         """One internal record through the pipeline; a bad one is dead-lettered."""
         try:
+            if item.value is None:
+                raise ValueError("tombstone: no value")
             parse = parse_workload_message if channel == "workload" else parse_fabric_message
-            message = parse(item.value or b"")
-            await run(pipeline.apply(channel, (item.key or b"").decode(), message, now=time.monotonic()))
+            message = parse(item.value)
+            key = (item.key or b"").decode()
+        except (ValueError, ValidationError, RecursionError) as exc:
+            # ValidationError and UnicodeDecodeError are ValueErrors
+            await dead_letter(f"agent.{channel}", f"invalid message: {str(exc).splitlines()[0][:300]}",
+                              item.value, item.message)
+            metrics.inputs.labels(channel, "dead_lettered").inc()
+            return
+        try:
+            await run(pipeline.apply(channel, key, message, now=time.monotonic()))
         except Exception as exc:  # noqa: BLE001 -- one bad record never stops the agent
             log.exception("%s record %r failed", channel, item.key)
-            await dead_letter(f"agent.{channel}", f"processing error: {type(exc).__name__}: {exc}",
-                              item.value or b"", item.message)
+            await dead_letter(f"agent.{channel}", f"processing error: {type(exc).__name__}: {str(exc)[:300]}",
+                              item.value, item.message)
+            metrics.inputs.labels(channel, "dead_lettered").inc()
+            return
+        metrics.inputs.labels(channel, "processed").inc()
 
     @app.agent(channels["workload"])
     async def correlate(stream: Any) -> None:
@@ -326,15 +428,26 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     async def on_revoked(app: faust.App, revoked: set[TP], **kwargs: Any) -> None:
         pipeline.forget()
 
+    def agent_topics() -> set[str]:
+        """The topics agents consume (changelogs are read by table recovery, not agents)."""
+        return {name for agent in app.agents.values() for name in getattr(agent.channel, "topics", ())}
+
     @app.timer(interval=5.0)
     async def report_lag() -> None:
         consumer = app.consumer
+        consumed = agent_topics()
         for tp in consumer.assignment():
+            if tp.topic not in consumed:
+                continue
             high = consumer.highwater(tp)
-            read = consumer._read_offset.get(tp)  # faust's last offset handed to an agent
-            if high is not None:
-                # the high watermark is the next offset to be written
-                metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, high - (read + 1 if read is not None else 0)))
+            if high is None:
+                continue
+            # the high watermark is the next offset to be written; the next offset to read is
+            # one after the last one handed to an agent, else the committed offset
+            read = consumer._read_offset.get(tp)
+            committed = consumer._committed_offset.get(tp)
+            position = read + 1 if read is not None else (committed if committed is not None else 0)
+            metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, high - position))
 
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:

@@ -177,13 +177,13 @@ def test_window_state_round_trips_and_a_resent_spec_keeps_a_final_verdict_final(
     assert w.set_spec(s)
     assert w.add_event(xid_event("node-a01", T0 + 60 * S))
     assert not w.add_event(xid_event("node-a01", T0 + 60 * S))  # a duplicate
-    att = w.emit(config, {}, final=True)
+    att = w.emit(config, final=True)
     assert att is not None and att.final and att.revision == 1 and att.root_cause.code.startswith("gpu.xid.79")
     assert w.closed
     assert not w.set_spec(spec("job-1", ["node-a01", "node-a02"], T0, T0 + 600 * S))  # the same record again
     again = WorkloadWindow.from_state(json.loads(json.dumps(w.to_state())), list(w.events.values()))
     assert again.to_state() == w.to_state() and again.closed and again.max_at == w.max_at
-    assert again.emit(config, {}, final=True) is None  # nothing new: no revision
+    assert again.emit(config, final=True) is None  # nothing new: no revision
 
 
 def test_pipeline_resent_scheduler_record_does_not_reopen_a_closed_window() -> None:
@@ -228,36 +228,58 @@ def test_windows_rebuild_from_the_stores_after_forget() -> None:
     assert w.to_state() == before and len(w.events) == 1
 
 
+def run_routes(p: Pipeline, effects: list) -> list:
+    """Apply routed messages until none is left; returns the publications."""
+    router = InMemoryRouter(p)
+    router.send(effects)
+    router.drain()
+    return router.published
+
+
 def test_gpu_facts_from_telemetry_without_a_workload_id_reach_the_window() -> None:
     from schemas.records import TIME_QUALITY_EXACT
 
-    p = Pipeline(EngineConfig.default())
+    p = Pipeline(EngineConfig.default(), hold=True)
     obs = Observation(
         source=Source(connector="telemetry", instance="node-a01"), kind="telemetry", observed_at=T0,
         time_source="line", time_quality=TIME_QUALITY_EXACT, host="node-a01", cluster="c1",
         format="nvidia_smi_csv", body="sample", gpu=GpuRef(index=3, pci_bus_id="00000000:9C:00.0"),
     ).with_id()
-    p.ingest(obs)
-    gpus, history = p.host_facts(spec("job-1", ["node-a01"], T0, T0 + 600 * S))
-    assert gpus == {("node-a01", "0000:9c:00"): 3} and history == []
+    run_routes(p, p.ingest(obs))
+    s1 = spec("job-1", ["node-a01"], T0, T0 + 600 * S)
+    span = Span.of(s1)
+    run_routes(p, [Route("workload", "job-1", SpecMessage(spec=s1)),
+                   Route("workload", "host:c1/node-a01", ClaimMessage(span=span))])
+    w = p.windows["job-1"]
+    assert w.gpus() == {("node-a01", "0000:9c:00"): 3} and w.history() == []
 
 
-def test_node_history_holds_earlier_jobs_xids_and_not_the_jobs_own() -> None:
-    p = Pipeline(EngineConfig.default())
+def test_node_history_reaches_later_jobs_in_any_order_and_not_the_jobs_own() -> None:
     s1 = spec("job-1", ["node-a01"], T0, T0 + 600 * S)
     s2 = spec("job-2", ["node-a01"], T0 + 3600 * S, T0 + 4200 * S)
-    p.index.add(Span.of(s1))
-    p.index.add(Span.of(s2))
     first, own = xid_event("node-a01", T0 + 60 * S, xid=31), xid_event("node-a01", T0 + 3700 * S, xid=31)
-    p._remember("c1", first, "job-1")
-    p._remember("c1", own, "job-2")
-    p._remember("c1", own, "job-2")  # at-least-once delivery: stored once
-    p._remember("c2", xid_event("node-a01", T0 + 100 * S, xid=31), "job-9")  # another cluster's node
-    assert len(p.stores.node_history["c1/node-a01"]) == 2
-    _, history = p.host_facts(s2)
-    assert [e.event_id for e in history] == [first.event_id]
-    _, history = p.host_facts(s1)
-    assert history == []
+    other = xid_event("node-a01", T0 + 100 * S, xid=31).model_copy(update={"cluster": "c2"}).with_id()
+    from schemas.messages import HistoryMessage
+
+    messages = [
+        Route("workload", "job-1", SpecMessage(spec=s1)), Route("workload", "job-2", SpecMessage(spec=s2)),
+        Route("workload", "host:c1/node-a01", ClaimMessage(span=Span.of(s1))),
+        Route("workload", "host:c1/node-a01", ClaimMessage(span=Span.of(s2))),
+        Route("workload", "host:c1/node-a01", HistoryMessage(workload_id="job-1", event=first)),
+        Route("workload", "host:c1/node-a01", HistoryMessage(workload_id="job-2", event=own)),
+        Route("workload", "host:c1/node-a01", HistoryMessage(workload_id="job-2", event=own)),  # redelivered
+        Route("workload", "host:c2/node-a01", HistoryMessage(workload_id="job-9", event=other)),  # another cluster
+    ]
+    states = set()
+    for seed in range(6):
+        order = list(messages)
+        random.Random(seed).shuffle(order)
+        p = Pipeline(EngineConfig.default(), hold=True)
+        run_routes(p, order)
+        assert [e.event_id for e in p.window("job-2").history()] == [first.event_id]
+        assert p.window("job-1").history() == []
+        states.add(json.dumps(p.window("job-2").to_state(), sort_keys=True))
+    assert len(states) == 1
 
 
 # -- FabricWindow ------------------------------------------------------------------------------

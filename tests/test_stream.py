@@ -114,7 +114,7 @@ def stream_env(kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path: Path):
         kafka_topic_factory.track(f"{prefix}.{suffix}")
     for internal in ("by-workload", "by-fabric", "window_meta-changelog", "window_events-changelog",
                      "allocation-changelog", "fabric_meta-changelog", "fabric_events-changelog",
-                     "topology-changelog", "gpus-changelog", "node_history-changelog", "by-cluster-remediation", "remediation_state-changelog",
+                     "topology-changelog", "by-cluster-remediation", "remediation_state-changelog",
                      "__assignor-__leader"):
         kafka_topic_factory.track(f"{app_id}-{internal}")
 
