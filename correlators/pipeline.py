@@ -212,9 +212,9 @@ class Pipeline:
             event = message.event
             if not w.add_event(event):
                 return out  # a duplicate from at-least-once delivery
-            self.stores.window_events[f"{key}{SEP}{event.event_id}"] = canonical_json(event).encode()
             if self.hold:
-                return out
+                return out  # batch: nothing to recover
+            self.stores.window_events[f"{key}{SEP}{event.event_id}"] = canonical_json(event).encode()
             if w.due(self.config.window):
                 # a window with cable evidence waits for the fabric correlator's faults (or the
                 # idle timer) before it is final: a link down may be one port of a lost switch
@@ -236,9 +236,9 @@ class Pipeline:
             return out  # a re-sent record changes nothing: a final verdict stays final
         # new facts re-open the window
         w.closed = False
-        self.stores.window_meta[key] = w.to_state()
         if self.hold:
-            return out
+            return out  # batch: nothing to recover, the state is written when it decides
+        self.stores.window_meta[key] = w.to_state()
         if isinstance(message, SpecMessage):
             start = w.spec.start_ns
             if any(is_decisive(e, self.config, start) for e in w.events.values()):

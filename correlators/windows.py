@@ -148,8 +148,18 @@ class WorkloadWindow:
         changed anything."""
         if self.coverage.get(entry.source) == entry:
             return False
+        cache = self._coverage_json()
         self.coverage[entry.source] = entry
+        cache[entry.source] = entry.model_dump(mode="json")
         return True
+
+    def _coverage_json(self) -> dict[str, Any]:
+        """The coverage entries as JSON data (kept with ``coverage``: a window with thousands
+        of sources is not re-serialised entry by entry on every update)."""
+        cache = self.__dict__.get("_cov_json")
+        if cache is None or len(cache) != len(self.coverage):
+            cache = self.__dict__["_cov_json"] = {k: v.model_dump(mode="json") for k, v in self.coverage.items()}
+        return cache
 
     def set_spec(self, spec: WorkloadSpec) -> bool:
         """Record the scheduler's spec; True if it changed (an identical re-sent record
@@ -255,7 +265,7 @@ class WorkloadWindow:
         return {
             "workload_id": self.workload_id,
             "spec": self.spec.model_dump(mode="json") if self.spec else None,
-            "coverage": {k: v.model_dump(mode="json") for k, v in sorted(self.coverage.items())},
+            "coverage": dict(sorted(self._coverage_json().items())),
             "faults": [self.faults[k].model_dump(mode="json") for k in sorted(self.faults)],
             "host_facts": dict(sorted(self.host_facts.items())),
             "revision": self.revision,
