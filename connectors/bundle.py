@@ -10,13 +10,13 @@
 * ``metrics/<host>/*`` -> ``kind="telemetry"``, one Observation per GPU per sample
   (:mod:`connectors.telemetry`); a file no telemetry parser recognises is read as log lines.
 * ``fabric/<node>/*.counters.csv``, ``metrics/<node>/*.counters.csv`` -> port counter series
-  (:func:`connectors.counters.read_counter_csv`): deltas computed vectorised, one
+  (:func:`connectors.counter_readers.read_counter_csv`): deltas computed vectorised, one
   ``kind="fabric_counter"`` Observation per sample with a nonzero error delta or a reset
-  (:func:`connectors.counters.table_observations`; ``attributes.side`` is ``switch`` under
+  (:func:`connectors.counter_readers.table_observations`; ``attributes.side`` is ``switch`` under
   ``fabric/``, ``host`` under ``metrics/``); coverage records = rows, unparsed = malformed rows.
   Consecutive counter files of one header are read in batches (one polars pass and one
-  deltas computation per :data:`~connectors.counters.COUNTER_BATCH_BYTES`,
-  :func:`connectors.counters.read_counter_batch`) with the same result as file by file.
+  deltas computation per :data:`~connectors.counter_readers.COUNTER_BATCH_BYTES`,
+  :func:`connectors.counter_readers.read_counter_batch`) with the same result as file by file.
 
 Record time: the first line's own timestamp (``time_source="line"``), else the nearest earlier
 timestamped line of the same file, else the nearest later one (``"inferred"``,
@@ -64,8 +64,8 @@ import polars as pl
 import pydantic
 import yaml
 
-from connectors import counters as _counters_mod
-from connectors.counters import (
+from connectors import counter_readers as _counters_mod
+from connectors.counter_readers import (
     COUNTER_SUFFIX,
     counter_batch_key,
     read_counter_batch,
@@ -101,7 +101,7 @@ BINARY_CONTROL_SHARE = 0.10
 SCHEDULER_HOST = "_scheduler"
 _TOP_DIRS = ("fabric", "logs", "metrics")
 #: ``[rank3]:`` -- the prefix PyTorch puts on every line a rank prints (shared by the readers).
-RANK_PREFIX = re.compile(r"\[rank(\d+)\]:")
+RANK_PREFIX = re.compile(r"\[rank(\d{1,9})\]:")  # ranks fit an Int32
 #: Log lines decoded before one vectorised scan runs over them all (bounds memory).
 SCAN_BATCH_LINES = 262_144
 #: raw dmesg seconds since boot, also after ``dmesg -r``'s ``<6>`` or ``dmesg -x``'s prefix
@@ -726,8 +726,8 @@ class BundleConnector:
                            f"{n} with error increases or resets")
 
     def _counter_batch(self, pending: list[tuple[_Source, _FileStats, bytes]]) -> Iterator[Observation]:
-        """Counter files of one header (:func:`~connectors.counters.counter_batch_key`) read
-        in one polars pass (:func:`~connectors.counters.read_counter_batch`), with the same
+        """Counter files of one header (:func:`~connectors.counter_readers.counter_batch_key`) read
+        in one polars pass (:func:`~connectors.counter_readers.read_counter_batch`), with the same
         Observations, coverage and order as :meth:`_counters` file by file -- which reads
         them when the batch cannot be read at once (e.g. a bad value in one of them)."""
         results = None

@@ -1,10 +1,11 @@
 """Certification inputs: DCGM diagnostics, NCCL tests and NVCRE reports -> ``Certification``.
 
-A node that was taken out of service returns only when a certification of it passes (issue 5;
+A node that was taken out of service returns only when a certification of it passes (as in
 NVSentinel's re-validation: DCGM diag ``-r 2``, NCCL all-reduce bandwidth). This module turns
 the outputs of those tools into :class:`schemas.records.Certification` records (one per host)
 and ``faultstream connect certifications`` publishes them on the ``certifications`` topic
-(key = host).
+(key = host) through :class:`CertificationFiles`, the :class:`connectors.source.Source` of a
+set of result files.
 
 Parsers (each raises :class:`CertificationError` with a clear message for input it cannot
 read; none returns an empty or half-read result):
@@ -123,10 +124,11 @@ from typing import Annotated, Any, Iterable, Literal
 
 import typer
 
-from schemas.records import Certification, CertificationTest
+from schemas.records import Certification, CertificationTest, CoverageEntry
 
 __all__ = [
     "CertificationError",
+    "CertificationFiles",
     "FORMATS",
     "parse_dcgm_diag_text",
     "parse_dcgm_diag_json",
@@ -712,6 +714,72 @@ def parse_certification(text: str, fmt: str, *, host: str | None, finished_at_ns
     return [parse_nccl_tests(text, host, finished_at_ns, min_busbw_gbps, cluster=cluster)]
 
 
+# -- source -------------------------------------------------------------------------------------
+
+
+class CertificationFiles:
+    """Certification result files as a :class:`connectors.source.Source`.
+
+    ``files``: paths; ``fmt``: ``auto`` (:func:`detect_format` per file) or one of
+    :data:`FORMATS`; ``host``, ``cluster``, ``min_busbw_gbps``: as :func:`parse_certification`;
+    ``finished_at_ns``: the finish time of every file (UTC ns), default the document's own
+    (:func:`document_time`), else the file's modification time.
+
+    :meth:`read` parses every file (all or nothing); :meth:`poll` returns the records once
+    (reading them first if needed), then nothing. There is no position: :meth:`checkpoint` is
+    ``{}``. Raises :class:`CertificationError` prefixed with the file's path for an unreadable
+    or malformed file."""
+
+    def __init__(self, files: Iterable[str | Path], *, cluster: str, host: str | None = None, fmt: str = "auto",
+                 finished_at_ns: int | None = None, min_busbw_gbps: float | None = None) -> None:
+        self.files = [Path(f) for f in files]
+        self.cluster = cluster
+        self.host = host
+        self.fmt = fmt
+        self.finished_at_ns = finished_at_ns
+        self.min_busbw_gbps = min_busbw_gbps
+        self.records: list[Certification] | None = None
+        self._per_file: list[tuple[Path, int]] = []
+        self._polled = False
+
+    def read(self) -> list[Certification]:
+        """Parse every file; returns the records (one per certified host and file)."""
+        records: list[Certification] = []
+        per_file: list[tuple[Path, int]] = []
+        for path in self.files:
+            try:
+                text = path.read_text("utf-8", errors="replace")
+                fmt = detect_format(text) if self.fmt == "auto" else self.fmt
+                at = self.finished_at_ns or document_time(text, fmt) or os.stat(path).st_mtime_ns
+                got = parse_certification(text, fmt, host=self.host, finished_at_ns=at, cluster=self.cluster,
+                                          min_busbw_gbps=self.min_busbw_gbps)
+            except OSError as exc:
+                raise CertificationError(f"{path}: {exc.strerror or exc}") from None
+            except CertificationError as exc:
+                raise CertificationError(f"{path}: {exc}") from None
+            records += got
+            per_file.append((path, len(got)))
+        self.records, self._per_file = records, per_file
+        return records
+
+    def poll(self) -> list[Certification]:
+        """Every record on the first call, ``[]`` afterwards."""
+        if self._polled:
+            return []
+        records = self.records if self.records is not None else self.read()
+        self._polled = True
+        return list(records)
+
+    def checkpoint(self) -> dict[str, Any]:
+        """``{}``: result files are published whole, there is no position to keep."""
+        return {}
+
+    def coverage(self) -> list[CoverageEntry]:
+        """One entry ``certification:<path>`` per file read, ``records`` = its certifications."""
+        return [CoverageEntry(source=f"certification:{path}", status="present" if n else "empty", records=n)
+                for path, n in self._per_file]
+
+
 # -- CLI ----------------------------------------------------------------------------------------
 
 
@@ -729,8 +797,9 @@ def connect_certifications_cli(
 
     Every file is parsed before anything is sent: an unreadable or malformed file exits 2 with one line on stderr and publishes nothing."""
     from connectors.registry import cli_fail, make_producer
+    from connectors.runner import run
     from schemas.topics import catalogue
-    from sinks.kafka import KafkaProducerError
+    from transport.kafka import KafkaProducerError
 
     if format != "auto" and format not in FORMATS:
         cli_fail(f"--format must be auto, {', '.join(FORMATS)}; got {format!r}")
@@ -738,24 +807,16 @@ def connect_certifications_cli(
         explicit = iso_to_ns(finished_at) if finished_at else None
     except CertificationError as exc:
         cli_fail(f"--finished-at: {exc}")
-    records: list[Certification] = []
-    for path in files:
-        try:
-            text = path.read_text("utf-8", errors="replace")
-            fmt = detect_format(text) if format == "auto" else format
-            at = explicit or document_time(text, fmt) or os.stat(path).st_mtime_ns
-            records += parse_certification(text, fmt, host=host, finished_at_ns=at, cluster=cluster,
-                                           min_busbw_gbps=min_busbw)
-        except OSError as exc:
-            cli_fail(f"{path}: {exc.strerror or exc}")
-        except CertificationError as exc:
-            cli_fail(f"{path}: {exc}")
+    source = CertificationFiles(files, cluster=cluster, host=host, fmt=format, finished_at_ns=explicit,
+                                min_busbw_gbps=min_busbw)
+    try:
+        records = source.read()
+    except CertificationError as exc:
+        cli_fail(str(exc))
     name = topic or catalogue()["certifications"].name
     try:
         with make_producer(bootstrap, name) as producer:
-            for cert in records:
-                producer.send(cert.host, cert)
-            producer.flush()
+            run(source, producer, topic=name)
     except KafkaProducerError as exc:
         cli_fail(str(exc))
     failed = sum(not c.passed for c in records)

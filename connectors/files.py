@@ -30,11 +30,11 @@ line time seen (UTC ns). The position is only valid for the file it was taken on
   shown as U+2400, huge records are cut at :data:`connectors.bundle.MAX_BODY_CHARS` like the
   bundle reader does, unreadable files are reported in the coverage.
 
-Delivery: :meth:`FilesConnector.poll` returns the records of one pass;
-:meth:`FilesConnector.checkpoint` the cursor document valid once those records are
-delivered. :func:`connectors.publish.publish` (used by :meth:`FilesConnector.run`) saves it
-only after the producer's flush succeeded, so a crash re-reads at most the unconfirmed tail
-(same ids: downstream collapses them) and loses nothing.
+Delivery: the connector is a :class:`connectors.source.Source`. :meth:`FilesConnector.poll`
+returns the records of one pass; :meth:`FilesConnector.checkpoint` the cursor document valid
+once those records are delivered. :func:`connectors.runner.run` saves it only after the
+producer's flush succeeded, so a crash re-reads at most the unconfirmed tail (same ids:
+downstream collapses them) and loses nothing.
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Iterator, Sequence
 
 import typer
 
-from connectors.bundle import NUL_MARK, RANK_PREFIX, MAX_BODY_CHARS
+from connectors.bundle import _TEXT_BYTES, BINARY_CONTROL_SHARE, NUL_MARK, RANK_PREFIX, MAX_BODY_CHARS
 from correlators.records import MAX_RECORD_LINES, STRUCTURE_HINT, record_span
 from correlators.timefmt import LineClock, TimeContext
 from schemas.records import (
@@ -65,7 +65,6 @@ from schemas.topics import catalogue
 
 if TYPE_CHECKING:  # pragma: no cover
     from connectors.cursor import CursorStore
-    from sinks.kafka import RecordProducer
 
 __all__ = ["FilesConnector", "READ_CHUNK_BYTES"]
 
@@ -74,6 +73,11 @@ READ_CHUNK_BYTES = 1 << 20
 #: Bytes read from one file per pass (the rest waits for the next pass; bounds memory).
 #: A record that straddles the limit is held back until the next pass completes it.
 MAX_PASS_BYTES = 16 << 20
+#: Longest line kept (bytes): the rest of a longer line is skipped without being held in
+#: memory, and the cut is noted in the coverage.
+MAX_LINE_BYTES = 1 << 20
+#: Bytes at the start of a file checked for binary content (NUL and other control bytes).
+BINARY_PROBE_BYTES = 8192
 
 _STRUCTURE = re.compile(STRUCTURE_HINT)
 _SUMMARY_RULE = re.compile(r"={10,}\s*$")
@@ -86,6 +90,8 @@ class _Stats:
     unparsed: int = 0
     blank: int = 0
     bad_utf8: int = 0
+    long_lines: int = 0  # lines cut at MAX_LINE_BYTES
+    skipped_bytes: int = 0  # bytes not read: the rest of long lines, binary files
     truncations: int = 0
     rotations: int = 0
     errors: int = 0
@@ -108,6 +114,9 @@ class _Tail:
     epoch: int = 0
     read_off: int = 0  # bytes of the open file consumed into `lines`/`partial`
     partial: bytearray = field(default_factory=bytearray)
+    dropped: int = 0  # bytes of the partial line skipped past MAX_LINE_BYTES
+    skipped: dict[int, int] = field(default_factory=dict)  # end offset of a cut line -> bytes skipped
+    binary: bool = False  # this file generation is binary: skipped, not read as lines
     lines: list[str] = field(default_factory=list)  # complete lines not yet emitted
     ends: list[int] = field(default_factory=list)  # byte offset after each of `lines`
     context: list[str] = field(default_factory=list)  # last emitted lines (record grouping)
@@ -228,6 +237,12 @@ class FilesConnector:
                 self._close(tail)
         return out
 
+    @property
+    def pending(self) -> bool:
+        """True when the last :meth:`poll` left data unread (a file had more than
+        ``MAX_PASS_BYTES`` waiting): the next poll goes on at once."""
+        return self._more
+
     def checkpoint(self) -> dict[str, Any]:
         """The cursor document after every record returned by :meth:`poll` so far:
         ``{"files": {<absolute path>: {"dev", "ino", "offset", "line", "epoch", "last_ns"}}}``
@@ -246,26 +261,6 @@ class FilesConnector:
             if not batch:
                 time.sleep(self.poll_s)
 
-    def run(self, producer: "RecordProducer", *, topic: str | None = None,
-            stop: Callable[[], bool] | None = None) -> int:
-        """Poll, publish each pass's records with :func:`connectors.publish.publish` (flush,
-        then save :meth:`checkpoint` to the cursor), repeat while ``follow`` and not
-        ``stop()`` (one-shot: until every file was read to its current end, one publish per
-        pass). Returns the number of records published. Raises the producer's
-        ``DeliveryError`` / ``BackPressureTimeout`` (the cursor then stays at the last
-        confirmed pass)."""
-        from connectors.publish import publish
-
-        total = 0
-        while True:
-            batch = self.poll()
-            if batch or not self.follow:
-                total += publish(batch, producer, topic=topic, cursor=self.cursor, state=self.checkpoint)
-            if (not self.follow and not self._more) or (stop is not None and stop()):
-                return total
-            if not batch:
-                producer.poll(self.poll_s)
-
     def coverage(self) -> list[CoverageEntry]:
         """One entry per file: ``source="file:<absolute path>"``, status ``present`` (records
         read), ``empty`` (none yet, or the file does not exist) or ``failed`` (read errors),
@@ -278,6 +273,11 @@ class FilesConnector:
                 notes.append(f"invalid UTF-8 in {s.bad_utf8} lines (replaced with U+FFFD)")
             if s.blank:
                 notes.append(f"{s.blank} blank lines not emitted")
+            if s.long_lines:
+                notes.append(f"{s.long_lines} lines longer than {MAX_LINE_BYTES} bytes cut "
+                             f"({s.skipped_bytes} bytes not read)")
+            elif s.skipped_bytes:
+                notes.append(f"{s.skipped_bytes} bytes of binary content not read")
             notes.append(f"{s.lines} lines, {s.rotations} rotations, {s.truncations} truncations")
             status = "failed" if s.errors and not s.records else ("present" if s.records else "empty")
             entries.append(CoverageEntry(source=f"file:{t.path}", status=status, records=s.records,
@@ -343,6 +343,7 @@ class FilesConnector:
         tail.dev, tail.ino = dev, ino
         tail.off = tail.read_off = tail.line = 0
         tail.lines, tail.ends, tail.context, tail.partial = [], [], [], bytearray()
+        tail.dropped, tail.binary, tail.skipped = 0, False, {}
 
     def _open(self, tail: _Tail) -> bool:
         try:
@@ -431,23 +432,62 @@ class FilesConnector:
                 break
             total += len(chunk)
             tail.last_data = time.monotonic()
-            start = tail.read_off - len(tail.partial)
+            if tail.read_off == 0 and self._is_binary(chunk[:BINARY_PROBE_BYTES]):
+                tail.binary = True
+                tail.stats.errors += 1
+                tail.stats.note(f"binary content (NUL/control bytes in the first {BINARY_PROBE_BYTES} bytes): "
+                                "not read as log lines")
+            if tail.binary:  # skipped to its end; the cursor moves past it
+                tail.read_off += len(chunk)
+                tail.off = tail.read_off
+                tail.stats.skipped_bytes += len(chunk)
+                continue
+            start = tail.read_off - len(tail.partial) - tail.dropped
             tail.read_off += len(chunk)
             nl = chunk.rfind(b"\n")
             if nl < 0:
-                tail.partial += chunk
+                self._extend_partial(tail, chunk)
                 continue
-            block = bytes(tail.partial) + chunk[: nl + 1]
-            tail.partial = bytearray(chunk[nl + 1:])
-            self._add_lines(tail, block, start)
+            first = chunk.find(b"\n")
+            self._extend_partial(tail, chunk[:first])
+            block = bytes(tail.partial) + chunk[first: nl + 1]
+            dropped, tail.dropped = tail.dropped, 0
+            tail.partial = bytearray()
+            self._extend_partial(tail, chunk[nl + 1:])
+            self._add_lines(tail, block, start, first_extra=dropped)
         return total
 
-    def _add_lines(self, tail: _Tail, block: bytes, start: int) -> None:
+    @staticmethod
+    def _is_binary(probe: bytes) -> bool:
+        """True when ``probe`` (a file's first bytes) holds NUL bytes and more than
+        ``BINARY_CONTROL_SHARE`` of it are not text (the bundle reader's test)."""
+        if b"\x00" not in probe:
+            return False
+        return len(probe.translate(None, _TEXT_BYTES)) / len(probe) > BINARY_CONTROL_SHARE
+
+    @staticmethod
+    def _extend_partial(tail: _Tail, data: bytes) -> None:
+        """Append ``data`` to the line without its newline yet, keeping at most
+        ``MAX_LINE_BYTES``; the rest is skipped (counted in ``tail.dropped``)."""
+        room = MAX_LINE_BYTES - len(tail.partial)
+        if len(data) > room:
+            if not tail.dropped:
+                tail.stats.long_lines += 1
+            tail.partial += data[:max(0, room)]
+            tail.dropped += len(data) - max(0, room)
+            tail.stats.skipped_bytes += len(data) - max(0, room)
+        else:
+            tail.partial += data
+
+    def _add_lines(self, tail: _Tail, block: bytes, start: int, first_extra: int = 0) -> None:
         """Decode ``block`` (complete lines, ending with a newline) that starts at byte
-        ``start`` and append its lines with their end offsets."""
+        ``start`` and append its lines with their end offsets; ``first_extra``: bytes of the
+        first line that were skipped (past ``MAX_LINE_BYTES``), not in ``block``."""
         raw = block.split(b"\n")
         raw.pop()  # after the final newline
-        pos = start
+        pos = start + first_extra
+        if first_extra and raw:
+            tail.skipped[start + first_extra + len(raw[0]) + 1] = first_extra
         for b in raw:
             pos += len(b) + 1
             tail.ends.append(pos)
@@ -471,9 +511,11 @@ class FilesConnector:
         """Emit the complete records among the pending lines; with ``final`` also the last one
         (no continuation can come), with ``with_partial`` also a line without its newline."""
         if with_partial and tail.partial:
-            self._add_lines(tail, bytes(tail.partial) + b"\n", tail.read_off - len(tail.partial))
+            dropped = tail.dropped
+            self._add_lines(tail, bytes(tail.partial) + b"\n", tail.read_off - len(tail.partial) - dropped,
+                            first_extra=dropped)
             tail.ends[-1] -= 1  # no newline in the file
-            tail.partial = bytearray()
+            tail.partial, tail.dropped = bytearray(), 0
         if not tail.lines:
             return
         ctx = tail.context
@@ -509,8 +551,11 @@ class FilesConnector:
         attributes: dict[str, Any] = {}
         if tail.epoch:
             attributes["file_epoch"] = tail.epoch
-        if len(text) > MAX_BODY_CHARS:
-            attributes["truncated"] = len(text)
+        base = len(tail.context)
+        # bytes of its lines skipped while reading (lines longer than MAX_LINE_BYTES)
+        skipped = sum(tail.skipped.pop(end, 0) for end in tail.ends[s - base:e - base]) if tail.skipped else 0
+        if len(text) > MAX_BODY_CHARS or skipped:
+            attributes["truncated"] = len(text) + skipped
             text = text[:MAX_BODY_CHARS] + f"\n[faultstream: cut, {len(text) - MAX_BODY_CHARS} more characters]"
         first = buf[s]
         if tail.clock is None or tail.clock_epoch != tail.epoch:
@@ -581,7 +626,8 @@ def connect_files_cli(
     topic = topic or catalogue()["observations"].name
     from connectors.cursor import CursorError, CursorStore
     from connectors.registry import cli_fail, make_producer
-    from sinks.kafka import KafkaProducerError
+    from connectors.runner import run, stop_on_sigterm
+    from transport.kafka import KafkaProducerError
 
     if host and host_from_path:
         cli_fail("give --host or --host-from-path, not both")
@@ -591,8 +637,8 @@ def connect_files_cli(
     except (CursorError, re.error, ValueError) as exc:
         cli_fail(str(exc))
     try:
-        with make_producer(bootstrap, topic) as producer:
-            n = conn.run(producer)
+        with make_producer(bootstrap, topic) as producer, stop_on_sigterm() as stop:
+            n = run(conn, producer, topic=topic, cursor=conn.cursor, follow=follow, poll_s=conn.poll_s, stop=stop)
     except KafkaProducerError as exc:
         cli_fail(str(exc))
     except KeyboardInterrupt:

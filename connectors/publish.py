@@ -1,7 +1,7 @@
 """The incident-bundle publisher (and :func:`publish`, named here from :mod:`connectors.runner`).
 
 * :func:`publish` -- send Observations (key = ``obs.host``) through a
-  :class:`sinks.kafka.RecordProducer`, flush, and only then persist the cursor
+  :class:`transport.kafka.RecordProducer`, flush, and only then persist the cursor
   (:mod:`connectors.runner`, which every connector uses).
 * :func:`bundle_records` -- an incident bundle as the stream should see it: the scheduler's
   view (``workload.yaml``, then ``workloads/*.yaml``) first, ``topology.yaml`` second (if present), then every record of
@@ -25,7 +25,7 @@ from schemas.records import TIME_QUALITY_EXACT, Observation, Position, Source
 from schemas.topics import catalogue
 
 if TYPE_CHECKING:  # pragma: no cover
-    from sinks.kafka import RecordProducer
+    from transport.kafka import RecordProducer
 
 __all__ = ["publish", "bundle_records", "publish_bundle", "workload_observation", "bundle_topology_observation"]
 
@@ -75,7 +75,7 @@ def workload_observation(conn: BundleConnector, spec: WorkloadSpec | None = None
 def bundle_topology_observation(conn: BundleConnector) -> Observation | None:
     """``topology.yaml`` as ``kind="topology"`` (host ``_scheduler``, ``format="topology_yaml"``,
     ``attributes.topology`` = the validated spec), or None when the bundle has none. The topology connector's record
-    (:func:`connectors.topology.topology_observation`) carries the same ``attributes.topology``;
+    (:func:`connectors.topology_parsers.topology_observation`) carries the same ``attributes.topology``;
     the worker reads both."""
     if conn.topology is None:
         return None
@@ -165,7 +165,7 @@ def connect_bundle_cli(
     topic = topic or catalogue()["observations"].name
     from connectors.bundle import BundleError
     from connectors.registry import cli_fail, make_producer
-    from sinks.kafka import KafkaProducerError
+    from transport.kafka import KafkaProducerError
 
     try:
         with make_producer(bootstrap, topic) as producer:

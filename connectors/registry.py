@@ -13,8 +13,9 @@ also listed in :data:`BUILTIN` so a checkout whose installed metadata predates a
 still offers it (an entry point of the same name wins).
 
 Helpers for connector commands: :func:`make_producer` (a
-:class:`sinks.kafka.RecordProducer` from ``--bootstrap`` or the ``KAFKA_*`` environment) and
-:func:`cli_fail` (one line on stderr, exit code 2).
+:class:`transport.kafka.RecordProducer` from ``--bootstrap`` or the ``KAFKA_*`` environment,
+:func:`transport.kafka_settings.kafka_settings`) and :func:`cli_fail` (one line on stderr, exit
+code 2). A connector command builds its source and hands it to :func:`connectors.runner.run`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Callable, NoReturn
 import typer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from sinks.kafka import RecordProducer
+    from transport.kafka import RecordProducer
 
 __all__ = ["GROUP", "BUILTIN", "connectors", "add_connect_commands", "make_producer", "cli_fail"]
 
@@ -81,16 +82,15 @@ def cli_fail(message: str, code: int = 2) -> NoReturn:
 
 
 def make_producer(bootstrap: str | None, topic: str, **kwargs) -> "RecordProducer":
-    """A :class:`sinks.kafka.RecordProducer` for ``topic``: Kafka settings from the ``KAFKA_*``
-    environment, ``bootstrap`` (``host:port[,...]``) overriding the servers. Invalid settings
-    exit through :func:`cli_fail`."""
-    import pydantic
-
-    from sinks.kafka import RecordProducer
-    from sinks.kafka_settings import KafkaSettings
+    """A :class:`transport.kafka.RecordProducer` for ``topic`` (``kwargs`` go to it): Kafka
+    settings of :func:`transport.kafka_settings.kafka_settings` (the ``KAFKA_*`` environment,
+    ``bootstrap`` = ``host:port[,...]`` overriding the servers). Invalid settings exit through
+    :func:`cli_fail`."""
+    from transport.kafka import RecordProducer
+    from transport.kafka_settings import KafkaSettingsError, kafka_settings
 
     try:
-        settings = KafkaSettings(bootstrap_servers=bootstrap) if bootstrap else KafkaSettings()
-    except pydantic.ValidationError as exc:
-        cli_fail("Kafka settings: " + "; ".join(e["msg"] for e in exc.errors()))
+        settings = kafka_settings(bootstrap)
+    except KafkaSettingsError as exc:
+        cli_fail(str(exc))
     return RecordProducer(settings, topic, **kwargs)

@@ -51,9 +51,13 @@ nodes ``node``, ``state``, ``state_raw``, ``reason``, ``reason_user``, ``reason_
 Resume without loss or duplicates: the cursor (:class:`~connectors.cursor.CursorStore`) holds
 the time of the last poll and the last state reported per job, step and node. :meth:`poll`
 queries from the last poll time (minus ``overlap_s``) and compares with that state;
-:meth:`commit` saves the state reached by the last poll and must be called only after the
-caller delivered what it returned. After a crash before ``commit`` the next poll re-emits the
-same observations with the same ids.
+:meth:`checkpoint` is the state reached by the last poll; :func:`connectors.runner.run` saves
+it (the connector is a :class:`connectors.source.Source`) only after the producer's flush, and
+after a failed delivery :meth:`rewind` makes the next poll start from the saved cursor again.
+After a crash before the save the next poll re-emits the same observations with the same ids.
+
+The commands run through :class:`transport.slurm.SlurmClient` (argument lists, timeouts), the
+client the Slurm remediation executor uses too.
 """
 
 from __future__ import annotations
@@ -61,19 +65,21 @@ from __future__ import annotations
 import json
 import logging
 import re
-import subprocess
-import threading
 import time
 from datetime import datetime
-from typing import Any, Callable, Iterable
+from pathlib import Path
+from typing import Annotated, Any, Iterable
+
+import typer
 
 from connectors.bundle import SCHEDULER_HOST
 from connectors.cursor import CursorStore
 from correlators.hostlist import expand_hostlist
-from schemas.records import TIME_QUALITY_SECONDS, TIME_QUALITY_TRANSPORT, Observation, Source
+from schemas.records import TIME_QUALITY_SECONDS, TIME_QUALITY_TRANSPORT, CoverageEntry, Observation, Source
 from schemas.topics import catalogue
+from transport.slurm import SlurmClient, SlurmError, parse_scontrol_nodes
 
-__all__ = ["SlurmConnector", "SlurmError", "expand_hostlist", "parse_scontrol_nodes"]
+__all__ = ["SlurmConnector", "SlurmError", "expand_hostlist", "parse_scontrol_nodes", "connect_slurm_cli"]
 
 log = logging.getLogger(__name__)
 
@@ -85,17 +91,6 @@ _OUT_FLAGS = ("DRAIN", "FAIL", "MAINT", "NOT_RESPONDING", "POWERED_DOWN", "REBOO
 _ORDER = {"PENDING": 0, "RUNNING": 1}
 _NS = 1_000_000_000
 
-
-
-#: sacct --json's error number for a query that matched no job (Slurm 22.05 slurmdb_jobs_get).
-NOTHING_FOUND = 9003
-
-class SlurmError(RuntimeError):
-    """A Slurm command failed (not found, non-zero exit, timeout) or printed output that is not
-    the documented format. The message has the command and the end of its stderr."""
-
-
-# ---- helpers ------------------------------------------------------------------------------------
 
 
 def _ns(seconds: Any) -> int | None:
@@ -111,34 +106,6 @@ def _local_iso_to_ns(text: str) -> int | None:
         return int(datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").astimezone().timestamp()) * _NS
     except ValueError:
         return None
-
-
-def parse_scontrol_nodes(text: str) -> dict[str, dict[str, str]]:
-    """Parse ``scontrol -o show node`` (Slurm 22.05: one line per node of space-separated
-    ``Key=Value`` pairs, values may hold spaces -- ``OS=Linux 6.1 #1 SMP`` -- and ``Reason=``,
-    when present, runs to the end of the line). Returns ``{node name: {key: value}}``.
-    Raises :class:`SlurmError` for a non-empty line without ``NodeName=``."""
-    nodes: dict[str, dict[str, str]] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("No nodes"):
-            continue
-        reason = None
-        cut = line.find(" Reason=")
-        if cut >= 0:
-            reason = line[cut + len(" Reason="):]
-            line = line[:cut]
-        fields: dict[str, str] = {}
-        for part in re.split(r" (?=[A-Za-z_][A-Za-z0-9_]*=)", line):
-            key, sep, value = part.partition("=")
-            if sep:
-                fields[key] = value.strip()
-        if reason is not None:
-            fields["Reason"] = reason.strip()
-        if "NodeName" not in fields:
-            raise SlurmError(f"scontrol -o show node: line without NodeName: {line[:200]!r}")
-        nodes[fields["NodeName"]] = fields
-    return nodes
 
 
 def _node_display_state(raw: str) -> str:
@@ -209,8 +176,9 @@ class SlurmConnector:
     docstring for the formats and the Observation fields).
 
     ``cluster`` names the instance (``Source.instance``, ``Observation.cluster``); ``cursor``
-    persists the resume state; ``poll_s`` is the pause between polls of :meth:`run`;
-    ``sacct``/``scontrol`` are the commands (names on ``PATH`` or paths). ``lookback_s`` is how
+    persists the resume state (read here, saved by the runner or :meth:`commit`); ``poll_s`` is
+    the pause between polls the CLI gives the runner; ``sacct``/``scontrol`` are the commands
+    (names on ``PATH`` or paths). ``lookback_s`` is how
     far back the first poll (empty cursor) looks; ``overlap_s`` how far before the last poll
     time each later poll starts (covers records sacct stores late); ``timeout_s`` bounds each
     command.
@@ -222,14 +190,14 @@ class SlurmConnector:
         self.cluster = cluster
         self.cursor = cursor
         self.poll_s = poll_s
-        self.sacct = sacct
-        self.scontrol = scontrol
+        self.client = SlurmClient(sacct=sacct, scontrol=scontrol, timeout_s=timeout_s)
         self.lookback_s = lookback_s
         self.overlap_s = overlap_s
-        self.timeout_s = timeout_s
         self._source = Source(connector="slurm", instance=cluster)
-        self._state: dict[str, Any] | None = None  # state after the last poll (uncommitted)
-        self._committed: dict[str, Any] | None = None
+        self._state: dict[str, Any] | None = None  # state after the last poll (not yet saved)
+        self.polls = 0
+        self.emitted = 0
+        self.last_error: str | None = None
 
     # -- cursor ---------------------------------------------------------------------------------
     def _load(self) -> dict[str, Any]:
@@ -245,32 +213,35 @@ class SlurmConnector:
         data.setdefault("nodes", {})
         return data
 
+    def checkpoint(self) -> dict[str, Any]:
+        """The cursor document after the last :meth:`poll`: ``{"version", "cluster", "since"
+        (Unix seconds of the last poll), "jobs": {"job:<id>" | "step:<id>": {"state", ...}},
+        "nodes": {<node>: {"state", ...}}}``; before the first poll, the saved cursor. Save it
+        only once that poll's observations were delivered."""
+        return json.loads(json.dumps(self._state if self._state is not None else self._load()))
+
     def commit(self) -> None:
-        """Persist the state reached by the last :meth:`poll` (call after its observations were
+        """Save :meth:`checkpoint` to the cursor (call after the last poll's observations were
         delivered). No-op before the first poll. Raises ``OSError`` if the cursor cannot be
         written."""
-        if self._state is None:
-            return
-        self.cursor.save(self._state)
-        self._committed = json.loads(json.dumps(self._state))
+        if self._state is not None:
+            self.cursor.save(self._state)
 
-    def rollback(self) -> None:
-        """Forget what the last polls found since the last :meth:`commit` (delivery failed):
-        the next poll emits those transitions again, with the same ids."""
-        self._state = None if self._committed is None else json.loads(json.dumps(self._committed))
+    def rewind(self) -> None:
+        """Forget what the polls since the last saved cursor found (their delivery failed):
+        the next poll starts from the saved cursor and emits those transitions again, with the
+        same ids."""
+        self._state = None
+
+    def coverage(self) -> list[CoverageEntry]:
+        """One entry ``slurm:<cluster>``: ``present`` once a poll emitted transitions, ``failed``
+        when the last poll failed, else ``empty``; ``records`` = transitions emitted."""
+        status = "failed" if self.last_error else ("present" if self.emitted else "empty")
+        detail = f"{self.polls} polls" + (f"; last error: {self.last_error}" if self.last_error else "")
+        return [CoverageEntry(source=f"slurm:{self.cluster}", status=status, records=self.emitted,
+                              detail=detail)]
 
     # -- commands -------------------------------------------------------------------------------
-    def _run(self, argv: list[str]) -> str:
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s)
-        except FileNotFoundError as exc:
-            raise SlurmError(f"{argv[0]}: command not found") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise SlurmError(f"{' '.join(argv)}: no answer in {self.timeout_s:g} s") from exc
-        if proc.returncode != 0:
-            raise SlurmError(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()[-500:]}")
-        return proc.stdout
-
     def _window(self, state: dict[str, Any], now: int) -> tuple[str, str]:
         since = state.get("since")
         start = now - self.lookback_s if since is None else int(since) - self.overlap_s
@@ -281,30 +252,12 @@ class SlurmConnector:
         """Run ``sacct --json`` and the text ``ExitCode`` query for ``[start, end]`` (local
         ``YYYY-MM-DDTHH:MM:SS``). Returns (jobs as printed by ``sacct --json``, ``{JobID:
         "code:signal"}``). Raises :class:`SlurmError`."""
-        out = self._run([self.sacct, "--json", "--allusers", "-S", start, "-E", end])
-        try:
-            doc = json.loads(out)
-            jobs = doc["jobs"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise SlurmError(f"sacct --json: not the 22.05 JSON document ({exc}): {out[:200]!r}") from exc
-        for err in doc.get("errors") or []:
-            # "Nothing found" (9003) is an empty window, not a failure
-            if isinstance(err, dict) and err.get("error_number") == NOTHING_FOUND:
-                continue
-            raise SlurmError(f"sacct --json reported an error: {err}")
-        text = self._run([self.sacct, "-P", "-n", "--allusers", "-S", start, "-E", end,
-                          "-o", "JobID,ExitCode"])
-        codes = {}
-        for line in text.splitlines():
-            jid, sep, code = line.partition("|")
-            if sep:
-                codes[jid.strip()] = code.strip()
-        return jobs, codes
+        return self.client.sacct_jobs(start, end)
 
     def fetch_nodes(self) -> dict[str, dict[str, str]]:
         """Run ``scontrol -o show node`` -> :func:`parse_scontrol_nodes`. Raises
         :class:`SlurmError`."""
-        return parse_scontrol_nodes(self._run([self.scontrol, "-o", "show", "node"]))
+        return self.client.nodes()
 
     # -- polling --------------------------------------------------------------------------------
     def poll(self, now: float | None = None) -> list[Observation]:
@@ -314,16 +267,20 @@ class SlurmConnector:
         query's end, default the wall clock. Raises :class:`SlurmError` when a command fails
         and :class:`~connectors.cursor.CursorError` for a corrupted cursor; on error the
         state is unchanged."""
-        if self._state is None:
-            self._committed = self._load()
-            self._state = json.loads(json.dumps(self._committed))
-        state = json.loads(json.dumps(self._state))
+        state = self.checkpoint()
         now_s = int(time.time() if now is None else now)
         start, end = self._window(state, now_s)
-        jobs, codes = self.fetch_jobs(start, end)
-        nodes = self.fetch_nodes()
+        self.polls += 1
+        try:
+            jobs, codes = self.fetch_jobs(start, end)
+            nodes = self.fetch_nodes()
+        except SlurmError as exc:
+            self.last_error = str(exc)
+            raise
         out = self.transitions(state, jobs, codes, nodes, now_s)
         self._state = state
+        self.last_error = None
+        self.emitted += len(out)
         return out
 
     def transitions(self, state: dict[str, Any], jobs: list[dict[str, Any]],
@@ -510,31 +467,7 @@ class SlurmConnector:
                 body="\n".join(lines), attributes=attrs,
             ).with_id()
 
-    # -- loop -----------------------------------------------------------------------------------
-    def run(self, publish: Callable[[list[Observation]], None], stop: threading.Event) -> None:
-        """Poll every ``poll_s`` seconds until ``stop`` is set. Each non-empty batch goes to
-        ``publish``; the cursor is committed only when ``publish`` returned. When a poll or
-        ``publish`` raises, the error is logged, the uncommitted state is dropped (the batch is
-        emitted again, same ids, at the next poll) and the loop goes on after ``poll_s``."""
-        while not stop.is_set():
-            try:
-                batch = self.poll()
-                if batch:
-                    publish(batch)
-                self.commit()
-            except Exception as exc:  # noqa: BLE001 -- a connector loop must survive any failure
-                log.warning("slurm connector %s: %s", self.cluster, exc)
-                self.rollback()
-            stop.wait(self.poll_s)
-
-
 # ---- CLI: faultstream connect slurm ---------------------------------------------------------------
-
-from pathlib import Path  # noqa: E402 -- the CLI part of the module
-from typing import Annotated  # noqa: E402
-
-import typer  # noqa: E402
-
 
 
 def connect_slurm_cli(
@@ -549,37 +482,17 @@ def connect_slurm_cli(
 
     Without --once it polls every --poll-s seconds until interrupted (Ctrl-C or SIGTERM); a failed poll or delivery is logged and retried at the next poll with the same record ids. With --once a Slurm, cursor or Kafka error exits 2 with one line on stderr (the cursor is left as it was)."""
     topic = topic or catalogue()["observations"].name
-    import signal
-
-    from connectors.cursor import CursorError, CursorStore
-    from connectors.publish import publish
+    from connectors.cursor import CursorError
     from connectors.registry import cli_fail, make_producer
-    from sinks.kafka import KafkaProducerError
+    from connectors.runner import run, stop_on_sigterm
+    from transport.kafka import KafkaProducerError
 
     path = cursor if cursor is not None else Path(".state/cursors") / f"slurm-{cluster}.json"
     conn = SlurmConnector(cluster, cursor=CursorStore(path), poll_s=poll_s)
-    sent = 0
-
-    def deliver(batch: list[Observation]) -> None:
-        nonlocal sent
-        sent += publish(batch, producer, topic=topic)  # flushes; raises when delivery failed
-
     try:
-        with make_producer(bootstrap, topic) as producer:
-            if once:
-                batch = conn.poll()
-                if batch:
-                    deliver(batch)
-                conn.commit()
-            else:
-                stop = threading.Event()
-                previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-                try:
-                    conn.run(deliver, stop)
-                except KeyboardInterrupt:
-                    pass
-                finally:
-                    signal.signal(signal.SIGTERM, previous)
+        with make_producer(bootstrap, topic) as producer, stop_on_sigterm() as stop:
+            sent = run(conn, producer, topic=topic, cursor=conn.cursor, follow=not once, poll_s=poll_s,
+                       stop=stop, retry=not once)
     except (SlurmError, CursorError, KafkaProducerError, OSError) as exc:
         cli_fail(str(exc))
     typer.echo(f"published {sent} records of Slurm cluster {cluster} to {topic}", err=True)

@@ -158,7 +158,7 @@ class Pipeline:
             out.append(Route("fabric", obs.cluster, TopologyMessage(topology=spec.model_dump(mode="json"))))
             return out
         if obs.kind == "scheduler_event" and obs.format == "workload_yaml":
-            spec = WorkloadSpec.model_validate(obs.attributes["workload"])
+            spec = WorkloadSpec.model_validate(obs.attributes.get("workload"))
             span = Span.of(spec)
             self.index.add(span)
             out.append(Route("fabric", spec.cluster, SpanMessage(span=span)))
@@ -404,6 +404,7 @@ class Pipeline:
                 self.stores.fabric_events[f"{cluster}{SEP}{message.event.event_id}"] = \
                     canonical_json(message.event).encode()
         elif isinstance(message, TopologyMessage):
+            TopologySpec.model_validate(message.topology)  # refused before it is stored
             changed = fw.set_topology(message.topology)
             if changed:
                 self.stores.topology[cluster] = message.topology

@@ -20,12 +20,61 @@ Conventions shared by all of them:
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
+
+# -- bounds: every integer fits the ClickHouse column it is stored in (sinks/ddl.sql) -------
+
+#: ``DateTime64(9, 'UTC')`` holds 1900-01-01 00:00:00 .. 2262-04-11 23:47:16.854775807 UTC
+#: (nanoseconds since the epoch, an Int64).
+TIME_NS_MIN = -2_208_988_800_000_000_000
+TIME_NS_MAX = 2**63 - 1
+#: Deepest nesting of lists and objects in ``attributes`` (the top-level object is depth 1).
+MAX_ATTRIBUTE_DEPTH = 32
+#: Most values (scalars, lists and objects, nested ones included) in one ``attributes``.
+MAX_ATTRIBUTE_VALUES = 100_000
+
+Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+UInt16 = Annotated[int, Field(ge=0, le=2**16 - 1)]
+UInt32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
+Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
+#: A time, UTC ns since the epoch, within the range of ``DateTime64(9, 'UTC')``.
+TimeNs = Annotated[int, Field(ge=TIME_NS_MIN, le=TIME_NS_MAX)]
+
+
+def check_json_value(value: Any, *, max_depth: int = MAX_ATTRIBUTE_DEPTH,
+                     max_values: int = MAX_ATTRIBUTE_VALUES) -> Any:
+    """Return ``value`` (JSON data: dicts, lists, str, int, float, bool, None) unchanged if it
+    nests at most ``max_depth`` levels, holds at most ``max_values`` values and every integer
+    fits an Int64; raise ``ValueError`` saying which bound it breaks. Iterative: no recursion
+    limit is reached whatever the depth."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    seen = 0
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if seen > max_values:
+            raise ValueError(f"more than {max_values} values")
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            if isinstance(item, int) and not isinstance(item, bool) and not -(2**63) <= item <= 2**63 - 1:
+                raise ValueError(f"integer {item} out of the Int64 range")
+            continue
+        if depth >= max_depth and children:
+            raise ValueError(f"nested deeper than {max_depth} levels")
+        stack.extend((child, depth + 1) for child in children)
+    return value
+
+
+#: ``attributes`` of an observation or event: JSON data bounded by :func:`check_json_value`.
+Attributes = Annotated[dict[str, Any], AfterValidator(check_json_value)]
 
 #: Observation kinds, as DESIGN.md lists them.
 ObservationKind = Literal[
@@ -143,7 +192,7 @@ class GpuRef(_Record):
     """A GPU as the logs name it: local index, UUID, PCI bus id (``0000:9c:00``, normalised
     to ``domain:bus:device`` without the function) -- any subset."""
 
-    index: int | None = None
+    index: Int32 | None = None
     uuid: str | None = None
     pci_bus_id: str | None = None
 
@@ -154,10 +203,10 @@ class Position(_Record):
     is part of ids."""
 
     file: str | None = None
-    line: int | None = None
+    line: Int64 | None = None
     topic: str | None = None
-    partition: int | None = None
-    offset: int | None = None
+    partition: Int32 | None = None
+    offset: Int64 | None = None
 
 
 class Observation(_Record):
@@ -170,23 +219,23 @@ class Observation(_Record):
     ``time_quality`` (0..1, see ``TIME_QUALITY_*``) how much to trust it.
     """
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: UInt16 = SCHEMA_VERSION
     observation_id: str = ""
     source: Source
     kind: ObservationKind
-    observed_at: int
+    observed_at: TimeNs
     time_source: TimeSource
     time_quality: float = Field(ge=0.0, le=1.0)
     host: str
     cluster: str = ""
     workload_id: str | None = None
-    rank: int | None = None
+    rank: Int32 | None = None
     gpu: GpuRef | None = None
     fabric_port: str | None = None
     format: str = "unknown"
     body: str | None = None
     metric: dict[str, float] | None = None
-    attributes: dict[str, Any] = Field(default_factory=dict)
+    attributes: Attributes = Field(default_factory=dict)
     position: Position = Field(default_factory=Position)
 
     def with_id(self) -> "Observation":
@@ -216,20 +265,20 @@ class Event(_Record):
     ``rule_id@version``.
     """
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: UInt16 = SCHEMA_VERSION
     event_id: str = ""
     type: str
-    at: int
-    began_at: int | None = None
+    at: TimeNs
+    began_at: TimeNs | None = None
     time_quality: float = Field(default=1.0, ge=0.0, le=1.0)
     host: str
     cluster: str = ""
     workload_id: str | None = None
-    rank: int | None = None
+    rank: Int32 | None = None
     gpu: GpuRef | None = None
     fabric_port: str | None = None
     peer: str | None = None
-    attributes: dict[str, Any] = Field(default_factory=dict)
+    attributes: Attributes = Field(default_factory=dict)
     rule: str
     evidence: list[EvidenceRef] = Field(default_factory=list)
 
@@ -263,8 +312,8 @@ class Scope(_Record):
 class Window(_Record):
     """The event-time window a verdict was decided over, UTC ns, inclusive."""
 
-    start: int
-    end: int
+    start: TimeNs
+    end: TimeNs
 
 
 class RootCause(_Record):
@@ -280,7 +329,7 @@ class Culprits(_Record):
     """What to act on. Ports are ``switch/port`` or ``host/hca/port``."""
 
     hosts: list[str] = Field(default_factory=list)
-    ranks: list[int] = Field(default_factory=list)
+    ranks: list[Int32] = Field(default_factory=list)
     gpus: list[GpuRef] = Field(default_factory=list)
     ports: list[str] = Field(default_factory=list)
 
@@ -289,7 +338,7 @@ class Affected(_Record):
     """Who suffered: hosts and ranks that logged symptoms, workloads hit."""
 
     hosts: list[str] = Field(default_factory=list)
-    ranks: list[int] = Field(default_factory=list)
+    ranks: list[Int32] = Field(default_factory=list)
     workloads: list[str] = Field(default_factory=list)
 
 
@@ -297,12 +346,12 @@ class EvidenceItem(_Record):
     """One step of the evidence timeline, ordered by ``at`` (back-dated time for symptoms
     that carry one)."""
 
-    at: int
+    at: TimeNs
     event_id: str
     type: str
     role: EvidenceRole
     host: str
-    rank: int | None = None
+    rank: Int32 | None = None
     summary: str
     observations: list[EvidenceRef] = Field(default_factory=list)
 
@@ -382,9 +431,9 @@ class Attribution(_Record):
     cause leaves unexplained (empty when it explains them all).
     """
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: UInt16 = SCHEMA_VERSION
     attribution_id: str
-    revision: int = 1
+    revision: UInt32 = 1
     scope: Scope
     window: Window
     outcome: Outcome
@@ -406,7 +455,7 @@ class Attribution(_Record):
     final: bool = True
     ruleset_version: str
     engine_version: str
-    decided_at: int
+    decided_at: TimeNs
 
 
 class RemediationTarget(_Record):
@@ -432,7 +481,7 @@ class Decision(_Record):
     decision), why."""
 
     by: str
-    at: int
+    at: TimeNs
     reason: str = ""
 
 
@@ -459,7 +508,7 @@ class RemediationAction(_Record):
     ``updated_at`` the time of this transition, ``expires_at`` when an unapproved proposal
     lapses."""
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: UInt16 = SCHEMA_VERSION
     action_id: str
     attribution_id: str
     incident_id: str | None = None
@@ -470,18 +519,18 @@ class RemediationAction(_Record):
     policy_id: str
     policy_version: str = ""
     cause_code: str = ""
-    severity: int = 0
+    severity: UInt16 = 0
     guards: list[GuardResult] = Field(default_factory=list)
     state: ActionState = "proposed"
-    sequence: int = 1
+    sequence: UInt32 = 1
     reason: str = ""
     decision: Decision | None = None
     executor: str | None = None
     result: str = ""
     plan: list[CertificationGroup] = Field(default_factory=list)
-    created_at: int
-    updated_at: int = 0
-    expires_at: int | None = None
+    created_at: TimeNs
+    updated_at: TimeNs = 0
+    expires_at: TimeNs | None = None
 
 
 class RemediationCommand(_Record):
@@ -493,14 +542,14 @@ class RemediationCommand(_Record):
     JSON without ``signature``, and the id of the shared key it was made with
     (``streams.command_auth``); the worker rejects a command without a valid one."""
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: UInt16 = SCHEMA_VERSION
     command_id: str = ""
     command: Literal["approve", "reject", "cancel", "reset_breaker"]
     action_id: str | None = None
     cluster: str = ""
     by: str
     reason: str = ""
-    at: int
+    at: TimeNs
     key_id: str = ""
     signature: str = ""
 
@@ -528,14 +577,14 @@ class Certification(_Record):
     """The result of certifying a host (NVCRE, ``dcgmi diag``, NCCL tests): whether it may
     return to service. ``finished_at`` is UTC ns. ``passed`` is False if any test failed."""
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: UInt16 = SCHEMA_VERSION
     certification_id: str = ""
     host: str
     cluster: str = ""
     suite: str
     passed: bool
     tests: list[CertificationTest] = Field(default_factory=list)
-    finished_at: int
+    finished_at: TimeNs
     source: str = ""
 
     def with_id(self) -> "Certification":

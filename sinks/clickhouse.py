@@ -78,7 +78,15 @@ URLs
 Errors: :class:`SinkError` for a bad URL or database name, an unreachable server, a chDB
 path conflict, and any write/read failure (transient errors -- network, timeouts, too many
 parts/queries, ... -- are retried with exponential back-off and jitter by tenacity first).
-``TypeError`` when a write gets records of the wrong model.
+``TypeError`` when a write gets records of the wrong model. ``SinkError.transient`` says
+whether a retry may cure it.
+
+Bad rows: every ``write_*`` takes ``on_reject(record, reason)``. With it, a record whose row
+does not fit its table (an integer or time outside the range of its column type -- Int32,
+UInt16, UInt32, Int64, ``DateTime64(9)`` --, checked before the insert) is handed to it and
+left out, and an insert the server refuses with a non-transient error is bisected until the
+refused rows are found; the other rows are written. The ``xid`` column of ``events`` is NULL
+for an XID code outside Int32 (the ``record`` column keeps the value).
 """
 
 from __future__ import annotations
@@ -144,7 +152,18 @@ _TRANSIENT_CODES = frozenset(
 )
 
 class SinkError(RuntimeError):
-    """A sink could not be opened, or a write or read failed (after retries if transient)."""
+    """A sink could not be opened, or a write or read failed (after retries if transient).
+
+    ``transient``: True when the cause is one a later retry may cure (network, load: see
+    ``_is_transient``), False for a request the server refuses (a bad row, a bad URL)."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+#: A callback for rows a write cannot store: ``on_reject(record, reason)``.
+Reject = Callable[[BaseModel, str], None]
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,13 +183,62 @@ def _gpu_label(gpu: GpuRef | None) -> str | None:
     return None
 
 
+_INT32 = (-(2**31), 2**31 - 1)
+
+
 def _int_or_none(value: Any) -> int | None:
+    """``value`` as an Int32 column value: an int (or digits) within the Int32 range, else
+    None (the record column keeps the value as it was)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 12:
+        value = int(value)
+    if isinstance(value, int) and _INT32[0] <= value <= _INT32[1]:
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+    return None
+
+
+#: Value ranges of the integer and time column types of ddl.sql (DateTime64(9) as Int64 ns).
+_TYPE_RANGES: dict[str, tuple[int, int]] = {
+    "Int32": _INT32,
+    "UInt16": (0, 2**16 - 1),
+    "UInt32": (0, 2**32 - 1),
+    "Int64": (-(2**63), 2**63 - 1),
+    "DateTime64(9, 'UTC')": (-2_208_988_800_000_000_000, 2**63 - 1),
+}
+_COLUMN_RE = re.compile(r"^\s+(\w+)\s+(\S.*?)(?:\s+(?:DEFAULT|CODEC)\b.*)?,?\s*$")
+
+
+def _column_ranges() -> dict[str, dict[str, tuple[int, int]]]:
+    """``{table: {column: (lo, hi)}}`` for the integer and time columns of ddl.sql (array
+    columns: each element)."""
+    text = resources.files("sinks").joinpath("ddl.sql").read_text(encoding="utf-8")
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    table = None
+    for line in text.splitlines():
+        m = re.match(r"CREATE TABLE IF NOT EXISTS \{database\}\.(\w+)(\s+AS\s+\{database\}\.(\w+))?", line)
+        if m:
+            table = m[1]
+            out[table] = dict(out.get(m[3], {})) if m[3] else {}
+            continue
+        c = _COLUMN_RE.match(line)
+        if table and c:
+            kind = re.sub(r"^(?:Nullable|Array)\((.*)\)$", r"\1", c[2])
+            if kind in _TYPE_RANGES:
+                out[table][c[1]] = _TYPE_RANGES[kind]
+    return out
+
+
+def _row_problem(columns: Sequence[str], row: Sequence[Any], ranges: dict[str, tuple[int, int]]) -> str | None:
+    """Why ``row`` cannot be stored in its table's typed columns (an integer or time out of
+    its column type's range), or None when it fits."""
+    for name, value in zip(columns, row):
+        bounds = ranges.get(name)
+        if bounds is None or value is None:
+            continue
+        for v in value if isinstance(value, list) else (value,):
+            if not isinstance(v, int) or isinstance(v, bool) or not bounds[0] <= v <= bounds[1]:
+                return f"column {name}: {v!r} outside [{bounds[0]}, {bounds[1]}]"
     return None
 
 
@@ -440,6 +508,10 @@ TABLES: dict[str, _Table] = {
 }
 
 
+#: ``{table: {column: (lo, hi)}}``: the integer and time columns of every table.
+_RANGES = _column_ranges()
+
+
 # --------------------------------------------------------------------------------------------
 # chDB: one engine path per process, shared reference-counted clients
 
@@ -626,13 +698,15 @@ class ClickHouseSink:
         try:
             return retrying(fn)
         except RetryError as exc:  # pragma: no cover - reraise=True re-raises the cause
-            raise SinkError(f"cannot {what}: {exc}") from exc
+            raise SinkError(f"cannot {what}: {exc}", transient=True) from exc
         except SinkError:
             raise
         except Exception as exc:
             attempts = retrying.statistics.get("attempt_number", 1)
-            kind = "after %d attempts" % attempts if _is_transient(exc) else "(not retried)"
-            raise SinkError(f"cannot {what} {kind}: {type(exc).__name__}: {exc}") from exc
+            transient = _is_transient(exc)
+            kind = "after %d attempts" % attempts if transient else "(not retried)"
+            raise SinkError(f"cannot {what} {kind}: {type(exc).__name__}: {exc}",
+                            transient=transient) from exc
 
     def _retire_old_remediations(self) -> None:
         """Rename a ``remediations`` table of the first schema (``state_rank``, no
@@ -680,68 +754,107 @@ class ClickHouseSink:
 
     # -- writes --------------------------------------------------------------------------
 
-    def write_observations(self, obs: Sequence[Observation]) -> int:
+    def write_observations(self, obs: Sequence[Observation], *, on_reject: Reject | None = None) -> int:
         """Write observations (ids filled from content when empty). Returns the number of
         distinct records submitted (rows the server deduplicated are still counted)."""
-        return self._write("observations", obs)
+        return self._write("observations", obs, on_reject)
 
-    def write_events(self, events: Sequence[Event]) -> int:
+    def write_events(self, events: Sequence[Event], *, on_reject: Reject | None = None) -> int:
         """Write events (ids filled from content when empty). Returns the number submitted."""
-        return self._write("events", events)
+        return self._write("events", events, on_reject)
 
-    def write_attributions(self, attrs: Sequence[Attribution]) -> int:
+    def write_attributions(self, attrs: Sequence[Attribution], *, on_reject: Reject | None = None) -> int:
         """Write attributions; under FINAL the highest ``revision`` per ``attribution_id``
         wins. Returns the number submitted."""
-        return self._write("attributions", attrs)
+        return self._write("attributions", attrs, on_reject)
 
-    def write_remediations(self, actions: Sequence[RemediationAction]) -> int:
+    def write_remediations(self, actions: Sequence[RemediationAction], *,
+                           on_reject: Reject | None = None) -> int:
         """Write remediation transition records to ``remediations`` (under FINAL the record
         with the highest ``sequence`` per ``action_id``: the latest state, whatever the order
         of the writes) and to ``remediation_transitions`` (one row per ``action_id`` and
         ``sequence``: the lifecycle). Returns the number of distinct records submitted."""
-        self._write("remediation_transitions", actions)
-        return self._write("remediations", actions)
+        rejected: set[int] = set()
 
-    def write_certifications(self, certs: Sequence[Certification]) -> int:
+        def once(rec: BaseModel, reason: str) -> None:
+            # a record both tables refuse is reported once
+            if id(rec) not in rejected and on_reject is not None:
+                rejected.add(id(rec))
+                on_reject(rec, reason)
+
+        self._write("remediation_transitions", actions, once if on_reject else None)
+        return self._write("remediations", actions, once if on_reject else None)
+
+    def write_certifications(self, certs: Sequence[Certification], *, on_reject: Reject | None = None) -> int:
         """Write certification results (ids filled from content when empty). Returns the
         number submitted."""
-        return self._write("certifications", certs)
+        return self._write("certifications", certs, on_reject)
 
-    def write_dead_letters(self, rows: Sequence[DeadLetter]) -> int:
+    def write_dead_letters(self, rows: Sequence[DeadLetter], *, on_reject: Reject | None = None) -> int:
         """Write dead letters (ids filled from content when empty); ``original`` is stored as
         raw bytes. Returns the number submitted."""
-        return self._write("dead_letters", rows)
+        return self._write("dead_letters", rows, on_reject)
 
-    def _write(self, table: str, records: Sequence[BaseModel]) -> int:
+    def _write(self, table: str, records: Sequence[BaseModel], on_reject: Reject | None = None) -> int:
+        """Insert ``records`` into ``table`` (chunks of ``max_rows_per_insert``, each with
+        its deduplication token). Without ``on_reject``, the first failure raises
+        :class:`SinkError`. With it, a record whose row cannot be stored (an integer or time
+        outside its column type, a value canonical JSON cannot hold) is passed to
+        ``on_reject(record, reason)`` and left out, and a chunk the server refuses with a
+        non-transient error is split in halves until the refused rows are found, so one bad
+        row never holds back the others; a transient failure (after the retries) still raises
+        :class:`SinkError` with ``transient=True``. Returns the number of distinct records
+        submitted (rejected ones excluded)."""
         self._check_open()
         spec = TABLES[table]
-        prepared: dict[tuple[str, int, str], list[Any]] = {}
+        ranges = _RANGES.get(table, {})
+        prepared: dict[tuple[str, int, str], tuple[list[Any], BaseModel]] = {}
         for rec in records:
             if not isinstance(rec, spec.model):
                 raise TypeError(
                     f"{table} takes {spec.model.__name__} records, got {type(rec).__name__}"
                 )
-            rid = getattr(rec, spec.id_field)
-            if not rid:
-                if not hasattr(rec, "with_id"):
-                    raise SinkError(f"{spec.model.__name__} without {spec.id_field}")
-                rec = rec.model_copy(deep=True).with_id()  # type: ignore[attr-defined]
+            try:
                 rid = getattr(rec, spec.id_field)
-            record = canonical_json(rec)
-            prepared[(rid, spec.version(rec), record)] = spec.row(rec, record)
+                if not rid:
+                    if not hasattr(rec, "with_id"):
+                        raise SinkError(f"{spec.model.__name__} without {spec.id_field}")
+                    rec = rec.model_copy(deep=True).with_id()  # type: ignore[attr-defined]
+                    rid = getattr(rec, spec.id_field)
+                record = canonical_json(rec)
+                row = spec.row(rec, record)
+                problem = _row_problem(spec.columns, row, ranges)
+                if problem is not None:
+                    raise SinkError(f"{spec.model.__name__} {rid}: {problem}")
+            except (SinkError, TypeError, ValueError) as exc:
+                if on_reject is None:
+                    raise SinkError(f"cannot store in {table}: {exc}") from exc
+                on_reject(rec, f"not stored in {table}: {exc}")
+                continue
+            prepared[(rid, spec.version(rec), record)] = (row, rec)
         if not prepared:
             return 0
         keys = sorted(prepared)  # deterministic order => deterministic dedup tokens
-        fq = f"{self.database}.{table}"
+        stored = 0
         for start in range(0, len(keys), self.max_rows_per_insert):
-            chunk = keys[start : start + self.max_rows_per_insert]
-            digest = hashlib.blake2b(digest_size=16)
-            for rid, version, record in chunk:
-                digest.update(f"{rid}\x1f{version}\x1f{record}\x1e".encode())
-            token = f"{fq}:{digest.hexdigest()}"
-            rows = [prepared[k] for k in chunk]
+            stored += self._insert(table, keys[start : start + self.max_rows_per_insert], prepared, on_reject)
+        return stored
+
+    def _insert(self, table: str, chunk: list[tuple[str, int, str]],
+                prepared: dict[tuple[str, int, str], tuple[list[Any], BaseModel]],
+                on_reject: Reject | None) -> int:
+        """One insert of ``chunk`` (keys of ``prepared``); with ``on_reject``, a
+        non-transient failure is bisected down to the refused rows. Returns rows stored."""
+        spec = TABLES[table]
+        fq = f"{self.database}.{table}"
+        digest = hashlib.blake2b(digest_size=16)
+        for rid, version, record in chunk:
+            digest.update(f"{rid}\x1f{version}\x1f{record}\x1e".encode())
+        token = f"{fq}:{digest.hexdigest()}"
+        rows = [prepared[k][0] for k in chunk]
+        try:
             self._retry(
-                lambda rows=rows, token=token: self._client.insert(
+                lambda: self._client.insert(
                     fq,
                     rows,
                     column_names=list(spec.columns),
@@ -749,7 +862,16 @@ class ClickHouseSink:
                 ),
                 f"insert {len(rows)} rows into {fq}",
             )
-        return len(keys)
+        except SinkError as exc:
+            if on_reject is None or exc.transient:
+                raise
+            if len(chunk) == 1:
+                on_reject(prepared[chunk[0]][1], f"not stored in {table}: {exc}")
+                return 0
+            half = len(chunk) // 2
+            return (self._insert(table, chunk[:half], prepared, on_reject)
+                    + self._insert(table, chunk[half:], prepared, on_reject))
+        return len(chunk)
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -112,8 +112,8 @@ def exit_without_commit(reason: str, code: int = 1) -> None:
     os._exit(code)
 
 
-class BoundedWorker(faust.Worker):
-    """A ``faust.Worker`` whose shutdown on SIGTERM / SIGINT takes at most
+class Worker(faust.Worker):
+    """A ``faust.Worker`` (logging as ``Worker``, like it) whose shutdown on SIGTERM / SIGINT takes at most
     ``shutdown_timeout_s`` seconds: the signal sets ``app.faultstream_stop`` (the ClickHouse
     writers stop retrying) and starts a timer that ends the process with
     :func:`exit_without_commit` if the orderly stop has not finished by then."""
@@ -357,6 +357,11 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                 continue
             try:
                 await run(pipeline.ingest(obs))
+            except (ValueError, ValidationError) as exc:  # the pipeline refused it: no traceback
+                await dead_letter("agent.topology", f"invalid topology record: {str(exc).splitlines()[0][:300]}",
+                                  raw, item.message)
+                metrics.inputs.labels("topology", "dead_lettered").inc()
+                continue
             except Exception as exc:  # noqa: BLE001 -- a bad record never stops the agent
                 log.exception("topology record %s failed", obs.observation_id)
                 await dead_letter("agent.topology", f"processing error: {type(exc).__name__}: {str(exc)[:300]}",
@@ -457,7 +462,8 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         from streams.store import attach_clickhouse
 
         attach_clickhouse(app, settings, metrics, observations=observations, events=public["events"],
-                          attributions=public["attributions"], dead_letters=dead_letters)
+                          attributions=public["attributions"], dead_letters=dead_letters,
+                          exit_without_commit=exit_without_commit)
     from streams.remediate import attach_remediation
 
     attach_remediation(app, settings, attributions_topic=public["attributions"], dead_letter=dead_letter, metrics=metrics)

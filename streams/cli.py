@@ -96,8 +96,6 @@ def _read_source(config, *, from_kafka: bool, clickhouse: str, since: Optional[s
                  bootstrap: Optional[str], kafka_timeout: float):
     """(observations, plan, report) of a Kafka range or of ClickHouse (streams/sources.py);
     user errors end the command (exit 2)."""
-    from pydantic import ValidationError
-
     from sinks.clickhouse import ClickHouseSink, SinkError
     from streams import sources
 
@@ -110,12 +108,12 @@ def _read_source(config, *, from_kafka: bool, clickhouse: str, since: Optional[s
     try:
         if from_kafka:
             from schemas.topics import catalogue
-            from sinks.kafka_settings import KafkaSettings
+            from transport.kafka_settings import KafkaSettingsError, kafka_settings
 
             try:
-                settings = KafkaSettings(bootstrap_servers=bootstrap) if bootstrap else KafkaSettings()
-            except ValidationError as exc:
-                cli_fail(f"invalid Kafka settings: {exc.errors()[0]['msg']}")
+                settings = kafka_settings(bootstrap)
+            except KafkaSettingsError as exc:
+                cli_fail(str(exc))
             topic = catalogue(topic_prefix)["observations"].name
             read = list(sources.observations_from_kafka(settings.confluent_config(), topic, since_ns=since_ns,
                                                         until_ns=until_ns, timeout_s=kafka_timeout, report=report))
@@ -331,10 +329,9 @@ def worker(
     """Run a stream worker (Faust): observations -> events -> verdicts, until stopped.
 
     Settings come from FAULTSTREAM_* and KAFKA_* variables (see streams/settings.py and
-    sinks/kafka_settings.py); the options here override them."""
-    import faust
+    transport/kafka_settings.py); the options here override them."""
 
-    from streams.app import create_app
+    from streams.app import DataDirLocked, Worker, create_app
     from streams.logs import configure_logging, logging_config
     from streams.settings import WorkerSettings
 
@@ -349,7 +346,7 @@ def worker(
     }
     from confluent_kafka import KafkaException
 
-    from sinks.kafka_settings import KafkaSettings
+    from transport.kafka_settings import KafkaSettings
     from streams.app import declare_topics
 
     try:
@@ -361,14 +358,19 @@ def worker(
         "worker starting", extra={"app_id": settings.app_id, "bootstrap": kafka.bootstrap_servers})
     try:
         faust_app = create_app(settings, kafka)
+    except DataDirLocked as exc:
+        cli_fail(str(exc))
     except ValueError as exc:  # invalid remediation / executor settings (pydantic)
         cli_fail(f"worker settings: {exc}")
+    except OSError as exc:  # the data directory cannot be created or locked
+        cli_fail(f"data directory {settings.data_dir}: {exc}")
     try:
         declare_topics(settings, kafka)
     except (KafkaException, RuntimeError) as exc:
         cli_fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
     json_config = logging_config(log_format, loglevel) if log_format == "json" else None  # text: Faust's own
-    faust.Worker(faust_app, loglevel=loglevel, logging_config=json_config).execute_from_commandline()
+    Worker(faust_app, loglevel=loglevel, logging_config=json_config,
+                  shutdown_timeout_s=settings.shutdown_timeout_s).execute_from_commandline()
 
 
 @app.command()
@@ -378,15 +380,22 @@ def verdicts(
     workload: Optional[str] = typer.Option(None, help="only this workload (scope id)"),
     topic: Optional[str] = typer.Option(None, help="default: <FAULTSTREAM_TOPIC_PREFIX>.attributions"),
     timeout: float = typer.Option(5.0, help="without --follow: stop after this many idle seconds"),
+    connect_timeout: float = typer.Option(10.0, "--connect-timeout", min=0.1,
+                                          help="give up when no broker answers within this many seconds"),
 ) -> None:
-    """Print the verdicts on the attributions topic (every revision, in topic order)."""
+    """Print the verdicts on the attributions topic (every revision, in topic order).
+
+    A record that is not a verdict (a tombstone, bad JSON, another schema) is skipped with a
+    warning on stderr; a broker that does not answer within --connect-timeout seconds exits 2
+    with a message."""
     import uuid
 
     from confluent_kafka import Consumer, KafkaException
+    from pydantic import ValidationError
 
     from schemas.records import Attribution
     from schemas.topics import catalogue
-    from sinks.kafka_settings import KafkaSettings
+    from transport.kafka_settings import KafkaSettings
     from streams.render import render_attribution
 
     kafka = KafkaSettings()
@@ -394,9 +403,21 @@ def verdicts(
     consumer = Consumer(kafka.confluent_config() | {
         "group.id": f"faultstream-verdicts-{uuid.uuid4().hex}",
         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "log_level": 0,  # connection errors are reported below, once
     })
     out = Console() if Console().is_terminal else Console(width=140)
+    skipped = 0
     try:
+        try:
+            # raises KafkaException when no broker answers in time
+            metadata = consumer.list_topics(name, timeout=connect_timeout)
+        except KafkaException as exc:
+            detail = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+            cli_fail(f"Kafka at {kafka.bootstrap_servers}: no broker answered within "
+                     f"{connect_timeout:g} s ({detail})")
+        missing = metadata.topics.get(name)
+        if missing is None or missing.error is not None:
+            err.print(f"warning: topic {name} does not exist (yet)", markup=False, highlight=False)
         consumer.subscribe([name])
         import time as _time
 
@@ -408,7 +429,16 @@ def verdicts(
             if msg.error():
                 raise KafkaException(msg.error())
             idle_since = _time.monotonic()
-            att = Attribution.model_validate_json(msg.value())
+            where = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
+            try:
+                if msg.value() is None:
+                    raise ValueError("tombstone (no value)")
+                att = Attribution.model_validate_json(msg.value())
+            except (ValueError, ValidationError, RecursionError) as exc:
+                skipped += 1
+                err.print(f"warning: skipped {where}: not a verdict: {str(exc).splitlines()[0][:200]}",
+                          markup=False, highlight=False)
+                continue
             if workload and att.scope.id != workload:
                 continue
             if json_lines:
@@ -422,6 +452,8 @@ def verdicts(
         pass
     finally:
         consumer.close()
+    if skipped:
+        err.print(f"{skipped} records skipped: not verdicts", markup=False, highlight=False)
 
 
 @schemas_app.command("export")
@@ -477,15 +509,14 @@ app.add_typer(topics_app, name="topics")
 
 
 def _topics_settings(bootstrap: str | None):
-    """KafkaSettings from the environment, with ``--bootstrap`` overriding the servers."""
-    from pydantic import ValidationError
-
-    from sinks.kafka_settings import KafkaSettings
+    """KafkaSettings from the environment, with ``--bootstrap`` overriding the servers
+    (:func:`transport.kafka_settings.kafka_settings`); invalid settings exit 2."""
+    from transport.kafka_settings import KafkaSettingsError, kafka_settings
 
     try:
-        return KafkaSettings(bootstrap_servers=bootstrap) if bootstrap else KafkaSettings()
-    except ValidationError as exc:
-        cli_fail(f"invalid Kafka settings: {exc.errors()[0]['msg']}")
+        return kafka_settings(bootstrap)
+    except KafkaSettingsError as exc:
+        cli_fail(str(exc))
 
 
 @topics_app.command("create")

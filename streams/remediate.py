@@ -192,6 +192,8 @@ def decode_command(raw: bytes, keyring: Keyring, now_ns: int, *, max_age_s: floa
     :class:`CommandInvalid` with the dead-letter reason."""
     try:
         data = json.loads(raw)
+    except RecursionError as exc:
+        raise CommandInvalid("invalid json: nested too deeply") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CommandInvalid(f"invalid json: {_first_line(exc)}") from exc
     try:
@@ -906,7 +908,7 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
                 continue
             try:
                 payload = workload_payload(original)
-            except (ValueError, ValidationError, KeyError, TypeError) as exc:
+            except (ValueError, ValidationError, KeyError, TypeError, RecursionError) as exc:
                 log.debug("workload record not used for remediation targets: %s", _first_line(exc))
                 continue  # the extract agent dead-letters a bad record; it is not dead-lettered twice
             if payload is not None:

@@ -26,7 +26,7 @@ race ends in a dead letter naming the reason, never in a wrong transition.
 
 Errors print one line on stderr and exit 2: an unknown action id (named), a broker that does
 not answer within ``--timeout`` seconds, a topic that does not exist, invalid Kafka settings.
-Kafka settings are ``KAFKA_*`` (``sinks/kafka_settings.py``), ``--bootstrap`` overrides the
+Kafka settings are ``KAFKA_*`` (``transport/kafka_settings.py``), ``--bootstrap`` overrides the
 servers; topic names follow ``FAULTSTREAM_TOPIC_PREFIX``.
 """
 
@@ -70,14 +70,14 @@ ReasonOpt = Annotated[str, typer.Option("--reason", callback=_reason, help="why 
 
 
 def _kafka(bootstrap: str | None) -> Any:
-    from pydantic import ValidationError
-
-    from sinks.kafka_settings import KafkaSettings
+    """KafkaSettings of :func:`transport.kafka_settings.kafka_settings` (``--bootstrap``
+    overriding the servers); invalid settings exit 2."""
+    from transport.kafka_settings import KafkaSettingsError, kafka_settings
 
     try:
-        return KafkaSettings(bootstrap_servers=bootstrap) if bootstrap else KafkaSettings()
-    except ValidationError as exc:
-        cli_fail("Kafka settings: " + "; ".join(e["msg"] for e in exc.errors()))
+        return kafka_settings(bootstrap)
+    except KafkaSettingsError as exc:
+        cli_fail(str(exc))
 
 
 def _topic(logical: str) -> str:
@@ -304,7 +304,7 @@ def send_command(kafka: Any, cmd: RemediationCommand, timeout_s: float) -> str:
     """Publish ``cmd`` (signed, id filled) on the commands topic, key = its action id (empty
     for a breaker reset); returns the topic. Exits 2 when the broker does not take it within
     ``timeout_s``."""
-    from sinks.kafka import KafkaProducerError, RecordProducer
+    from transport.kafka import KafkaProducerError, RecordProducer
 
     topic = _topic("remediation-commands")
     try:

@@ -20,6 +20,8 @@ FAULTSTREAM_FABRIC_FLUSH_S          re-decide a cluster's fabric at most this of
 FAULTSTREAM_PARTITIONS             partitions of the internal topics             12
 FAULTSTREAM_WEB_PORT               port of /metrics (127.0.0.1)                  6066
 FAULTSTREAM_MAX_MESSAGE_BYTES      larger observations are dead-lettered         1048576
+FAULTSTREAM_SHUTDOWN_TIMEOUT_S     after SIGTERM/SIGINT, exit without           30
+                                   committing if the stop takes longer (s)
 FAULTSTREAM_REMEDIATION            remediation agents (streams/remediate.py:     true
                                    proposals, commands, certifications,
                                    executors; FAULTSTREAM_REMEDIATION_* and
@@ -27,6 +29,8 @@ FAULTSTREAM_REMEDIATION            remediation agents (streams/remediate.py:    
 =================================  ===========================================  ==============
 
 Kafka connection and security settings are ``KAFKA_*`` (``sinks/kafka_settings.py``).
+Durations and counts are checked (``pydantic.ValidationError``): no negative lateness, idle
+timeout or flush interval; at least one partition; a port in 1..65535.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.topics import DEFAULT_PREFIX, clean_prefix
@@ -54,14 +58,16 @@ class WorkerSettings(BaseSettings):
     store: str = _default_store()
     data_dir: Path = Path(".state/faust")
     clickhouse: str = ""
-    allowed_lateness_s: float = 30.0
-    idle_timeout_s: float = 10.0
+    allowed_lateness_s: float = Field(30.0, ge=0, allow_inf_nan=False)
+    idle_timeout_s: float = Field(10.0, ge=0, allow_inf_nan=False)
     #: the fabric correlator re-decides a cluster at most once per this many seconds; records
     #: arriving sooner are decided together by the next flush tick
-    fabric_flush_s: float = 2.0
-    partitions: int = 12
-    web_port: int = 6066
-    max_message_bytes: int = 1_048_576
+    fabric_flush_s: float = Field(2.0, ge=0, allow_inf_nan=False)
+    partitions: int = Field(12, ge=1)
+    web_port: int = Field(6066, ge=1, le=65535)
+    max_message_bytes: int = Field(1_048_576, ge=1)
+    #: after SIGTERM/SIGINT the worker exits without committing if its stop takes longer
+    shutdown_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
     remediation: bool = True
 
     @field_validator("topic_prefix")

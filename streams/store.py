@@ -2,20 +2,30 @@
 
 Every observation consumed (so that ``faultstream replay --from-clickhouse`` can re-decide
 any stored incident), every event, verdict, dead letter, remediation transition and
-certification. A batch is retried with exponential back-off until it is written; until then
-the agent does not move on, so its offsets are not committed and nothing is lost (writes are
-idempotent: a batch replayed after a crash adds no rows). A record that does not validate (or a
-tombstone) is logged, counted in ``faultstream_clickhouse_skipped_total`` and skipped, never
-holding back the valid records batched with it; the agent that consumes the topic as input
-dead-letters it.
+certification. A batch is retried with exponential back-off while the failure is transient
+(ClickHouse down or overloaded); until then the agent does not move on, so its offsets are not
+committed and nothing is lost (writes are idempotent: a batch replayed after a crash adds no
+rows). When the worker is asked to stop while a batch still waits, the process exits at once
+without committing (as after a crash: the batch is read again at the next start), so a
+shutdown never waits for ClickHouse.
+
+A record that does not validate (or a tombstone) is logged, counted in
+``faultstream_clickhouse_skipped_total`` and skipped, never holding back the valid records
+batched with it; the agent that consumes the topic as input dead-letters it (the events
+topic has no other reader: its writer dead-letters it). A valid record whose row ClickHouse
+refuses (:meth:`sinks.clickhouse.ClickHouseSink.write_events` ``on_reject``: a value outside
+its column type, found by bisecting a refused insert) is counted the same way and sent to the
+dead-letter topic with the reason (source ``sink.clickhouse.<table>``); a refused dead letter
+is only logged and counted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 import faust
 from prometheus_client import Counter
@@ -23,64 +33,119 @@ from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from schemas.deadletter import DeadLetter
-from schemas.records import Attribution, Certification, Event, Observation, RemediationAction
+from schemas.records import (Attribution, Certification, Event, Observation, Position, RemediationAction,
+                             canonical_json)
 from streams.settings import WorkerSettings
 
 log = logging.getLogger("faultstream.worker")
 
 
-def valid(model: type[BaseModel], batch: list[Any], skipped: Any) -> list[BaseModel]:
-    """The records of ``batch`` (raw JSON values) that validate as ``model``; the others
-    (tombstones included) are logged and counted in ``skipped``."""
+def valid(model: type[BaseModel], batch: list[Any], skipped: Any,
+          rejected: list[tuple[Any, str]] | None = None) -> list[tuple[BaseModel, Any]]:
+    """The records of ``batch`` (Faust events whose values are raw JSON) that validate as
+    ``model``, each with its event; the others (tombstones included) are logged, counted in
+    ``skipped`` and, when ``rejected`` is given, appended to it as ``(event, reason)``."""
     out = []
-    for value in batch:
+    for event in batch:
+        value = event.value
         try:
             if value is None:
                 raise ValueError("tombstone (no value)")
-            out.append(model.model_validate_json(value))
+            out.append((model.model_validate_json(value), event))
         except (ValueError, ValidationError, RecursionError) as exc:
+            reason = f"invalid {model.__name__.lower()}: {str(exc).splitlines()[0][:300]}"
             skipped.labels(model.__name__).inc()
-            log.warning("%s not stored in ClickHouse: %s", model.__name__, str(exc).splitlines()[0][:300])
+            log.warning("%s not stored in ClickHouse: %s", model.__name__, reason)
+            if rejected is not None:
+                rejected.append((event, reason))
     return out
 
 
 def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Any, *, observations: Any,
-                      events: Any, attributions: Any, dead_letters: Any) -> None:
+                      events: Any, attributions: Any, dead_letters: Any,
+                      exit_without_commit: Callable[[str], Any]) -> None:
     """Add the ClickHouse writer agents to ``app`` (see the module docstring); ``metrics`` is
-    the worker's :class:`streams.app.Metrics`. The sink opens on the first write."""
+    the worker's :class:`streams.app.Metrics`. The sink opens on the first write. The agents
+    stop retrying once ``app.faultstream_stop`` (an ``asyncio.Event``, set by the worker's
+    signal handler) is set or the app stops; then ``exit_without_commit(reason)``
+    (:func:`streams.app.exit_without_commit`) ends the process."""
     from sinks.clickhouse import ClickHouseSink, SinkError
 
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clickhouse")
     state: dict[str, Any] = {"sink": None}
     skipped = Counter("faultstream_clickhouse_skipped_total", "records not stored: invalid", ["model"],
                       registry=metrics.registry)
+    stop_event: asyncio.Event = getattr(app, "faultstream_stop", None) or asyncio.Event()
+    app.faultstream_stop = stop_event  # type: ignore[attr-defined]
 
-    def write(table: str, records: list[Any]) -> None:
+    def stopping() -> bool:
+        return stop_event.is_set() or app.should_stop
+
+    def write(table: str, records: list[Any]) -> list[tuple[Any, str]]:
+        """Write ``records`` (in the writer thread); returns the ones ClickHouse refused."""
         if state["sink"] is None:
             state["sink"] = ClickHouseSink(settings.clickhouse)
         sink = state["sink"]
+        refused: list[tuple[Any, str]] = []
         {"observations": sink.write_observations, "events": sink.write_events,
          "attributions": sink.write_attributions, "dead_letters": sink.write_dead_letters,
-         "remediations": sink.write_remediations, "certifications": sink.write_certifications}[table](records)
+         "remediations": sink.write_remediations, "certifications": sink.write_certifications,
+         }[table](records, on_reject=lambda rec, reason: refused.append((rec, reason)))
+        return refused
 
-    async def store(table: str, records: list[Any]) -> None:
+    async def sleep(seconds: float) -> None:
+        # the back-off ends early when the worker is asked to stop
+        try:
+            await asyncio.wait_for(stop_event.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def dead_letter(table: str, event: Any, reason: str) -> None:
+        message = event.message
+        letter = DeadLetter(
+            source=f"sink.clickhouse.{table}", reason=reason, original=event.value or b"",
+            original_key=message.key,
+            position=Position(topic=message.topic, partition=message.partition, offset=message.offset),
+            at_ns=time.time_ns(),
+        ).with_id()
+        await dead_letters.send(key=letter.source.encode(), value=canonical_json(letter).encode())
+
+    async def store(table: str, batch: list[Any], model: type[BaseModel], own_input: bool) -> None:
+        invalid: list[tuple[Any, str]] = []
+        records = valid(model, batch, skipped, invalid if own_input else None)
+        for event, reason in invalid:
+            await dead_letter(table, event, reason)
         if not records:
             return
         loop = asyncio.get_running_loop()
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(SinkError),
-            wait=wait_exponential(multiplier=0.5, max=30),
-            before_sleep=lambda rs: log.warning("ClickHouse write failed (%s); retrying", rs.outcome.exception()),
-            reraise=True,
-        ):
-            with attempt:
-                await loop.run_in_executor(executor, write, table, records)
-        metrics.clickhouse_rows.labels(table).inc(len(records))
+        refused: list[tuple[Any, str]] = []
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type(SinkError),
+                stop=lambda _: stopping(),
+                wait=wait_exponential(multiplier=0.5, max=30),
+                sleep=sleep,
+                before_sleep=lambda rs: log.warning("ClickHouse write failed (%s); retrying", rs.outcome.exception()),
+                reraise=True,
+            ):
+                with attempt:
+                    refused = await loop.run_in_executor(executor, write, table, [r for r, _ in records])
+        except SinkError as exc:
+            # asked to stop while the batch waits: exit without committing its offsets
+            exit_without_commit(f"stopping while {len(records)} {table} records wait for ClickHouse ({exc})")
+        by_record = {id(rec): event for rec, event in records}
+        for rec, reason in refused:
+            skipped.labels(model.__name__).inc()
+            log.warning("%s not stored in ClickHouse: %s", model.__name__, reason)
+            event = by_record.get(id(rec))
+            if table != "dead_letters" and event is not None:
+                await dead_letter(table, event, reason)
+        metrics.clickhouse_rows.labels(table).inc(len(records) - len(refused))
 
-    def writer(topic: Any, table: str, model: type[BaseModel], size: int) -> None:
+    def writer(topic: Any, table: str, model: type[BaseModel], size: int, *, own_input: bool = False) -> None:
         async def agent(stream: Any) -> None:
-            async for batch in stream.take(size, within=1.0):
-                await store(table, valid(model, batch, skipped))
+            async for batch in stream.take_events(size, within=1.0):
+                await store(table, batch, model, own_input)
 
         agent.__name__ = f"store_{table}"
         agent.__qualname__ = f"store_{table}"
@@ -90,7 +155,8 @@ def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Any, *,
         return app.topic(settings.topic(name), value_serializer="raw", key_serializer="raw")
 
     writer(observations, "observations", Observation, 1000)
-    writer(events, "events", Event, 1000)
+    # no other agent reads the events topic: its writer dead-letters what does not validate
+    writer(events, "events", Event, 1000, own_input=True)
     writer(attributions, "attributions", Attribution, 100)
     writer(dead_letters, "dead_letters", DeadLetter, 100)
     # every remediation transition (ReplacingMergeTree(sequence): the latest per action under

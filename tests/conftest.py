@@ -38,7 +38,7 @@ from tests.slurm_fixtures import slurm_cluster  # noqa: E402,F401
 
 #: test modules that open the embedded ClickHouse engine (chDB)
 CLICKHOUSE_MODULES = {"test_cli", "test_clickhouse_sink", "test_logs", "test_remediation_sink",
-                      "test_remediation_stream", "test_replay_sources", "test_stream"}
+                      "test_remediation_stream", "test_replay_sources", "test_stream", "test_poison", "test_fuzz"}
 _SERVICE_FIXTURES = {"kafka_bootstrap": "kafka", "kafka_config": "kafka", "kafka_topic_factory": "kafka",
                      "slurm_cluster": "slurm"}
 

@@ -10,7 +10,7 @@ Fixtures:
   In order of preference:
 
   1. ``KAFKA_BOOTSTRAP_SERVERS`` when set (security from the other ``KAFKA_*`` variables, see
-     ``sinks/kafka_settings.py``); it must answer within 30 s;
+     ``transport/kafka_settings.py``); it must answer within 30 s;
   2. testcontainers' ``KafkaContainer`` (KRaft) when a Docker engine answers a ping
      (image from ``FAULTSTREAM_TEST_KAFKA_IMAGE``, default ``confluentinc/cp-kafka:7.6.0``);
   3. the local broker of ``deploy/kafka/broker.py`` on a free port, with a fresh data dir that
@@ -101,7 +101,7 @@ class _Shared:
 def _open_broker() -> tuple[str, Callable[[], None]]:
     """Find or start a broker (see the module docstring); return (bootstrap, close). Fails the
     test (pytest.fail) when none can be had."""
-    from sinks.kafka_settings import KafkaSettings
+    from transport.kafka_settings import KafkaSettings
 
     env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     if env:
@@ -159,7 +159,7 @@ def kafka_bootstrap() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def kafka_config(kafka_bootstrap: str) -> dict[str, str]:
     """confluent_kafka configuration for the session's broker (copy it before changing it)."""
-    from sinks.kafka_settings import KafkaSettings
+    from transport.kafka_settings import KafkaSettings
 
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
         return KafkaSettings().confluent_config()

@@ -2,10 +2,11 @@
 
 Layers, lowest first (a module may import its own layer and the layers below it):
 
-    schemas  <  correlators  <  connectors, sinks  <  streams
+    schemas  <  correlators  <  transport  <  connectors, sinks  <  streams
 
-``schemas`` holds the record contract, ``correlators`` the pure engine, ``connectors`` (inputs)
-and ``sinks`` (outputs) the transports around it, ``streams`` the drivers and the CLI.
+``schemas`` holds the record contract, ``correlators`` the pure engine, ``transport`` the
+clients of Kafka and Slurm that inputs and outputs share, ``connectors`` (inputs) and ``sinks``
+(outputs) around the engine, ``streams`` the drivers and the CLI.
 
 What counts as an import: every ``import`` / ``from ... import`` statement of a module, at
 module level or inside a function, class or ``try`` block (a function-level import is the same
@@ -24,7 +25,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = {"schemas": 0, "correlators": 1, "connectors": 2, "sinks": 2, "streams": 3}
+LAYERS = {"schemas": 0, "correlators": 1, "transport": 2, "connectors": 3, "sinks": 3, "streams": 4}
 #: third-party or stdlib modules that do I/O: the pure engine imports none of them
 IO_MODULES = {"aiokafka", "chdb", "clickhouse_connect", "confluent_kafka", "faust", "httpx", "kubernetes",
               "requests", "rocksdict", "socket", "subprocess", "urllib", "asyncio", "typer", "rich"}
@@ -151,7 +152,7 @@ def test_the_graph_sees_module_level_lazy_and_relative_imports():
     assert "streams.replay" in edges["streams.cli"]  # inside a function
     assert "correlators.hypothesis" in edges["correlators.detectors"]
     assert "correlators.rules.code" in edges["correlators.rules"]  # package __init__
-    assert "sinks.kafka" not in edges["connectors.runner"]  # under TYPE_CHECKING only
+    assert "transport.kafka" not in edges["connectors.runner"]  # under TYPE_CHECKING only
     assert "yaml" in external["schemas.yamlspec"]
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []
@@ -171,7 +172,7 @@ def test_arrows_point_down_the_layers():
     edges, _ = build_graph()
     upward = sorted(f"{a} -> {b}" for a, targets in edges.items() for b in targets if _layer(b) > _layer(a))
     assert not upward, ("imports from a lower layer into a higher one "
-                        "(schemas < correlators < connectors, sinks < streams):\n" + "\n".join(upward))
+                        "(schemas < correlators < transport < connectors, sinks < streams):\n" + "\n".join(upward))
 
 
 def test_the_engine_imports_no_io_library():

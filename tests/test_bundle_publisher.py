@@ -17,8 +17,8 @@ from connectors.bundle import BundleConnector
 from connectors.publish import bundle_records, publish_bundle
 from schemas.bundle import WorkloadSpec
 from schemas.records import Observation, Source
-from sinks.kafka import BackPressureTimeout, DeliveryError, RecordProducer
-from sinks.kafka_settings import KafkaSettings
+from transport.kafka import BackPressureTimeout, DeliveryError, RecordProducer
+from transport.kafka_settings import KafkaSettings
 from streams.cli import app
 from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: F401
 from tests.test_files_connector import consume, settings, values  # noqa: F401

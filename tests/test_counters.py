@@ -621,4 +621,5 @@ def test_connector_reads_ibqueryerrors_file_with_state(tmp_path: Path) -> None:
     o = obs["leaf-01/17"]
     assert o.metric == {"symbol_error": 6.0, "link_downed": 1.0} and o.attributes["side"] == "switch"
     assert o.attributes["interval_s"] == 60.0 and obs["node-a01/mlx5_0/1"].attributes["side"] == "host"
-    assert c2.coverage().unparsed == 2 and c2.coverage().status == "present"
+    (cov,) = c2.coverage()
+    assert cov.unparsed == 2 and cov.status == "present" and cov.source == "counters:ufm-01"

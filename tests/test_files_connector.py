@@ -17,9 +17,9 @@ from confluent_kafka import Consumer
 from connectors.bundle import MAX_BODY_CHARS
 from connectors.cursor import CursorStore
 from connectors.files import FilesConnector
-from connectors.publish import publish
-from sinks.kafka import RecordProducer
-from sinks.kafka_settings import KafkaSettings
+from connectors.runner import publish, run
+from transport.kafka import RecordProducer
+from transport.kafka_settings import KafkaSettings
 from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: F401
 
 
@@ -63,7 +63,7 @@ def settings(kafka_bootstrap: str) -> KafkaSettings:  # noqa: F811
 def _run_once(path: Path, cursor: CursorStore, settings: KafkaSettings, topic: str) -> FilesConnector:
     conn = FilesConnector([path], host="node-a01", cluster="c1", cursor=cursor)
     with RecordProducer(settings, topic) as producer:
-        conn.run(producer)
+        run(conn, producer, cursor=cursor)
     conn.close()
     return conn
 
@@ -170,7 +170,7 @@ def test_follow_mode_multiline_and_idle_emission(tmp_path, settings, kafka_confi
 
     def worker():
         with RecordProducer(settings, topic) as producer:
-            result["n"] = conn.run(producer, stop=stop.is_set)
+            result["n"] = run(conn, producer, cursor=cursor, follow=True, poll_s=conn.poll_s, stop=stop)
 
     log = tmp_path / "node-b07-rank0.log"
     conn = FilesConnector([log], host_from_path=r"/(?P<host>node-\w+)-", cursor=cursor,

@@ -209,7 +209,7 @@ def test_kafka_settings_from_environment(monkeypatch):
     import pydantic
     import pytest
 
-    from sinks.kafka_settings import KafkaSettings
+    from transport.kafka_settings import KafkaSettings
 
     for var in ("KAFKA_BOOTSTRAP_SERVERS", "KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_MECHANISM",
                 "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "KAFKA_SSL_CA_LOCATION"):

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 from connectors.publish import bundle_records, publish_bundle
 from schemas.records import Attribution, Observation, Position, Source, canonical_json
 from sinks.clickhouse import ClickHouseSink
-from sinks.kafka import RecordProducer
-from sinks.kafka_settings import KafkaSettings
+from transport.kafka import RecordProducer
+from transport.kafka_settings import KafkaSettings
 from streams.cli import app
 from streams.export import export_bundle
 from streams.replay import replay_bundle

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from connectors.cursor import CursorError, CursorStore
+from connectors.runner import run
 from connectors.slurm import (
     SCHEDULER_HOST,
     SlurmConnector,
@@ -211,34 +212,53 @@ def test_restart_from_cursor_no_loss_no_duplicates(slurm_cluster, tmp_path):
     assert pick(c4.poll()) == []
 
 
-def test_run_loop_publishes_and_commits(slurm_cluster, tmp_path):
+class FlakyProducer:
+    """Stands in for a RecordProducer: the first flush of a batch holding ``job`` fails (the
+    broker is down), every other flush delivers into ``published``."""
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        self.queued: list[Observation] = []
+        self.published: list[list[Observation]] = []
+        self.failures = 1
+
+    def send(self, key: str, record: Observation, *, topic: str | None = None) -> None:
+        self.queued.append(record)
+
+    def flush(self, timeout: float = 60.0) -> int:
+        batch, self.queued = self.queued, []
+        if self.failures and any(o.attributes.get("job_id") == self.job for o in batch):
+            self.failures -= 1
+            raise ConnectionError("broker unavailable")
+        if batch:
+            self.published.append(batch)
+        return 0
+
+
+def test_runner_follow_publishes_retries_and_saves_the_cursor(slurm_cluster, tmp_path):
     conn = connector(slurm_cluster, tmp_path, poll_s=0.3)
     conn.poll()
     conn.commit()
-    published: list[list[Observation]] = []
     stop = threading.Event()
-    failures = {"n": 1}
-
-    def publish(batch):
-        if failures["n"]:  # the first delivery fails: the batch must come again
-            failures["n"] -= 1
-            raise ConnectionError("broker unavailable")
-        published.append(batch)
-
-    t = threading.Thread(target=conn.run, args=(publish, stop), daemon=True)
     job = sbatch("--wrap", "true")
+    producer = FlakyProducer(job)
+    t = threading.Thread(target=run, args=(conn, producer), daemon=True,
+                         kwargs=dict(cursor=conn.cursor, follow=True, poll_s=0.3, stop=stop, retry=True))
     t.start()
     try:
         wait_until(lambda: any(o.attributes.get("job_id") == job and o.attributes["state"] == "COMPLETED"
-                               for b in published for o in b), 60, "the run loop to publish the job")
+                               for b in producer.published for o in b), 60, "the runner to publish the job")
     finally:
         stop.set()
         t.join(10)
     assert not t.is_alive()
-    flat = [o for b in published for o in b]
+    assert producer.failures == 0  # the first delivery of the job failed: its batch came again
+    flat = [o for b in producer.published for o in b]
     assert job_states(flat, job) == ["PENDING", "RUNNING", "COMPLETED"]
     saved = CursorStore(tmp_path / "slurm.cursor.json").load()
     assert saved["jobs"][f"job:{job}"]["state"] == "COMPLETED"
+    (cov,) = conn.coverage()
+    assert cov.source == f"slurm:{slurm_cluster.name}" and cov.status == "present" and cov.records >= 3
 
 
 # ---- nodes on the real Slurm --------------------------------------------------------------------

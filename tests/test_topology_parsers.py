@@ -36,7 +36,7 @@ from connectors.topology import (
 from schemas.bundle import Link, TopologyHost, TopologySpec
 from schemas.records import TIME_QUALITY_TRANSPORT, Observation
 from schemas.topics import catalogue, create_topics
-from sinks.kafka_settings import KafkaSettings
+from transport.kafka_settings import KafkaSettings
 from streams.cli import app
 from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: F401
 from tests.test_files_connector import consume, settings  # noqa: F401

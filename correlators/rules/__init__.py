@@ -83,6 +83,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import ahocorasick
+import pydantic
 import yaml
 
 from correlators import unrecognised as _unrecognised
@@ -460,6 +461,19 @@ class RulePack:
         if d.type not in rule.events:
             raise RuleError(f"{rule.file}: rule {rule.id!r}: field 'code': hook emitted "
                             f"{d.type!r}, not one of its declared events {list(rule.events)}")
+        try:
+            return self._event(rule, d, obs)
+        except pydantic.ValidationError as exc:
+            # a value the line states out of every range the record allows (a rank or a
+            # code beyond Int32/Int64): the event keeps what is valid and says what was not
+            reason = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])[:300]
+            d.rank = d.rank if d.rank is None or 0 <= d.rank < 2**31 else None
+            d.gpu_index = d.gpu_index if d.gpu_index is None or 0 <= d.gpu_index < 2**31 else None
+            d.attributes = {**{k: (str(v) if isinstance(v, int) and not -2**63 <= v < 2**63 else v)
+                               for k, v in d.attributes.items()}, "invalid": reason}
+            return self._event(rule, d, obs)
+
+    def _event(self, rule: Rule, d: Draft, obs: Observation) -> Event:
         pci = normalize_pci(d.gpu_pci) if d.gpu_pci else None
         if pci is not None or d.gpu_index is not None:
             gpu: GpuRef | None = GpuRef(index=d.gpu_index, pci_bus_id=pci)

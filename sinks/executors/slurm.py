@@ -25,7 +25,8 @@ before anything runs (:meth:`SlurmExecutor.check`): a valid node name
 (:func:`correlators.remediation.targets.node_name_problem`) has no hostlist syntax -- no
 ``[``, ``]``, ``,``, spaces or ``=`` -- and is never ``ALL``, so it is a hostlist of exactly
 that one node and cannot add a ``key=value`` to the command; anything else is refused
-(``ok=False``, nothing run). ``scontrol`` gets an argument list (``subprocess.run`` without a
+(``ok=False``, nothing run). ``scontrol`` gets an argument list (run by
+:class:`transport.slurm.SlurmClient`, the Slurm client the Slurm connector uses too: no
 shell), so no shell quoting applies or is added.
 
 **The reason.** ``Reason=faultstream <action_id>: <action.reason>``, sanitised by
@@ -59,8 +60,6 @@ from __future__ import annotations
 
 import logging
 import re
-import subprocess
-from dataclasses import dataclass
 
 from schemas.records import RemediationAction
 from correlators.remediation.targets import node_name_problem, shown
@@ -74,6 +73,7 @@ from sinks.executors.base import (
     retrying,
     target_problem,
 )
+from transport.slurm import SlurmClient, SlurmCommandError, SlurmError, SlurmRun, SlurmTimeout, parse_scontrol_nodes
 
 __all__ = ["SlurmExecutor", "slurm_reason", "REASON_MAX_BYTES", "SUPPORTED"]
 
@@ -108,21 +108,6 @@ def slurm_reason(text: str, max_bytes: int = REASON_MAX_BYTES) -> str:
     return clean or "faultstream"
 
 
-@dataclass(frozen=True)
-class _Run:
-    """One finished ``scontrol`` call: argv, exit status, output."""
-
-    argv: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def message(self) -> str:
-        text = (self.stderr.strip() or self.stdout.strip()).replace("\n", "; ")
-        return text or f"exit status {self.returncode}"
-
-
 class _CommandFailed(Exception):
     """A non-transient failure: the message is the detail."""
 
@@ -140,6 +125,7 @@ class SlurmExecutor:
                  retry_wait_s: float = 1.0, retry_max_wait_s: float = 10.0):
         self.scontrol = scontrol
         self.timeout_s = timeout_s
+        self.client = SlurmClient(scontrol=scontrol, timeout_s=timeout_s)
         self.attempts = attempts
         self.retry_wait_s = retry_wait_s
         self.retry_max_wait_s = retry_max_wait_s
@@ -195,24 +181,20 @@ class SlurmExecutor:
 
     # -- running ----------------------------------------------------------------------------
 
-    def _run_once(self, argv: list[str]) -> _Run:
+    def _run_once(self, argv: list[str]) -> SlurmRun:
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s,
-                                  check=False)
-        except FileNotFoundError as exc:
-            raise _CommandFailed(f"scontrol not found: {argv[0]} ({exc.strerror})") from exc
-        except PermissionError as exc:
-            raise _CommandFailed(f"scontrol not executable: {argv[0]} ({exc.strerror})") from exc
-        except OSError as exc:
-            raise _CommandFailed(f"cannot run {argv[0]}: {exc}") from exc
-        except subprocess.TimeoutExpired as exc:
+            run = self.client.run(argv)
+        except SlurmCommandError as exc:
+            what = {"not found": "scontrol not found", "not executable": "scontrol not executable"}.get(
+                exc.reason, "cannot run scontrol")
+            raise _CommandFailed(f"{what}: {argv[0]} ({exc.strerror})") from exc
+        except SlurmTimeout as exc:
             raise TransientError(f"{quote_argv(argv[:3])} timed out after {self.timeout_s:g} s") from exc
-        run = _Run(argv, proc.returncode, proc.stdout or "", proc.stderr or "")
         if run.returncode != 0 and _TRANSIENT.search(run.message):
             raise TransientError(run.message)
         return run
 
-    def _run(self, argv: list[str]) -> _Run:
+    def _run(self, argv: list[str]) -> SlurmRun:
         """Run ``argv`` (retrying transient failures); raises ``_CommandFailed`` or
         ``TransientError`` (retries exhausted) for a call that could not be made."""
         return retrying(lambda: self._run_once(argv), attempts=self.attempts,
@@ -222,8 +204,6 @@ class SlurmExecutor:
         """``scontrol -o show node <host>`` as ``{key: value}`` (``State``, ``Reason`` without
         slurmctld's `` [user@time]`` suffix, ...), or None when the node is unknown or
         ``scontrol`` failed."""
-        from connectors.slurm import SlurmError, parse_scontrol_nodes
-
         try:
             run = self._run([self.scontrol, "-o", "show", "node", host])
         except (_CommandFailed, TransientError):
