@@ -5,7 +5,7 @@
 ``logs/``, ``metrics/`` and ``fabric/`` in sorted relative-path order:
 
 * ``logs/<host>/*``, ``fabric/<switch>/*`` -> ``kind="log_line"``, one Observation per record
-  (multi-line records by :mod:`correlators.records`), timed by :mod:`correlators.timefmt`;
+  (multi-line records by :mod:`connectors.records`), timed by :mod:`connectors.timefmt`;
 * ``logs/_scheduler/*`` -> ``kind="scheduler_event"`` with ``host="_scheduler"``;
 * ``metrics/<host>/*`` -> ``kind="telemetry"``, one Observation per GPU per sample
   (:mod:`connectors.telemetry`); a file no telemetry parser recognises is read as log lines.
@@ -26,11 +26,11 @@ its logs complete (``"transport"``, ``TIME_QUALITY_TRANSPORT``).
 An undated record is never placed at the workload start as if it had happened then; only a
 workload still running (no ``end``) has nothing later to offer than its start. Telemetry
 samples without a time are placed the same way. Each host's
-:class:`~correlators.timefmt.TimeContext` comes from ``workload.yaml``
+:class:`~connectors.timefmt.TimeContext` comes from ``workload.yaml``
 (``hosts.<h>.boot_time`` / ``boot_times`` / ``timezone``; year-less times take the year
 nearest ``start``, so a December line of a January workload is of the year before). Files
 holding ``dmesg -H`` relative lines or raw dmesg seconds are timed in file order by a
-:class:`~correlators.timefmt.LineClock` (relative lines add to the last absolute one; a raw
+:class:`~connectors.timefmt.LineClock` (relative lines add to the last absolute one; a raw
 clock that goes back starts the next boot).
 
 ``workload.yaml`` keys this reader does not know are not an error: they are reported in the
@@ -38,9 +38,9 @@ coverage (``source="file:workload.yaml"``, status ``present``, ``detail`` naming
 
 **Fast path.** With ``keywords`` only records containing a keyword are materialised: each
 file is split once, polars scans all lines at once for the keywords (literal alternation),
-:data:`~correlators.timefmt.TIMESTAMP_HINT` and :data:`~correlators.records.STRUCTURE_HINT`,
+:data:`~connectors.timefmt.TIMESTAMP_HINT` and :data:`~connectors.records.STRUCTURE_HINT`,
 and Python touches only the candidate lines (their records via
-:func:`~correlators.records.record_span`, their times via a walk over the hint lines). Both
+:func:`~connectors.records.record_span`, their times via a walk over the hint lines). Both
 paths share the materialisation, so a record gives the same Observation (id, time) either way.
 
 Bad input never raises past the constructor: unreadable files, invalid UTF-8, NUL bytes /
@@ -74,8 +74,8 @@ from connectors.counter_readers import (
 )
 from connectors.telemetry import TelemetrySample, parse_telemetry
 from correlators.attribution import default_causal_rules
-from correlators.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, record_span
-from correlators.timefmt import TIMESTAMP_HINT, LineClock, LineTime, TimeContext, parse_line_time
+from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, record_span
+from connectors.timefmt import TIMESTAMP_HINT, LineClock, LineTime, TimeContext, parse_line_time
 from correlators.windows import WorkloadIndex
 from schemas.bundle import ExpectedSpec, TopologySpec, WorkloadSpec, to_ns
 from schemas.messages import Span
@@ -199,7 +199,7 @@ class _Scan:
 class _Times:
     """Line times of one file with neighbour inheritance. ``before`` is cheapest when called
     with non-decreasing positions (both paths do), walking each hint line at most once.
-    ``in_order``: the file holds lines only a :class:`~correlators.timefmt.LineClock` times
+    ``in_order``: the file holds lines only a :class:`~connectors.timefmt.LineClock` times
     (dmesg -H relative lines, raw dmesg seconds): every hint line is timed up front, in file
     order, so both paths see the same times."""
 

@@ -16,10 +16,10 @@ line time seen (UTC ns). The position is only valid for the file it was taken on
   at 0, and it is counted (``truncations``) and noted in :meth:`FilesConnector.coverage`.
 * **Partial lines**: bytes after the last newline wait until their newline arrives.
 * **Multi-line records** (tracebacks, NCCL error blocks, torchrun summaries, NVRM
-  continuations; :mod:`correlators.records`): a record is emitted when the line after it
+  continuations; :mod:`connectors.records`): a record is emitted when the line after it
   shows it is complete, at the end of a pass in one-shot mode, or after ``idle_s`` seconds
   without new data in follow mode.
-* **Time** (a :class:`correlators.timefmt.LineClock` per file generation, fed each record's
+* **Time** (a :class:`connectors.timefmt.LineClock` per file generation, fed each record's
   first line in file order, so ``dmesg -H`` relative lines and raw dmesg files holding several
   boots are timed too): lines without a time inherit the last time seen in that file
   (``time_source="inferred"``, ``TIME_QUALITY_INHERITED``); before any timed line, the next
@@ -34,7 +34,10 @@ Delivery: the connector is a :class:`connectors.source.Source`. :meth:`FilesConn
 returns the records of one pass; :meth:`FilesConnector.checkpoint` the cursor document valid
 once those records are delivered. :func:`connectors.runner.run` saves it only after the
 producer's flush succeeded, so a crash re-reads at most the unconfirmed tail (same ids:
-downstream collapses them) and loses nothing.
+downstream collapses them) and loses nothing. The connector is also
+:class:`connectors.source.Rewindable`: after a failed delivery :meth:`FilesConnector.rewind`
+returns to the saved cursor, so a following run (``connect files --follow``) retries the same
+batch while the broker is away, reading no further ahead than that batch.
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Iterator, Sequence
 import typer
 
 from connectors.bundle import _TEXT_BYTES, BINARY_CONTROL_SHARE, NUL_MARK, RANK_PREFIX, MAX_BODY_CHARS
-from correlators.records import MAX_RECORD_LINES, STRUCTURE_HINT, record_span
-from correlators.timefmt import LineClock, TimeContext
+from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, record_span
+from connectors.timefmt import LineClock, TimeContext
 from schemas.records import (
     TIME_QUALITY_INHERITED,
     TIME_QUALITY_TRANSPORT,
@@ -101,6 +104,10 @@ class _Stats:
         if len(self.notes) < 50:
             self.notes.append(text)
 
+    def copy(self) -> _Stats:
+        """An independent copy (the notes list too)."""
+        return _Stats(**{**self.__dict__, "notes": list(self.notes)})
+
 
 @dataclass
 class _Tail:
@@ -145,7 +152,7 @@ class FilesConnector:
     publisher's job, see :meth:`checkpoint`). ``follow``: keep polling for new data every
     ``poll_s`` seconds (else one pass to the current end of every file). ``idle_s``: in follow
     mode, a record waiting for a possible continuation line is emitted after this many seconds
-    without new data. ``year`` / ``tz``: :class:`~correlators.timefmt.TimeContext` for
+    without new data. ``year`` / ``tz``: :class:`~connectors.timefmt.TimeContext` for
     formats without a year or zone (default: the current UTC year, UTC).
 
     Counters (totals over all files): ``lines_read``, ``records``, ``unparsed`` (records whose
@@ -195,6 +202,11 @@ class FilesConnector:
                 tail.stats.note(f"host not found in the path by {host_from_path!r}: host '_unknown'")
             self._resume(tail, saved.get(p))
             self._tails.append(tail)
+        self._start: dict[str, Any] = saved  # the cursor's files document given at start
+        # rewind points: (files document, counters of every tail at that point); the start and
+        # the last checkpoint() taken
+        self._marks: list[tuple[dict[str, Any], list[_Stats]]] = [(saved, [t.stats.copy() for t in self._tails])]
+        self.rewinds = 0  #: times :meth:`rewind` returned to the saved cursor
 
     # -- public ---------------------------------------------------------------------------
 
@@ -247,7 +259,41 @@ class FilesConnector:
         """The cursor document after every record returned by :meth:`poll` so far:
         ``{"files": {<absolute path>: {"dev", "ino", "offset", "line", "epoch", "last_ns"}}}``
         (offset in bytes). Save it only once those records were delivered."""
-        return {"files": {t.path: t.state() for t in self._tails if t.ino}}
+        files = {t.path: t.state() for t in self._tails if t.ino}
+        self._marks = [self._marks[0], (files, [t.stats.copy() for t in self._tails])]
+        return {"files": files}
+
+    def rewind(self) -> None:
+        """Return every file to the last saved cursor (:class:`connectors.source.Rewindable`):
+        the position in ``self.cursor`` as saved after the last successful delivery, or the one
+        loaded at start when there is no cursor store or it cannot be read any more. Open files
+        are closed and lines read past that position are forgotten; the next :meth:`poll`
+        reopens each file (the rotated-away one by its inode, like a restart) and returns the
+        records after the position again, with the same observation ids. Counters and coverage
+        go back to their values at that position when it is the start or the last
+        :meth:`checkpoint` (so re-read records are not counted twice). Never raises: going back
+        to the start position instead of an unreadable cursor repeats records, never skips
+        them."""
+        target = self._start
+        problem = None
+        if self.cursor is not None:
+            try:
+                target = self.cursor.load().get("files") or {}
+            except (ValueError, OSError) as exc:  # CursorError is a ValueError
+                problem = f"cursor unreadable at rewind ({exc}): back to the start position"
+            if not isinstance(target, dict):
+                target, problem = self._start, "cursor holds no files object at rewind: back to the start position"
+        stats = next((list(s) for doc, s in reversed(self._marks) if doc == target), None)
+        for i, old in enumerate(self._tails):
+            self._close(old)
+            tail = _Tail(path=old.path, host=old.host,
+                         stats=stats[i].copy() if stats is not None else old.stats)
+            if problem:
+                tail.stats.note(problem)
+            self._resume(tail, target.get(old.path))
+            self._tails[i] = tail
+        self._more = False
+        self.rewinds += 1
 
     def observations(self) -> Iterator[Observation]:
         """Yield records as :meth:`poll` finds them; in follow mode forever (sleeping ``poll_s``
@@ -622,7 +668,9 @@ def connect_files_cli(
     bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
     topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic, FAULTSTREAM_TOPIC_PREFIX applied)")] = None,
 ) -> None:
-    """Publish log files' records to Kafka (key = host) from the saved cursor; --follow tails them like tail -F."""
+    """Publish log files' records to Kafka (key = host) from the saved cursor; --follow tails them like tail -F.
+
+    With --follow a failed delivery (broker unreachable, flush timed out) is logged as a warning and the same batch is sent again from the saved cursor until it is delivered or the process is stopped (SIGTERM, Ctrl-C); the cursor never moves past undelivered records. Without --follow a Kafka error exits 2 with one line on stderr."""
     topic = topic or catalogue()["observations"].name
     from connectors.cursor import CursorError, CursorStore
     from connectors.registry import cli_fail, make_producer
@@ -638,7 +686,8 @@ def connect_files_cli(
         cli_fail(str(exc))
     try:
         with make_producer(bootstrap, topic) as producer, stop_on_sigterm() as stop:
-            n = run(conn, producer, topic=topic, cursor=conn.cursor, follow=follow, poll_s=conn.poll_s, stop=stop)
+            n = run(conn, producer, topic=topic, cursor=conn.cursor, follow=follow, poll_s=conn.poll_s, stop=stop,
+                    retry=follow)
     except KafkaProducerError as exc:
         cli_fail(str(exc))
     except KeyboardInterrupt:

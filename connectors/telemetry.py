@@ -28,7 +28,7 @@ Active/Not Active/Yes/No as 1/0; ``N/A``, ``[N/A]``, ``Not Supported`` and error
 ``memory_used_mib``, ``memory_total_mib``.
 
 Pure functions of the text (no I/O); zone-less sample times are placed with a
-:class:`correlators.timefmt.TimeContext`.
+:class:`connectors.timefmt.TimeContext`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from correlators.ids import normalise_pci
-from correlators.timefmt import LineTime, TimeContext, parse_line_time
+from connectors.timefmt import LineTime, TimeContext, parse_line_time
 from schemas.records import TIME_QUALITY_SECONDS, GpuRef
 
 __all__ = [

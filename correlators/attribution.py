@@ -60,7 +60,7 @@ from correlators.hypothesis import (
     hypothesis_ranks as _ranks,
     render_text as _render,
 )
-from correlators.timefmt import clock
+from correlators.timetext import clock
 from correlators.unrecognised import EVENT_TYPE as UNRECOGNISED, mine_templates
 from schemas.bundle import WorkloadSpec
 from schemas.records import (

@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 
 from correlators.enrich import Allocation
 from correlators.hypothesis import Hypothesis, hypothesis_ranks, render_text
-from correlators.timefmt import clock
+from correlators.timetext import clock
 from schemas.records import Event
 
 Detector = Callable[..., list]

@@ -1,4 +1,4 @@
-"""The verdict's reasoning chain and its unexplained symptoms (issue 10, items 5 and 6).
+"""The verdict's reasoning chain and its unexplained symptoms.
 
 Pure helpers of ``correlators.attribution.decide``: every sentence is built from sorted
 events and fixed-order data, so the same events give the same sentences through every driver.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from correlators.timefmt import clock
+from correlators.timetext import clock
 from schemas.records import CoverageEntry, Event, UnexplainedSymptoms
 
 #: Types listed per sentence at most (the most frequent first).

@@ -1,5 +1,4 @@
-"""Repetition and history of application-class XIDs, and GPU-count signals (issue 10, items 3
-and 5). Pure functions over events; ``correlators.attribution.decide`` calls them.
+"""Repetition and history of application-class XIDs, and GPU-count signals. Pure functions over events; ``correlators.attribution.decide`` calls them.
 
 **Repetition.** NVIDIA's XID catalog sends XID 13 and 31 (``WORKFLOW_XID_13`` /
 ``WORKFLOW_XID_31``) to the application unless they repeat on the same GPU, and then to DCGM
@@ -34,7 +33,7 @@ from typing import Any, Iterable, Sequence
 
 from correlators.enrich import Allocation
 from correlators.ids import normalise_pci
-from correlators.timefmt import NS
+from correlators.timetext import NS
 from schemas.records import Event
 
 

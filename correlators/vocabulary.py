@@ -99,7 +99,7 @@ EVENT_TYPES: dict[str, str] = {
     "sched.node_state": "node DOWN/DRAIN/FAIL with reason. attrs: node, state, reason",
     "sched.step_cancelled": "job step cancelled. attrs: step, reason",
     "sched.prolog_epilog_error": "prolog/epilog/SPANK plugin error on a node. attrs: detail",
-    # --- cuda / nvml / nvidia-smi / device plugin (vocabulary issue 9) ---
+    # --- cuda / nvml / nvidia-smi / device plugin ---
     "cuda.library_error": "a CUDA library returned an error status (cuBLAS, cuDNN, cuFFT, "
     "cuSOLVER, cuSPARSE, cuRAND). attrs: library (cublas|cudnn|...), status (enum name, "
     "CUBLAS_STATUS_EXECUTION_FAILED), error (execution_failed|out_of_memory|not_initialized|"
@@ -112,7 +112,7 @@ EVENT_TYPES: dict[str, str] = {
     "gpu.unhealthy": "the Kubernetes device plugin marked a GPU unhealthy. attrs: reason (xid|"
     "nvml_error|marked), xid (int), device (GPU/MIG UUID), all_devices (bool), nvml_error, "
     "error, resource ('nvidia.com/gpu'), source (k8s-device-plugin)",
-    # --- nccl library (vocabulary issue 9) ---
+    # --- nccl library ---
     # Reused types carry more attributes from nccl.yaml: nccl.remote_error / system_error /
     # internal_error / invalid_usage also result (ncclResult_t name), site (file:line of the
     # framework's check), nccl_version, framing (pytorch|xla|nccl_tests|cupy);
@@ -158,7 +158,7 @@ EVENT_TYPES: dict[str, str] = {
     "incompatible_version|ofi_mr_register), network, plugin, plugin_version, rc, errno, error",
     "config.version_skew": "ranks or components run mismatched library versions (NCCL "
     "'Mismatched NCCL version detected'). attrs: component, version_a, version_b, rank_a, rank_b",
-    # --- pytorch / gloo / elastic (vocabulary issue 9) ---
+    # --- pytorch / gloo / elastic ---
     # Reused types carry more attributes from torch.yaml: nccl.watchdog_timeout also numel_in,
     # numel_out, wrapped (bool: quoted inside another message); nccl.work_progress also
     # kind (timeout_report | failure_report | dump_signal | global_timeout | desync_report),
@@ -198,7 +198,7 @@ EVENT_TYPES: dict[str, str] = {
     "torchrun.worker_group_failed": "the torchelastic agent saw its worker group fail and "
     "restarts it ('[default] Worker group FAILED. 3/3 attempts left; will restart worker "
     "group'). attrs: role, state (FAILED|UNHEALTHY), attempts_left, max_restarts",
-    # --- linux kernel / python errno (vocabulary issue 9) ---
+    # --- linux kernel / python errno ---
     "pcie.link_down": "a PCIe link below a port went down: pciehp 'Slot(N): Link Down' / 'Card "
     "not present', or DPC containment. attrs: device (port BDF), slot, reason (link_down|"
     "card_not_present|dpc_containment), status, source_id, detail",
@@ -225,7 +225,7 @@ EVENT_TYPES: dict[str, str] = {
     "os.error": "Python OSError with an errno ([Errno N]). attrs: errno (int), errno_name "
     "(EDQUOT, ENOSPC, ...), strerror, exception (OSError, FileExistsError, ...), path, category "
     "(storage|host|config|net|app|shm)",
-    # --- nvidia driver / nvswitch / fabric manager (vocabulary issue 9) ---
+    # --- nvidia driver / nvswitch / fabric manager ---
     "gpu.init_failed": "NVIDIA driver probe / adapter-init failure (NVRM). attrs: kind "
     "(rm_init_adapter|gsp_init|unsupported_gpu|invalid_bar|vbios|probe_failed|driver_conflict|"
     "no_gpu_found|api_mismatch|alloc_failed), status ('0x26:0xffff:1127'), init_status, rm_status, "
@@ -238,7 +238,7 @@ EVENT_TYPES: dict[str, str] = {
     "(multicast_team|version_mismatch|nvswitch_query|nvswitch_fatal|nvswitch_nonfatal|"
     "nvlink_training|nvlink_error|fabric_degraded|gpu_registration|service_stopped|other), "
     "severity (error|critical|fatal), detail, code (NV_* status when printed), tid, time",
-    # --- mlx5 / rdma-core / switches (vocabulary issue 9) ---
+    # --- mlx5 / rdma-core / switches ---
     "nic.health": "NIC/HCA firmware health report (mlx5_core health.c poller, mlx4 catas). attrs: "
     "code (MLX5_HEALTH_SYNDR_* from the health buffer syndrome, MLX5_SENSOR_* from 'Fatal error N "
     "detected', or health_compromised / health_buffer / recovery_failed / recovery_started / "
@@ -262,7 +262,7 @@ EVENT_TYPES: dict[str, str] = {
     "completion with error' + hex dump) or the mlx5e/mlx5_ib kernel datapath. attrs: code "
     "(MLX5_CQE_SYNDROME_*), status (IBV_WC_*), syndrome (int), vendor_err (int), cqn, qn, qpn, "
     "opcode, netdev, source (libmlx5 | mlx5e | mlx5_ib)",
-    # --- slurm / kubernetes / kueue / dcgm (vocabulary issue 9) ---
+    # --- slurm / kubernetes / kueue / dcgm ---
     "sched.config_error": "scheduler-side configuration/launch failure on a node (slurmd gres.conf "
     "device file missing, node config differs from hardware, registration failed, execve failed, "
     "step creation refused). attrs: code (gres_file_missing|gres_conf_parse|node_config_differs|"
@@ -290,7 +290,7 @@ EVENT_TYPES: dict[str, str] = {
     "fr_id, severity (ISOLATE|RESET|TRIAGE|CONFIG|MONITOR), category (HARDWARE_MEMORY, ...), "
     "fault_class (gpu_hardware|fabric|host|config|gpu_software|internal|unknown), test, status "
     "(fail|warn), entity, section, detail, source; gpu.index",
-    # --- glibc (vocabulary issue 9) ---
+    # --- glibc ---
     "proc.heap_corruption": "glibc malloc integrity check or stack protector abort (the process "
     "gets SIGABRT). attrs: message (the check's text), process (older formats), library",
     "host.service_failed": "a systemd unit failed to start or exited with an error (a symptom: "
@@ -298,10 +298,10 @@ EVENT_TYPES: dict[str, str] = {
     "app.exception": "an uncaught Python exception no specific rule recognised (the last line "
     "of a traceback). attrs: exception (qualified type), message, raised_in_source (the program's "
     "own raise statement)",
-    # Any type (issue 10): nccl_pid (int) on an event read from a line with NCCL's
+    # Any type: nccl_pid (int) on an event read from a line with NCCL's
     # "host:pid:tid [dev]" prefix; rank_from='pid' when correlators/pids.py gave a pid-bearing
     # event (host.oom_kill, gpu.xid, proc.*) its rank from what the allocation/logs state.
-    # --- unrecognised (vocabulary issue 9) ---
+    # --- unrecognised ---
     "log.unrecognised": "a record at error severity that no rule matched "
     "(correlators/unrecognised.py). attrs: severity (nccl_warn|glog_error|kernel_err|"
     "level_error|exception|failure), text (the error line, truncated to 400 chars)",

@@ -1,6 +1,6 @@
-"""Build the six fabric incident bundles of issue 4 under ``examples/incidents/fabric-*``.
+"""Build the six fabric incident bundles under ``examples/incidents/fabric-*``.
 
-Issue 4 ("Tests") asks for bundles of: one flapping port seen from both ends; the same with only
+The bundles: one flapping port seen from both ends; the same with only
 the host side; a degrading cable (rising symbol errors, no link down yet); two jobs hit by one
 port; a leaf switch down; and the RoCE GID-index configuration case, which is *not* a fabric
 fault. Each is a training job that runs for hours before the fault (except the config case,

@@ -1,4 +1,4 @@
-"""Build the repetition / history / GPU-count bundles of issue 10 (items 3 and 5) under
+"""Build the repetition / history / GPU-count bundles under
 ``examples/incidents/history-*``.
 
 Each behaviour comes with its counter-case:

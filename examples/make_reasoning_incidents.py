@@ -1,4 +1,5 @@
-"""Build the reasoning bundles of issue 10 (items 1, 2, 4) under ``examples/incidents/reasoning-*``.
+"""Build the reasoning bundles (waits that point at a peer, pid-named faults) under
+``examples/incidents/reasoning-*``.
 
 Each behaviour comes with its counter-case:
 

@@ -17,10 +17,10 @@ a score).
 
 Optional fields beyond ``BUNDLE.md`` v1: ``ranks.<N>.pid`` (the rank's process id on its host,
 as the scheduler or launcher reported it -- the pid an XID's ``pid=``, an OOM kill or an NCCL
-``host:pid:tid`` prefix names; validated and kept, not yet used to name ranks) and
+``host:pid:tid`` prefix names; validated and kept; ranks are not named from it) and
 ``hosts.<h>.boot_times`` (other
 boots of the host the logs cover, for raw dmesg files that hold several boots; see
-:mod:`correlators.timefmt`, *Boots*).
+:mod:`connectors.timefmt`, *Boots*).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ import os
 import sys
 import threading
 import time
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -263,6 +264,8 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     )
     app.faultstream_topology = stores.topology  # type: ignore[attr-defined]
     pipeline = Pipeline(config, stores)
+    # set once the remediation agents are attached: it receives every decoded observation
+    hooks = SimpleNamespace(workload_seen=None)
 
     async def dead_letter(source: str, reason: str, original: bytes | None, message: Any) -> None:
         original = original or b""
@@ -334,6 +337,8 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             )
             try:
                 await run(pipeline.ingest(obs))
+                if hooks.workload_seen is not None:
+                    await hooks.workload_seen(obs)
             except Exception as exc:  # noqa: BLE001 -- a bad record never stops the agent
                 log.exception("observation %s failed", obs.observation_id)
                 await dead_letter("agent.extract", f"processing error: {type(exc).__name__}: {str(exc)[:300]}",
@@ -466,5 +471,6 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                           exit_without_commit=exit_without_commit)
     from streams.remediate import attach_remediation
 
-    attach_remediation(app, settings, attributions_topic=public["attributions"], dead_letter=dead_letter, metrics=metrics)
+    hooks.workload_seen = attach_remediation(app, settings, attributions_topic=public["attributions"],
+                                             dead_letter=dead_letter, metrics=metrics)
     return app

@@ -1,4 +1,4 @@
-"""``faultstream remediation``: see and decide remediation actions (issue 5, item 6).
+"""``faultstream remediation``: see and decide remediation actions.
 
 * ``faultstream remediation list [--state S] [--cluster C] [--json]`` -- the latest record of
   every action on the compacted ``<prefix>.remediations`` topic (the highest ``sequence`` per

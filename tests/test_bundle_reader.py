@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from connectors.bundle import BundleConnector, BundleError
-from correlators.timefmt import TimeContext, parse_line_time
+from connectors.timefmt import TimeContext, parse_line_time
 from schemas.records import (
     TIME_QUALITY_BOOT_RELATIVE,
     TIME_QUALITY_INHERITED,
@@ -218,7 +218,7 @@ def test_fast_path_on_public_multiline_records(tmp_path: Path, real_fixtures: Pa
     assert rc25.time_source == "transport"  # raw dmesg and no boot time for that host
 
 
-# --- time in every form, tolerant workload.yaml (issue 9) ------------------------------------
+# --- time in every form, tolerant workload.yaml ------------------------------------
 
 
 def small_bundle(root: Path, files: dict[str, str], workload: str) -> Path:

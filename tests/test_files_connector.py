@@ -264,7 +264,7 @@ def test_cli_connect_files_resumes(tmp_path, settings, kafka_config, kafka_topic
     assert again.exit_code == 0 and "published 0 records" in again.output
     (o,) = values(consume(kafka_config, topic, 1))
     assert (o["host"], o["cluster"], o["workload_id"], o["format"]) == ("node-c03", "c9", "job-3", "syslog")
-    from correlators.timefmt import wall_to_ns
+    from connectors.timefmt import wall_to_ns
 
     # syslog has no year: the connector's year (default: the current UTC year)
     assert o["time_quality"] == 0.7 and o["observed_at"] == wall_to_ns(time.gmtime().tm_year, 11, 30, 1, 20, 0)

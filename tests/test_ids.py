@@ -104,7 +104,7 @@ def test_the_former_normalisers_are_the_one_function():
     assert code.normalize_switch_port is ids.normalise_switch_port
     assert enrich.normalise_pci is ids.normalise_pci
     assert telemetry.normalise_pci_bus_id is ids.normalise_pci
-    # the three spellings that used to disagree
+    # one PCI id spelt three ways, through each normaliser
     for fn in (code.normalize_pci, enrich.normalise_pci, telemetry.normalise_pci_bus_id):
         assert fn("9c:00.0") == "0000:9c:00"
 
@@ -113,7 +113,7 @@ def test_xid_line_pci_meets_telemetry_pci_in_the_gpu_table():
     """An Xid line naming ``PCI:0000:9C:00`` finds the GPU index nvidia-smi reported for
     ``00000000:9C:00.0`` (same key in Allocation.gpus)."""
     from connectors.telemetry import parse_telemetry
-    from correlators.timefmt import TimeContext
+    from connectors.timefmt import TimeContext
 
     csv = ("timestamp, index, uuid, pci.bus_id, temperature.gpu\n"
            "2026/11/30 01:00:00.000, 3, GPU-aaaa, 00000000:9C:00.0, 40\n")

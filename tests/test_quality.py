@@ -1,5 +1,5 @@
 """Repetition and history of application XIDs, GPU counts, quality conditions, the reasoning
-chain and unexplained symptoms, and scores that say no (issue 10, items 3, 5, 6, 7)."""
+chain and unexplained symptoms, and scores that say no."""
 
 from __future__ import annotations
 
@@ -230,8 +230,8 @@ def test_expected_alternatives_match_by_prefix():
 
 
 def test_a_cause_logged_after_the_job_ended_does_not_take_over(tmp_path) -> None:
-    """An Xid 79 on another node 20 s after the job ended cannot have caused it (the fresh-user
-    report: it used to become the root cause of a definitive verdict)."""
+    """An Xid 79 on another node 20 s after the job ended cannot have caused it: the
+    verdict's root cause (its event) and culprits stay those of the bundle without it."""
     import shutil
     from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""Issue 10 reasoning rules on hand-built event sets, each in several shuffled orders.
+"""Reasoning rules on hand-built event sets, each in several shuffled orders.
 
 * waited_on (correlators/detectors.py): the member the others waited on -- silent in a 2-member
   group, silent among many, named by a store wait (peer_rank), never joined a rendezvous;

@@ -1,4 +1,4 @@
-"""correlators.records: multi-line records on real logs; record_span agrees with
+"""connectors.records: multi-line records on real logs; record_span agrees with
 group_records and stays bounded."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from correlators.records import (
+from connectors.records import (
     MAX_RECORD_LINES,
     STRUCTURE_HINT,
     RawRecord,

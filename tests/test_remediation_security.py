@@ -54,7 +54,8 @@ from schemas.records import (
 )
 from sinks.executors import DryRunExecutor, ExecutorSettings, KubernetesExecutor, SlurmExecutor, WebhookExecutor
 from streams.command_auth import CommandKeyError, CommandKeySettings, Keyring, authenticate, sign
-from streams.remediate import CommandInvalid, RemediationRunner, decode_command
+from streams.remediation_inputs import CommandInvalid, decode_command
+from streams.remediation_runner import RemediationRunner
 
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS
@@ -543,20 +544,20 @@ def test_the_cli_refuses_an_empty_reason_and_sending_without_a_key(monkeypatch):
 
 
 def test_the_workers_workload_records_give_the_allocation(tmp_path):
-    """What the worker's ``remediation_workloads`` agent reads: the scheduler's record as the
+    """What the extract agent hands the remediation agents: the scheduler's record as the
     bundle publisher puts it on the observations topic -> the allocation of the job."""
     from connectors.bundle import BundleConnector
     from connectors.publish import workload_observation
-    from streams.remediate import WORKLOAD_MARK, workload_payload
+    from schemas.records import Observation
+    from streams.remediation_inputs import allocation_message
 
     conn = BundleConnector(all_bundle(tmp_path))
-    data = canonical_json(workload_observation(conn)).encode()
-    assert WORKLOAD_MARK in data
-    payload = workload_payload(data)
+    record = Observation.model_validate_json(canonical_json(workload_observation(conn)))
+    payload = allocation_message(record)
     assert payload == {"kind": "workload", "cluster": "c1", "workload_id": "job-1", "nodes": ["node-a01"],
                        "at": conn.workload.end_ns}
     line = next(o for o in conn.observations() if o.kind == "log_line")
-    assert workload_payload(canonical_json(line).encode()) is None
+    assert allocation_message(line) is None
     runner = RemediationRunner(RemediationEngine(DRAIN, fleet_size=8), ExecutorSettings(clusters={}))
     runner.handle_workload(payload["cluster"], payload["workload_id"], payload["nodes"], payload["at"])
     out = runner.handle_attribution(one_node("node-a01", "x", T0, workload="job-1"))

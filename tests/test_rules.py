@@ -108,8 +108,8 @@ def test_pack_keywords_cover_every_log_rule() -> None:
 
 def extract_file(path: Path) -> list:
     """Group the file's lines into records the way the bundle reader does
-    (correlators.records.group_records) and extract every record."""
-    from correlators.records import group_records
+    (connectors.records.group_records) and extract every record."""
+    from connectors.records import group_records
 
     events = []
     for rec in group_records(path.read_text(encoding="utf-8").splitlines()):
@@ -355,7 +355,7 @@ rules:
 
 def test_extract_speed_on_real_records() -> None:
     """The engine's budget is ~50k extract() calls/s; real mixes are mostly healthy lines."""
-    from correlators.records import group_records
+    from connectors.records import group_records
 
     obs = []
     for p in sorted(REAL.rglob("*.log")):

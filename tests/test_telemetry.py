@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from connectors.telemetry import detect_format, normalise_pci_bus_id, parse_telemetry
-from correlators.timefmt import TimeContext
+from connectors.timefmt import TimeContext
 from schemas.records import GpuRef
 
 CTX = TimeContext(year=2026)

@@ -1,4 +1,4 @@
-"""correlators.timefmt on real lines (shared/fixtures/real), on each documented layout written
+"""connectors.timefmt on real lines (shared/fixtures/real), on each documented layout written
 exactly as its emitter prints it, and on impossible timestamps."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from correlators.timefmt import TIMESTAMP_HINT, LineClock, LineTime, TimeContext, parse_line_time
+from connectors.timefmt import TIMESTAMP_HINT, LineClock, LineTime, TimeContext, parse_line_time
 from schemas.records import (
     TIME_QUALITY_BOOT_RELATIVE,
     TIME_QUALITY_EXACT,
@@ -189,7 +189,7 @@ def test_hint_is_superset_and_rust_compatible(real_fixtures: Path) -> None:
     assert rust == [HINT.match(l) is not None for l in lines]
 
 
-# --- every form the wild has (issue 9): real lines, then each documented layout -------------
+# --- every form the wild has: real lines, then each documented layout -------------
 
 PUBLIC = "public"
 

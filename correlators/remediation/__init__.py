@@ -1,4 +1,4 @@
-"""Remediation: from verdicts to guarded, auditable actions (issue 5).
+"""Remediation: from verdicts to guarded, auditable actions.
 
 Pure like the rest of ``correlators``: no Kafka, Faust, ClickHouse, network or clock; the only
 file read is the policy YAML (the packaged default through importlib.resources, or a path the

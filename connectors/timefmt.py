@@ -106,14 +106,13 @@ nothing here raises on any input string.
 
 from __future__ import annotations
 
-import datetime as _dt
-
 import datetime as dt
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from correlators.timetext import NS
 from schemas.records import (
     TIME_QUALITY_BOOT_RELATIVE,
     TIME_QUALITY_EXACT,
@@ -130,12 +129,7 @@ __all__ = [
 
 MIN_YEAR = 1990
 MAX_YEAR = 2100
-NS = 1_000_000_000
 
-
-def clock(ns: int) -> str:
-    """``HH:MM:SS`` (UTC) of a time in ns, for texts that name a moment of the incident."""
-    return _dt.datetime.fromtimestamp(ns // NS, tz=_dt.timezone.utc).strftime("%H:%M:%S")
 #: A raw dmesg time this much smaller than the previous line's starts a new boot (ns).
 #: Within one boot printk times only go back by microseconds (CPUs' clocks).
 BOOT_STEP_BACK_NS = 1 * NS
