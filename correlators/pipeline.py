@@ -94,7 +94,8 @@ class Stores:
 
     Keyed by the channel's key (one partition owns them): ``window_meta`` (workload id ->
     :meth:`WorkloadWindow.to_state`; ``host:<cluster>/<host>`` -> its claims), ``window_events`` (window key
-    + SEP + event id -> event JSON bytes), ``fabric_meta`` (cluster ->
+    + SEP + event id -> event JSON bytes), ``window_facts`` (workload id + SEP + host -> that
+    host's facts: GPU table and history), ``fabric_meta`` (cluster ->
     :meth:`FabricWindow.to_state`), ``fabric_events`` (cluster + SEP + event id -> event JSON
     bytes), ``topology`` (cluster -> topology data).
 
@@ -105,6 +106,7 @@ class Stores:
 
     window_meta: MutableMapping[str, Any] = field(default_factory=dict)
     window_events: MutableMapping[str, Any] = field(default_factory=dict)
+    window_facts: MutableMapping[str, Any] = field(default_factory=dict)
     fabric_meta: MutableMapping[str, Any] = field(default_factory=dict)
     fabric_events: MutableMapping[str, Any] = field(default_factory=dict)
     topology: MutableMapping[str, Any] = field(default_factory=dict)
@@ -136,6 +138,7 @@ class Pipeline:
         self.index = WorkloadIndex(self.stores.allocation, before_ns=rules.before_start_ns,
                                    after_ns=rules.after_end_ns)
         self.windows: dict[str, WorkloadWindow] = {}
+        self.hosts: dict[str, dict[str, Any]] = {}  # host window key -> its state (a cache)
         self.fabric: dict[str, FabricWindow] = {}
         self.activity: dict[str, float] = {}  # window key -> driver time of its last message
         self.pending_close: set[str] = set()
@@ -144,8 +147,12 @@ class Pipeline:
         self._unclaimed: dict[str, set[str]] | None = None
         self._deferred_loaded = False
         self._loaded = False
-        self._gpus_sent: dict[tuple[str, str], int] = {}
+        self._gpus_sent: dict[str, dict[str, int]] = {}  # host key -> GPU table sent
+        self._gpus_new: dict[str, dict[str, int]] = {}  # host key -> table collected, not sent
+        self._gpus_hosts: dict[str, str] = {}  # host key -> host name
         self.deferred: set[str] = set()  # clusters with evidence not yet decided
+        self.dirty_hosts: set[str] = set()  # host windows with facts not yet sent
+        self.host_flushed: dict[str, float] = {}  # host window -> driver time of its last flush
 
     # -- ingest ----------------------------------------------------------------------------
 
@@ -172,13 +179,13 @@ class Pipeline:
             if obs.workload_id:
                 out.append(Route("workload", obs.workload_id, CoverageMessage(entry=entry)))
             return out
+        hkey = host_key(obs.cluster, obs.host)
         if obs.kind == "telemetry" and obs.gpu and obs.gpu.pci_bus_id and obs.gpu.index is not None:
-            pci = normalise_pci(obs.gpu.pci_bus_id)
-            hkey = host_key(obs.cluster, obs.host)
-            if pci and self._gpus_sent.get((hkey, pci)) != obs.gpu.index:
-                self._gpus_sent[(hkey, pci)] = obs.gpu.index  # a cache: a resend is harmless
-                out.append(Route("workload", f"{HOST}{hkey}", GpuMessage(host=obs.host, pci=pci, index=obs.gpu.index)))
-        for event in self.config.pack.extract(obs):
+            out += self._learn_gpu(hkey, obs.host, normalise_pci(obs.gpu.pci_bus_id), obs.gpu.index)
+        events = self.config.pack.extract(obs)
+        if events and hkey in self._gpus_new:
+            out += self._send_gpus(hkey)  # the host's table goes ahead of its events
+        for event in events:
             cluster = event.cluster or obs.cluster
             wid = event.workload_id or self.index.route(cluster, event.host, event.at)
             key = wid or f"{HOST}{host_key(cluster, event.host)}"
@@ -191,6 +198,29 @@ class Pipeline:
                 out.append(Route("fabric", cluster, EventMessage(event=event)))
         return out
 
+    def _learn_gpu(self, hkey: str, host: str, pci: str | None, index: int) -> list[Effect]:
+        """Collect a telemetry sample's PCI id -> index; a host's table is sent (one
+        :class:`~schemas.messages.GpuMessage`) when a sample repeats a GPU already collected
+        -- one sampling round is complete --, before the host's next events, and at the next
+        :meth:`due_flushes`. The collected tables are a cache (a resend is harmless)."""
+        if not pci:
+            return []
+        new = self._gpus_new.get(hkey)
+        if new is None:
+            if self._gpus_sent.get(hkey, {}).get(pci) == index:
+                return []
+            new = self._gpus_new[hkey] = dict(self._gpus_sent.get(hkey, {}))
+            self._gpus_hosts[hkey] = host
+        elif new.get(pci) == index and pci in new:
+            return self._send_gpus(hkey)
+        new[pci] = index
+        return []
+
+    def _send_gpus(self, hkey: str) -> list[Effect]:
+        table = self._gpus_new.pop(hkey)
+        self._gpus_sent[hkey] = table
+        return [Route("workload", f"{HOST}{hkey}", GpuMessage(host=self._gpus_hosts[hkey], gpus=table))]
+
     # -- the workload channel --------------------------------------------------------------
 
     def apply(self, channel: str, key: str, message: BaseModel, *, now: float = 0.0) -> list[Effect]:
@@ -199,7 +229,7 @@ class Pipeline:
         if channel == "fabric":
             return self._apply_fabric(key, message, now)
         if key.startswith(HOST):
-            return self._apply_host(key, message)
+            return self._apply_host(key, message, now)
         self.activity[key] = now
         w = self.window(key)
         out: list[Effect] = []
@@ -234,10 +264,16 @@ class Pipeline:
             raise ValueError(f"workload channel: unexpected message {message.kind!r}")
         if not changed:
             return out  # a re-sent record changes nothing: a final verdict stays final
+        if self.hold:
+            w.closed = False
+            return out  # batch: nothing to recover, the state is written when it decides
+        if isinstance(message, HostFactsMessage):
+            # stored by host: a 2,048-host job does not rewrite its whole state per host
+            self.stores.window_facts[f"{key}{SEP}{message.host}"] = w.host_facts[message.host]
+            if not w.closed and self.stores.window_meta.get(key) is not None:
+                return out
         # new facts re-open the window
         w.closed = False
-        if self.hold:
-            return out  # batch: nothing to recover, the state is written when it decides
         self.stores.window_meta[key] = w.to_state()
         if isinstance(message, SpecMessage):
             start = w.spec.start_ns
@@ -271,19 +307,22 @@ class Pipeline:
         return [Publish("attributions", att.attribution_id, att),
                 Route("fabric", att.scope.cluster, VerdictMessage(attribution=att))]
 
-    def _apply_host(self, key: str, message: BaseModel) -> list[Effect]:
+    def _apply_host(self, key: str, message: BaseModel, now: float = 0.0) -> list[Effect]:
         """A host window (key ``host:<cluster>/<host>``): the workload spans seen for the host
         (claims), the host's events no claim holds yet (an event and its claim may arrive in
         either order), its GPU table and its node history (the latest
         :data:`NODE_HISTORY_MAX` XID events). Every claiming workload gets the host's facts
-        (:class:`~schemas.messages.HostFactsMessage`) when it claims and whenever they
-        change."""
-        meta = dict(self.stores.window_meta.get(key) or {})
+        (:class:`~schemas.messages.HostFactsMessage`) when it claims, and the changed facts at
+        the next flush (:meth:`due_flushes`, at most once per ``fabric_flush_s``)."""
+        meta = self.hosts.get(key)
+        if meta is None:  # the cache is filled from the store once per key after forget()
+            meta = self.hosts[key] = dict(self.stores.window_meta.get(key) or {})
         claims = list(meta.get("claims", []))
         gpus = dict(meta.get("gpus", {}))
         history = list(meta.get("history", []))
+        dirty = bool(meta.get("dirty", False))
         out: list[Effect] = []
-        notify: list[list[Any]] = []  # the claims whose facts changed
+        notify: list[list[Any]] = []  # the claims to send the host's facts to now
         if isinstance(message, ClaimMessage):
             span = message.span
             entry = [span.workload_id, span.start, span.end]
@@ -308,20 +347,31 @@ class Pipeline:
                 self._waiting(key).add(stored_key)
             return out
         elif isinstance(message, GpuMessage):
-            if gpus.get(message.pci) == message.index:
+            merged = {**gpus, **message.gpus}
+            if merged == gpus:
                 return out
-            gpus[message.pci] = message.index
-            notify = claims
+            gpus, dirty = merged, True
         elif isinstance(message, HistoryMessage):
             event = message.event
             if any(item[1]["event_id"] == event.event_id for item in history):
                 return out
             history.append([message.workload_id, event.model_dump(mode="json")])
             history = sorted(history, key=lambda item: (item[1]["at"], item[1]["event_id"]))[-NODE_HISTORY_MAX:]
-            notify = [c for c in claims if c[0] != message.workload_id and event.at < c[1]]
+            dirty = True
+        elif isinstance(message, FlushMessage):
+            # changed facts go out together, at most once per flush interval: a host's eight
+            # GPUs seen one sample at a time give one message per workload, not eight
+            self.host_flushed[key] = now
+            self.dirty_hosts.discard(key)
+            if not dirty:
+                return out
+            dirty, notify = False, claims
         else:
             raise ValueError(f"host window: unexpected message {message.kind!r}")
-        self.stores.window_meta[key] = {"claims": claims, "gpus": gpus, "history": history}
+        if dirty:
+            self.dirty_hosts.add(key)
+        meta = self.hosts[key] = {"claims": claims, "gpus": gpus, "history": history, "dirty": dirty}
+        self.stores.window_meta[key] = meta
         host = key[len(HOST):].split("/", 1)[1]
         for wid, start, _ in notify:
             if not gpus and not history:
@@ -374,8 +424,13 @@ class Pipeline:
             wid = k.split(SEP, 1)[0]
             if wid in missing:
                 grouped[wid].append(stored_event(v))
+        facts: dict[str, dict[str, Any]] = collections.defaultdict(dict)
+        for k, v in self.stores.window_facts.items():
+            wid, host = k.split(SEP, 1)
+            if wid in missing:
+                facts[wid][host] = v
         for wid in sorted(missing):
-            self.windows[wid] = WorkloadWindow.from_state(missing[wid], grouped.get(wid, []))
+            self.windows[wid] = WorkloadWindow.from_state(missing[wid], grouped.get(wid, []), facts.get(wid))
 
     # -- the fabric channel ----------------------------------------------------------------
 
@@ -452,23 +507,33 @@ class Pipeline:
         return []
 
     def due_flushes(self, now: float) -> list[Route]:
-        """Flush messages for the clusters with evidence not yet decided whose flush interval
-        passed (after a restart: those a previous worker deferred)."""
+        """Flush messages for the clusters with evidence not yet decided and the host windows
+        with facts not yet sent whose flush interval passed (after a restart: those a previous
+        worker left)."""
         if not self._deferred_loaded:
             self._deferred_loaded = True
             self.deferred.update(c for c, state in self.stores.fabric_meta.items() if state and state.get("deferred"))
-        return [Route("fabric", c, FlushMessage()) for c in sorted(self.deferred)
-                if now - self.flushed.get(c, -1e18) >= self.config.window.fabric_flush_s]
+            self.dirty_hosts.update(k for k, state in self.stores.window_meta.items()
+                                    if k.startswith(HOST) and state and state.get("dirty"))
+        every = self.config.window.fabric_flush_s
+        fabric = [Route("fabric", c, FlushMessage()) for c in sorted(self.deferred)
+                  if now - self.flushed.get(c, -1e18) >= every]
+        hosts = [Route("workload", k, FlushMessage()) for k in sorted(self.dirty_hosts)
+                 if now - self.host_flushed.get(k, -1e18) >= every]
+        tables = [e for k in sorted(self._gpus_new) for e in self._send_gpus(k)]
+        return fabric + hosts + tables
 
     def forget(self) -> None:
         """Drop every cache (after a rebalance): windows are rebuilt from the stores."""
         self.windows.clear()
+        self.hosts.clear()
         self.fabric.clear()
         self.pending_close.clear()
         self._unclaimed = None
         self._deferred_loaded = False
         self._loaded = False
         self.deferred.clear()
+        self.dirty_hosts.clear()
 
 
 class InMemoryRouter:
@@ -510,6 +575,11 @@ class InMemoryRouter:
         incident verdicts in the fabric correlator's order."""
         p = self.pipeline
         start = len(self.published)
+        self.send([e for k in sorted(p._gpus_new) for e in p._send_gpus(k)])
+        self.drain()
+        for key in sorted(p.dirty_hosts):
+            self.send([Route("workload", key, FlushMessage())])
+        self.drain()
         for cluster in sorted(p.fabric):
             fw = p.fabric[cluster]
             fw.refresh(p.config)

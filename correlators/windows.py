@@ -260,34 +260,35 @@ class WorkloadWindow:
     # -- persistence ---------------------------------------------------------------------
 
     def to_state(self) -> dict[str, Any]:
-        """Everything but the events (a driver stores those one per key, so this changes
-        only with the spec, coverage, faults and emissions, not with every event)."""
+        """Everything but the events and the host facts (a driver stores those one per key,
+        so this changes only with the spec, coverage, faults and emissions, not with every
+        event or every host's GPU table)."""
         return {
             "workload_id": self.workload_id,
             "spec": self.spec.model_dump(mode="json") if self.spec else None,
             "coverage": dict(sorted(self._coverage_json().items())),
             "faults": [self.faults[k].model_dump(mode="json") for k in sorted(self.faults)],
-            "host_facts": dict(sorted(self.host_facts.items())),
             "revision": self.revision,
             "digest": self.digest,
             "closed": self.closed,
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], events: Iterable[Event]) -> "WorkloadWindow":
-        """Rebuild a window from :meth:`to_state` and its stored events."""
+    def from_state(cls, state: dict[str, Any], events: Iterable[Event],
+                   host_facts: Mapping[str, dict[str, Any]] | None = None) -> "WorkloadWindow":
+        """Rebuild a window from :meth:`to_state`, its stored events and host facts."""
         window = cls(
             workload_id=state["workload_id"],
             spec=WorkloadSpec.model_validate(state["spec"]) if state.get("spec") else None,
             coverage={k: CoverageEntry.model_validate(v) for k, v in state.get("coverage", {}).items()},
             faults={e.event_id: e for e in (Event.model_validate(f) for f in state.get("faults", []))},
-            host_facts=dict(state.get("host_facts", {})),
             revision=int(state.get("revision", 0)),
             digest=state.get("digest"),
             closed=bool(state.get("closed", False)),
         )
         for event in events:
             window.add_event(event)
+        window.host_facts = dict(sorted((host_facts or {}).items()))
         window.closed = bool(state.get("closed", False))
         return window
 

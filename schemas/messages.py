@@ -87,13 +87,12 @@ class ClaimMessage(_Message):
 
 
 class GpuMessage(_Message):
-    """To a host window: telemetry says GPU ``pci`` (normalised bus id) of ``host`` has index
-    ``index``."""
+    """To a host window: telemetry says these GPUs of ``host`` (normalised PCI bus id ->
+    index) are there."""
 
     kind: Literal["gpu"] = "gpu"
     host: str
-    pci: str
-    index: int
+    gpus: dict[str, int]
 
 
 class HistoryMessage(_Message):
@@ -138,14 +137,15 @@ class VerdictMessage(_Message):
 
 
 class FlushMessage(_Message):
-    """To the fabric channel: decide the cluster's deferred evidence now."""
+    """To the fabric channel: decide the cluster's deferred evidence now; to a host window:
+    send its changed facts to the workloads on the host."""
 
     kind: Literal["flush"] = "flush"
 
 
 WorkloadMessage = Annotated[
     Union[EventMessage, SpecMessage, CoverageMessage, FaultsMessage, CloseMessage, ClaimMessage, GpuMessage,
-          HistoryMessage, HostFactsMessage],
+          HistoryMessage, HostFactsMessage, FlushMessage],
     Field(discriminator="kind"),
 ]
 FabricMessage = Annotated[

@@ -11,7 +11,7 @@ It maps the pipeline onto Kafka and only adds transport, timers and sinks::
     while ClickHouse is down the agent waits and its offsets are not committed)
 
 The pipeline's :class:`~correlators.pipeline.Stores` are changelogged Faust tables
-(``FAULTSTREAM_STORE``): ``window_meta``, ``window_events``, ``fabric_meta``,
+(``FAULTSTREAM_STORE``): ``window_meta``, ``window_events``, ``window_facts``, ``fabric_meta``,
 ``fabric_events`` partitioned like their channel, and the global tables ``allocation`` (written
 while consuming observations) and ``topology``, which every worker reads. The in-memory windows are a cache of the tables, rebuilt after a restart
 or a rebalance. A record that does not decode or fails is dead-lettered with the reason.
@@ -151,7 +151,7 @@ def _credentials(kafka: KafkaSettings) -> Any:
 
 
 #: The worker's tables (their changelog topics are declared up front, see declare_topics).
-TABLES = ("window_meta", "window_events", "allocation", "fabric_meta", "fabric_events", "topology",
+TABLES = ("window_meta", "window_events", "window_facts", "allocation", "fabric_meta", "fabric_events", "topology",
           "remediation_state")
 
 
@@ -254,6 +254,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     stores = Stores(
         window_meta=table("window_meta", json_schema),
         window_events=table("window_events", raw_values),
+        window_facts=table("window_facts", json_schema),
         fabric_meta=table("fabric_meta", json_schema),
         fabric_events=table("fabric_events", raw_values),
         # written while consuming observations (keyed by host), read by every worker
