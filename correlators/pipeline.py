@@ -151,8 +151,6 @@ class Pipeline:
         self._gpus_new: dict[str, dict[str, int]] = {}  # host key -> table collected, not sent
         self._gpus_hosts: dict[str, str] = {}  # host key -> host name
         self.deferred: set[str] = set()  # clusters with evidence not yet decided
-        self.dirty_hosts: set[str] = set()  # host windows with facts not yet sent
-        self.host_flushed: dict[str, float] = {}  # host window -> driver time of its last flush
 
     # -- ingest ----------------------------------------------------------------------------
 
@@ -229,7 +227,7 @@ class Pipeline:
         if channel == "fabric":
             return self._apply_fabric(key, message, now)
         if key.startswith(HOST):
-            return self._apply_host(key, message, now)
+            return self._apply_host(key, message)
         self.activity[key] = now
         w = self.window(key)
         out: list[Effect] = []
@@ -307,20 +305,19 @@ class Pipeline:
         return [Publish("attributions", att.attribution_id, att),
                 Route("fabric", att.scope.cluster, VerdictMessage(attribution=att))]
 
-    def _apply_host(self, key: str, message: BaseModel, now: float = 0.0) -> list[Effect]:
+    def _apply_host(self, key: str, message: BaseModel) -> list[Effect]:
         """A host window (key ``host:<cluster>/<host>``): the workload spans seen for the host
         (claims), the host's events no claim holds yet (an event and its claim may arrive in
         either order), its GPU table and its node history (the latest
         :data:`NODE_HISTORY_MAX` XID events). Every claiming workload gets the host's facts
-        (:class:`~schemas.messages.HostFactsMessage`) when it claims, and the changed facts at
-        the next flush (:meth:`due_flushes`, at most once per ``fabric_flush_s``)."""
+        (:class:`~schemas.messages.HostFactsMessage`) when it claims and whenever they
+        change."""
         meta = self.hosts.get(key)
         if meta is None:  # the cache is filled from the store once per key after forget()
             meta = self.hosts[key] = dict(self.stores.window_meta.get(key) or {})
         claims = list(meta.get("claims", []))
         gpus = dict(meta.get("gpus", {}))
         history = list(meta.get("history", []))
-        dirty = bool(meta.get("dirty", False))
         out: list[Effect] = []
         notify: list[list[Any]] = []  # the claims to send the host's facts to now
         if isinstance(message, ClaimMessage):
@@ -350,27 +347,17 @@ class Pipeline:
             merged = {**gpus, **message.gpus}
             if merged == gpus:
                 return out
-            gpus, dirty = merged, True
+            gpus, notify = merged, claims
         elif isinstance(message, HistoryMessage):
             event = message.event
             if any(item[1]["event_id"] == event.event_id for item in history):
                 return out
             history.append([message.workload_id, event.model_dump(mode="json")])
             history = sorted(history, key=lambda item: (item[1]["at"], item[1]["event_id"]))[-NODE_HISTORY_MAX:]
-            dirty = True
-        elif isinstance(message, FlushMessage):
-            # changed facts go out together, at most once per flush interval: a host's eight
-            # GPUs seen one sample at a time give one message per workload, not eight
-            self.host_flushed[key] = now
-            self.dirty_hosts.discard(key)
-            if not dirty:
-                return out
-            dirty, notify = False, claims
+            notify = [c for c in claims if c[0] != message.workload_id and event.at < c[1]]
         else:
             raise ValueError(f"host window: unexpected message {message.kind!r}")
-        if dirty:
-            self.dirty_hosts.add(key)
-        meta = self.hosts[key] = {"claims": claims, "gpus": gpus, "history": history, "dirty": dirty}
+        meta = self.hosts[key] = {"claims": claims, "gpus": gpus, "history": history}
         self.stores.window_meta[key] = meta
         host = key[len(HOST):].split("/", 1)[1]
         for wid, start, _ in notify:
@@ -507,21 +494,17 @@ class Pipeline:
         return []
 
     def due_flushes(self, now: float) -> list[Route]:
-        """Flush messages for the clusters with evidence not yet decided and the host windows
-        with facts not yet sent whose flush interval passed (after a restart: those a previous
-        worker left)."""
+        """Flush messages for the clusters with evidence not yet decided whose flush interval
+        passed (after a restart: those a previous worker deferred), and the GPU tables
+        collected from telemetry and not sent yet."""
         if not self._deferred_loaded:
             self._deferred_loaded = True
             self.deferred.update(c for c, state in self.stores.fabric_meta.items() if state and state.get("deferred"))
-            self.dirty_hosts.update(k for k, state in self.stores.window_meta.items()
-                                    if k.startswith(HOST) and state and state.get("dirty"))
         every = self.config.window.fabric_flush_s
         fabric = [Route("fabric", c, FlushMessage()) for c in sorted(self.deferred)
                   if now - self.flushed.get(c, -1e18) >= every]
-        hosts = [Route("workload", k, FlushMessage()) for k in sorted(self.dirty_hosts)
-                 if now - self.host_flushed.get(k, -1e18) >= every]
         tables = [e for k in sorted(self._gpus_new) for e in self._send_gpus(k)]
-        return fabric + hosts + tables
+        return fabric + tables
 
     def forget(self) -> None:
         """Drop every cache (after a rebalance): windows are rebuilt from the stores."""
@@ -533,7 +516,6 @@ class Pipeline:
         self._deferred_loaded = False
         self._loaded = False
         self.deferred.clear()
-        self.dirty_hosts.clear()
 
 
 class InMemoryRouter:
@@ -576,9 +558,6 @@ class InMemoryRouter:
         p = self.pipeline
         start = len(self.published)
         self.send([e for k in sorted(p._gpus_new) for e in p._send_gpus(k)])
-        self.drain()
-        for key in sorted(p.dirty_hosts):
-            self.send([Route("workload", key, FlushMessage())])
         self.drain()
         for cluster in sorted(p.fabric):
             fw = p.fabric[cluster]

@@ -137,15 +137,14 @@ class VerdictMessage(_Message):
 
 
 class FlushMessage(_Message):
-    """To the fabric channel: decide the cluster's deferred evidence now; to a host window:
-    send its changed facts to the workloads on the host."""
+    """To the fabric channel: decide the cluster's deferred evidence now."""
 
     kind: Literal["flush"] = "flush"
 
 
 WorkloadMessage = Annotated[
     Union[EventMessage, SpecMessage, CoverageMessage, FaultsMessage, CloseMessage, ClaimMessage, GpuMessage,
-          HistoryMessage, HostFactsMessage, FlushMessage],
+          HistoryMessage, HostFactsMessage],
     Field(discriminator="kind"),
 ]
 FabricMessage = Annotated[
