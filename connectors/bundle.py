@@ -394,6 +394,10 @@ class BundleConnector:
                     stats.notes.append(
                         "not a regular file (dangling or looping symlink, FIFO, socket or device): not read"
                     )
+                elif file.is_symlink() and not file.resolve().is_relative_to(self.path.resolve()):
+                    # a bundle holds its own evidence: a link out of it is never followed
+                    stats.status = "failed"
+                    stats.notes.append("symbolic link to a file outside the bundle: not read")
                 elif file.name.endswith(COUNTER_SUFFIX) and src.rel.split("/", 1)[0] in ("fabric", "metrics"):
                     yield from flush()  # keep file order
                     data = _read_bytes(file, stats)

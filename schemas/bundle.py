@@ -98,7 +98,7 @@ class WorkloadSpec(_Tolerant):
     start: dt.datetime
     end: dt.datetime | None = None
     nodes: list[str] = Field(min_length=1)
-    ranks_per_node: int | None = Field(default=None, ge=1)
+    ranks_per_node: int | None = Field(default=None, ge=1, le=4096)
     ranks: dict[int, RankSlot] = Field(default_factory=dict)
     hosts: dict[str, HostFacts] = Field(default_factory=dict)
 
@@ -109,6 +109,13 @@ class WorkloadSpec(_Tolerant):
 
     @model_validator(mode="after")
     def _check(self) -> "WorkloadSpec":
+        from schemas.records import TIME_NS_MAX, TIME_NS_MIN
+
+        # the times every record carries (UTC ns since 1900 .. Int64), with a day of margin
+        # for the windows around them
+        for name, value in (("start", self.start), ("end", self.end)):
+            if value is not None and not TIME_NS_MIN <= to_ns(value) <= TIME_NS_MAX - 86_400 * 10**9:
+                raise ValueError(f"{name} {value.isoformat()} is outside 1900-01-01 .. 2262-04-10")
         if self.end is not None and self.end < self.start:
             raise ValueError("end is before start")
         for rank, slot in self.ranks.items():

@@ -56,7 +56,13 @@ def load_yaml(source: Path | str | bytes) -> Any:
     Returns what the document holds (None for an empty one).
 
     Raises ``yaml.MarkedYAMLError`` (``problem`` and ``problem_mark`` give what and where,
-    0-based line/column) for invalid YAML, another ``yaml.YAMLError`` for a stream that is not
+    0-based line/column) for invalid YAML and for an alias (``*name``: never needed in a spec,
+    and nested aliases expand exponentially), another ``yaml.YAMLError`` for a stream that is not
     text, ``OSError`` when the file cannot be read."""
     data = source.read_bytes() if isinstance(source, Path) else source
+    for event in yaml.parse(data, Loader=SpecLoader):  # noqa: S506 -- a (C)SafeLoader subclass
+        if isinstance(event, yaml.AliasEvent):
+            # a spec never needs one, and nested aliases expand exponentially (alias bombs)
+            raise yaml.MarkedYAMLError(problem=f"YAML alias *{event.anchor} is not allowed in a spec file",
+                                       problem_mark=event.start_mark)
     return yaml.load(data, Loader=SpecLoader)  # noqa: S506 -- a (C)SafeLoader subclass

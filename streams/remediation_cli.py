@@ -279,6 +279,7 @@ def _keyring() -> Any:
     """The command keys of the environment, with a key to sign with; exits 2 when there is
     none or the settings are bad."""
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from streams.command_auth import CommandKeyError, CommandKeySettings
 
@@ -287,6 +288,8 @@ def _keyring() -> Any:
         keyring.signing_key_id()
     except ValidationError as exc:
         cli_fail("command key settings: " + "; ".join(e["msg"] for e in exc.errors()))
+    except SettingsError as exc:
+        cli_fail(f"command key settings: {exc} (FAULTSTREAM_COMMAND_KEYS is a JSON object: key id -> secret)")
     except CommandKeyError as exc:
         cli_fail(str(exc))
     return keyring

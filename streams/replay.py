@@ -43,6 +43,11 @@ class ReplayResult:
     bundle: Path = field(default_factory=Path)
 
 
+#: formats of the records that state facts rather than lines (workload specs, topology,
+#: coverage): kept with the evidence, so a replay's stored records can be replayed again
+FACT_FORMATS = ("workload_yaml", "topology_yaml", "topology", "coverage")
+
+
 def replay_observations(
     observations: Iterable[Observation],
     config: EngineConfig,
@@ -62,7 +67,8 @@ def replay_observations(
         if on_observation is not None:
             on_observation(obs)
         effects = pipeline.ingest(obs)
-        if any(isinstance(e, Publish) and e.topic == "events" for e in effects):
+        if obs.kind in ("scheduler_event", "topology", "health_event") and obs.format in FACT_FORMATS \
+                or any(isinstance(e, Publish) and e.topic == "events" for e in effects):
             used[obs.observation_id] = obs
         router.send(effects)
         router.drain()

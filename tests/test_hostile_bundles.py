@@ -1,0 +1,99 @@
+"""Hostile and malformed incident bundles: every one is refused with a clear one-line error or
+read with the problem in its coverage -- never a traceback, never a file outside the bundle."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from connectors.bundle import BundleConnector, BundleError
+from schemas.yamlspec import load_yaml
+from streams.replay import replay_bundle
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "incidents" / "public-rc15-pcie-aer-xid79-multinode"
+
+
+def copy_bundle(tmp_path: Path) -> Path:
+    root = tmp_path / "b"
+    shutil.copytree(EXAMPLE, root)
+    return root
+
+
+def set_key(root: Path, key: str, value: str) -> None:
+    spec = root / "workload.yaml"
+    text = spec.read_text()
+    if re.search(rf"(?m)^{key}:", text):
+        text = re.sub(rf"(?m)^{key}:.*$", f"{key}: {value}", text)
+    else:
+        text += f"\n{key}: {value}\n"
+    spec.write_text(text)
+
+
+def replay_cli(root: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "streams.cli", "replay", str(root), "--no-store"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("start", "'0001-01-01T00:00:00Z'", "outside 1900-01-01"),
+    ("end", "'9999-12-31T23:59:59Z'", "outside 1900-01-01"),
+    ("ranks_per_node", "99999999999999999999", "ranks_per_node"),
+])
+def test_out_of_range_workload_values_are_a_clear_error(tmp_path: Path, key: str, value: str, message: str) -> None:
+    root = copy_bundle(tmp_path)
+    if key == "ranks_per_node":
+        text = (root / "workload.yaml").read_text()
+        text = re.sub(r"(?ms)^ranks:.*?(?=^\S)", "", text + "\n") if "ranks:" in text else text
+        (root / "workload.yaml").write_text(text)
+    set_key(root, key, value)
+    with pytest.raises(BundleError, match=message):
+        BundleConnector(root)
+    run = replay_cli(root)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join(f'*a{i - 1}' for _ in range(9))}]" for i in range(1, 9)]
+    bomb = "\n".join(lines) + "\n"
+    with pytest.raises(Exception, match="alias"):
+        load_yaml(bomb)
+    root = copy_bundle(tmp_path)
+    (root / "workload.yaml").write_text(bomb + (EXAMPLE / "workload.yaml").read_text())
+    run = replay_cli(root)
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "alias" in run.stderr, run.stderr[-2000:]
+
+
+def test_a_symlink_out_of_the_bundle_is_not_read(tmp_path: Path) -> None:
+    root = copy_bundle(tmp_path)
+    outside = tmp_path / "secret.log"
+    outside.write_text("Nov 30 01:00:00 node-a02 kernel: NVRM: Xid (PCI:0000:9c:00): 79, pid=1, GPU has fallen off the bus.\n")
+    host_dir = next(p for p in (root / "logs").iterdir() if p.is_dir() and p.name != "_scheduler")
+    os.symlink(outside, host_dir / "linked.log")
+    result = replay_bundle(root)
+    entry = next(c for c in result.attribution.coverage if c.source.endswith("linked.log"))
+    assert entry.status == "failed" and "outside the bundle" in entry.detail
+    assert not any(o.kind == "log_line" and (o.position.file or "").endswith("linked.log") for o in result.observations)
+
+
+def test_a_replay_keeps_the_scheduler_records_with_its_evidence() -> None:
+    """So what `faultstream replay` stores can be replayed from ClickHouse and exported."""
+    result = replay_bundle(EXAMPLE)
+    formats = {o.format for o in result.observations if o.kind in ("scheduler_event", "health_event")}
+    assert "workload_yaml" in formats and "coverage" in formats
+
+
+def test_unparseable_command_keys_are_a_clear_cli_error() -> None:
+    env = {**os.environ, "FAULTSTREAM_COMMAND_KEYS": "not json"}
+    run = subprocess.run([sys.executable, "-m", "streams.cli", "remediation", "approve", "act-0", "--by", "alice",
+                          "--reason", "test"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert "command key settings" in run.stderr
