@@ -71,7 +71,7 @@ from typing import Any, Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from correlators.remediation import guards as g
+import correlators.remediation.guards as g
 from correlators.remediation.bisection import plan_screen
 from correlators.remediation.guards import CircuitBreaker, FailureDomains, GuardSettings
 from correlators.remediation.lifecycle import TERMINAL, LifecycleError, advance

@@ -31,7 +31,7 @@ import ahocorasick
 import pydantic
 
 from correlators import unrecognised as _unrecognised
-from correlators.rules import code as _code
+import correlators.rules.code as _code
 from correlators.rules.code import HOOKS, Draft, normalize_peer, normalize_pci
 from correlators.rules.model import MISSING, FieldSpec, Rule, RuleError
 from schemas.records import EvidenceRef, Event, GpuRef, Observation
