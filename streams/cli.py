@@ -222,6 +222,7 @@ def replay(
                     [a.scope.id for a in result.attributions if a.scope.kind == "workload"])
         return
     stored = None
+    store_error = None
     if not no_store:
         from sinks.clickhouse import ClickHouseSink, SinkError
 
@@ -233,9 +234,14 @@ def replay(
             sink.close()
             stored = clickhouse
         except SinkError as exc:
-            cli_fail(f"ClickHouse: {exc}")
+            # the verdict is still printed; the exit status says it was not stored
+            store_error = (f"ClickHouse: {str(exc).splitlines()[0][:300]} -- the verdicts were not stored "
+                           "(an embedded store is held by one process at a time: use --no-store or another "
+                           "--clickhouse chdb://DIR)")
     if json_lines:
         sys.stdout.write("".join(canonical_json(att) + "\n" for att in result.attributions))
+        if store_error:
+            cli_fail(store_error)
         return
     from streams.render import render_attribution
 
@@ -247,6 +253,8 @@ def replay(
         + (f", stored in {stored}" if stored else "")
         + "[/]"
     )
+    if store_error:
+        cli_fail(store_error)
 
 
 # -- bundle: incident bundles (BUNDLE.md) from stored observations -----------------------------

@@ -97,3 +97,24 @@ def test_unparseable_command_keys_are_a_clear_cli_error() -> None:
                          timeout=60, env=env)
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
     assert "command key settings" in run.stderr
+
+
+def test_a_replay_whose_store_is_held_prints_its_verdict_and_says_why_it_was_not_stored(tmp_path: Path) -> None:
+    """Two replays on one embedded store: the second still prints its verdict, then exits 2
+    with the reason and what to do (chDB allows one process per directory)."""
+    store = tmp_path / "ch"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from sinks.clickhouse import ClickHouseSink; "
+         f"s = ClickHouseSink('chdb://{store}'); print('ready', flush=True); time.sleep(60)"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        run = subprocess.run([sys.executable, "-m", "streams.cli", "replay", str(EXAMPLE), "--json",
+                              "--clickhouse", f"chdb://{store}"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert '"gpu.xid.79' in run.stdout  # the verdict was printed
+    assert "were not stored" in run.stderr and "--no-store" in run.stderr
