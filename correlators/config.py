@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from correlators.attribution import CausalRules, default_causal_rules
 from correlators.fabric import FabricPolicy, default_fabric_policy
 from correlators.rules import RulePack, load_rule_pack
-
-NS = 1_000_000_000
+from correlators.timetext import NS
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,6 @@ class Pipeline:
         self._loaded = False
         self._gpus_sent: dict[str, dict[str, int]] = {}  # host key -> GPU table sent
         self._gpus_new: dict[str, dict[str, int]] = {}  # host key -> table collected, not sent
-        self._gpus_hosts: dict[str, str] = {}  # host key -> host name
         self.deferred: set[str] = set()  # clusters with evidence not yet decided
 
     # -- ingest ----------------------------------------------------------------------------
@@ -179,7 +178,7 @@ class Pipeline:
             return out
         hkey = host_key(obs.cluster, obs.host)
         if obs.kind == "telemetry" and obs.gpu and obs.gpu.pci_bus_id and obs.gpu.index is not None:
-            out += self._learn_gpu(hkey, obs.host, normalise_pci(obs.gpu.pci_bus_id), obs.gpu.index)
+            out += self._learn_gpu(hkey, normalise_pci(obs.gpu.pci_bus_id), obs.gpu.index)
         events = self.config.pack.extract(obs)
         if events and hkey in self._gpus_new:
             out += self._send_gpus(hkey)  # the host's table goes ahead of its events
@@ -196,7 +195,7 @@ class Pipeline:
                 out.append(Route("fabric", cluster, EventMessage(event=event)))
         return out
 
-    def _learn_gpu(self, hkey: str, host: str, pci: str | None, index: int) -> list[Effect]:
+    def _learn_gpu(self, hkey: str, pci: str | None, index: int) -> list[Effect]:
         """Collect a telemetry sample's PCI id -> index; a host's table is sent (one
         :class:`~schemas.messages.GpuMessage`) when a sample repeats a GPU already collected
         -- one sampling round is complete --, before the host's next events, and at the next
@@ -208,8 +207,7 @@ class Pipeline:
             if self._gpus_sent.get(hkey, {}).get(pci) == index:
                 return []
             new = self._gpus_new[hkey] = dict(self._gpus_sent.get(hkey, {}))
-            self._gpus_hosts[hkey] = host
-        elif new.get(pci) == index and pci in new:
+        elif new.get(pci) == index:
             return self._send_gpus(hkey)
         new[pci] = index
         return []
@@ -217,7 +215,7 @@ class Pipeline:
     def _send_gpus(self, hkey: str) -> list[Effect]:
         table = self._gpus_new.pop(hkey)
         self._gpus_sent[hkey] = table
-        return [Route("workload", f"{HOST}{hkey}", GpuMessage(host=self._gpus_hosts[hkey], gpus=table))]
+        return [Route("workload", f"{HOST}{hkey}", GpuMessage(host=hkey.split("/", 1)[1], gpus=table))]
 
     # -- the workload channel --------------------------------------------------------------
 

@@ -42,7 +42,6 @@ from schemas.records import Attribution, CoverageEntry, Event, canonical_json
 
 __all__ = ["WindowPolicy", "fabric_relevant", "host_key", "WorkloadIndex", "WorkloadWindow", "FabricWindow", "verdict_digest", "is_decisive"]
 
-NS = 1_000_000_000
 
 
 def verdict_digest(att: Attribution) -> str:
