@@ -341,7 +341,7 @@ def free_port() -> int:
 
 
 class Worker:
-    """A `faultstream worker` subprocess (like tests/test_stream.py)."""
+    """A `faultstream worker` subprocess (like tests/streams/test_stream.py)."""
 
     def __init__(self, env: dict[str, str], log: Path, profile: Path | None = None) -> None:
         self.log = log

@@ -34,7 +34,7 @@ NVSentinel watches each NIC alone. This module correlates both ends of every cab
 Config faults are not fabric faults: error 12 on every host from the first connection with
 healthy ports yields no port fault here (nothing crosses a threshold), so the workload
 correlator's RoCE GID-index detector decides ``config``; error 12 after hours with one host's
-port flapping yields a port fault that explains it (``tests/test_fabric.py`` has both).
+port flapping yields a port fault that explains it (``tests/correlators/test_fabric.py`` has both).
 
 Pure: no I/O, no clock. The same events give the same faults, ids and verdicts in replay and in
 the stream (which recomputes a port's faults from the port's events whenever they change).

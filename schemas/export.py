@@ -16,7 +16,7 @@ the committed layout. The document is self-contained (its payload schemas are in
 Each file is pydantic's ``model_json_schema()`` (validation mode, JSON Schema draft 2020-12,
 shared sub-models under ``$defs``) with a ``$schema`` key added, serialised with sorted keys,
 two-space indent, ASCII-only escapes and a trailing newline, so regenerating from unchanged
-models gives identical bytes (``tests/test_schema_files.py`` fails when the committed files
+models gives identical bytes (``tests/schemas/test_schema_files.py`` fails when the committed files
 are stale).
 """
 

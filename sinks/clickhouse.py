@@ -31,7 +31,7 @@ altered in place).
 Idempotency -- what a rerun of the same replay does to row counts
 -----------------------------------------------------------------
 Two mechanisms, both verified against chDB 4.4 (ClickHouse 26.9) in
-``tests/test_clickhouse_sink.py``:
+``tests/sinks/test_clickhouse_sink.py``:
 
 1. **ReplacingMergeTree keyed by the deterministic id** -- the guarantee that always holds:
    ``count(table, final=True)`` (``SELECT count() FROM t FINAL``) counts every id once, and

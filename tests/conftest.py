@@ -1,5 +1,18 @@
 """Shared fixtures, and the markers of the tests that need a real service.
 
+Layout: ``tests/`` mirrors the source tree; a test module sits beside the package it mainly
+exercises, one directory (a package, with ``__init__.py``) per source package:
+
+* ``tests/correlators/``: the pure engine with its ``rules/`` and ``remediation/`` subpackages
+* ``tests/connectors/``: the inputs: bundle, files, counters, topology, Slurm, certifications
+* ``tests/schemas/``: the record contract, the JSON Schema and AsyncAPI files, the YAML reader
+* ``tests/sinks/``: the ClickHouse sink and the remediation executors (``sinks/executors``)
+* ``tests/streams/``: the worker, the CLI, replay sources, rendering, logging, poison records
+* ``tests/transport/``: the Kafka broker, topic creation and Kafka settings (``transport/kafka*``)
+* ``tests/``: only project-wide checks (``test_architecture.py``: the import graph of all
+  packages; ``test_examples_wellformed.py``: every bundle under ``examples/``), and what all
+  share: this file, ``kafka_fixtures.py``, ``slurm_fixtures.py``, ``data/``.
+
 ``real_fixtures``: the directory of real inputs (``shared/fixtures/real`` beside the repo
 checkout). Tests that need it fail -- never skip -- when it is missing.
 
@@ -36,7 +49,8 @@ from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_fact
 from tests.slurm_fixtures import slurm_cluster  # noqa: E402,F401
 
 
-#: test modules that open the embedded ClickHouse engine (chDB)
+#: test modules that open the embedded ClickHouse engine (chDB), by file name without ``.py``:
+#: the last part of the dotted module name (``tests.streams.test_stream`` -> ``test_stream``)
 CLICKHOUSE_MODULES = {"test_cli", "test_clickhouse_sink", "test_logs", "test_remediation_sink",
                       "test_remediation_stream", "test_replay_sources", "test_stream", "test_poison", "test_fuzz"}
 _SERVICE_FIXTURES = {"kafka_bootstrap": "kafka", "kafka_config": "kafka", "kafka_topic_factory": "kafka",

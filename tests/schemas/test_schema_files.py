@@ -31,7 +31,7 @@ from schemas.records import (
     content_id,
 )
 
-COMMITTED = Path(__file__).resolve().parent.parent / "schemas" / "json"
+COMMITTED = Path(__file__).resolve().parents[2] / "schemas" / "json"
 COMMITTED_ASYNCAPI = COMMITTED.parent / "asyncapi.yaml"
 NAMES = ["observation", "event", "attribution", "remediation_action", "remediation_command",
          "certification", "dead_letter"]

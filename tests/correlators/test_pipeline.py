@@ -33,7 +33,7 @@ from schemas.messages import (
 from schemas.records import Attribution, Event, EvidenceRef, GpuRef, Observation, Position, Source, canonical_json
 from streams.replay import replay_bundle
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "incidents"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "incidents"
 BUNDLES = sorted(p.parent for p in EXAMPLES.glob("*/expected.yaml"))
 T0 = 1_764_000_000 * 10**9
 S = 10**9

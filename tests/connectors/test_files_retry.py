@@ -21,7 +21,7 @@ from connectors.files import FilesConnector
 from connectors.runner import publish, run
 from connectors.source import Rewindable
 from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: F401
-from tests.test_files_connector import consume, values
+from tests.connectors.test_files_connector import consume, values
 from transport.kafka import DeliveryError, FailedDelivery
 
 TS = "2026-11-30T01:20:{:02d}.000Z"

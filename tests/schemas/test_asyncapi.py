@@ -33,9 +33,9 @@ from schemas.export import EXPORTED_MODELS
 from schemas.records import Observation, Position, Source, canonical_json
 from schemas.topics import DAY_MS, catalogue
 from sinks.deadletter import DeadLetter
-from tests.test_schema_files import T0, sample_attribution
+from tests.schemas.test_schema_files import T0, sample_attribution
 
-COMMITTED = Path(__file__).resolve().parents[1] / "schemas" / "asyncapi.yaml"
+COMMITTED = Path(__file__).resolve().parents[2] / "schemas" / "asyncapi.yaml"
 
 # AsyncAPI 3.0.0: fields of the objects used, and the required ones
 TOP_LEVEL = {"asyncapi", "id", "info", "servers", "defaultContentType", "channels", "operations",
@@ -245,7 +245,7 @@ def test_payload_schemas_are_the_models_and_validate_real_records(doc: dict[str,
 
 
 def test_dead_letter_json_schema_is_exported() -> None:
-    path = Path(__file__).resolve().parents[1] / "schemas" / "json" / "dead_letter.schema.json"
+    path = Path(__file__).resolve().parents[2] / "schemas" / "json" / "dead_letter.schema.json"
     schema = json.loads(path.read_text())
     assert schema["title"] == "DeadLetter"
     assert schema["required"] == ["source", "reason", "original", "at_ns"]

@@ -16,7 +16,7 @@ from connectors.bundle import BundleConnector, BundleError
 from schemas.yamlspec import load_yaml
 from streams.replay import replay_bundle
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "incidents" / "public-rc15-pcie-aer-xid79-multinode"
 
 

@@ -450,7 +450,7 @@ def test_two_verdicts_of_one_incident_revised_in_turn_give_one_proposal_and_act_
     from streams.replay import replay_bundle
     from correlators.remediation import RemediationEngine, load_policy
 
-    bundle = Path(__file__).resolve().parents[1] / "examples/incidents/fabric-degrading-cable-symbol-errors"
+    bundle = Path(__file__).resolve().parents[2] / "examples/incidents/fabric-degrading-cable-symbol-errors"
     result = replay_bundle(bundle)
     verdicts = [a for a in result.attributions if a.scope.kind in ("workload", "fabric_port")]
     assert {a.quality for a in verdicts} == {"definitive", "probable"}  # they disagree on quality
@@ -470,7 +470,7 @@ def test_a_pending_proposal_takes_the_cause_of_the_final_verdict():
     from streams.replay import replay_bundle
     from correlators.remediation import RemediationEngine, load_policy
 
-    bundle = Path(__file__).resolve().parents[1] / "examples/incidents/fabric-port-flap-host-side-only"
+    bundle = Path(__file__).resolve().parents[2] / "examples/incidents/fabric-port-flap-host-side-only"
     result = replay_bundle(bundle)
     final = result.attribution
     provisional = final.model_copy(update={
@@ -492,7 +492,7 @@ def test_a_withdrawn_fabric_verdict_lets_its_proposals_lapse_and_proposes_no_rec
     from streams.replay import replay_bundle
     from correlators.remediation import RemediationEngine, load_policy
 
-    bundle = Path(__file__).resolve().parents[1] / "examples/incidents/fabric-port-flap-host-side-only"
+    bundle = Path(__file__).resolve().parents[2] / "examples/incidents/fabric-port-flap-host-side-only"
     result = replay_bundle(bundle)
     fabric = next(a for a in result.attributions if a.scope.kind == "fabric_port")
     engine = RemediationEngine(load_policy(), fleet_size=100, topology=bundle_topology(bundle))

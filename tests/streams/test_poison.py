@@ -37,7 +37,7 @@ from schemas.records import (
 from sinks.clickhouse import TABLES, ClickHouseSink
 from streams.settings import WorkerSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_796_001_664_123_000_000  # 2026-11-30 01:21:04.123 UTC, ns
 
 
@@ -88,7 +88,7 @@ def test_in_range_extremes_are_accepted() -> None:
 
 
 def test_attribution_counters_are_bounded() -> None:
-    from tests.test_schema_files import sample_attribution
+    from tests.schemas.test_schema_files import sample_attribution
 
     data = json.loads(canonical_json(sample_attribution()))
     for field, value in (("revision", 2**32), ("decided_at", 2**64), ("culprits", {"ranks": [2**31]})):
@@ -262,7 +262,7 @@ def test_one_data_dir_one_worker(tmp_path: Path) -> None:
 # -- through a real broker and real workers ---------------------------------------------------
 
 from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: E402,F401
-from tests.test_stream import (  # noqa: E402,F401 -- fixtures and helpers of the stream tests
+from tests.streams.test_stream import (  # noqa: E402,F401 -- fixtures and helpers of the stream tests
     SOURCES,
     consume,
     latest_verdicts,
@@ -294,7 +294,7 @@ def wait_metric(worker: Any, predicate: Any, timeout: float = 60, what: str = ""
 
 
 def test_poison_records_never_wedge_the_clickhouse_writers(stream_env, kafka_bootstrap):
-    from tests.test_schema_files import sample_attribution
+    from tests.schemas.test_schema_files import sample_attribution
 
     prefix = stream_env["prefix"]
     ch_dir = stream_env["tmp"] / "clickhouse"
@@ -404,7 +404,7 @@ def test_resent_scheduler_record_changes_no_final_verdict(stream_env, kafka_boot
 
 
 def test_verdicts_skips_bad_records_and_tombstones(stream_env, kafka_bootstrap):
-    from tests.test_schema_files import sample_attribution
+    from tests.schemas.test_schema_files import sample_attribution
 
     env, prefix = stream_env["env"], stream_env["prefix"]
     from schemas.topics import catalogue, create_topics

@@ -11,7 +11,7 @@ from correlators import xid
 from correlators.rules import load_rule_pack
 from schemas.records import Observation, Position, Source
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "xid-catalog.csv"
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "xid-catalog.csv"
 
 #: codes the reference README says the catalog marks unused for A100/H100/B100/GB200
 UNUSED = [*range(1, 8), 9, 10, 12, *range(15, 25), *range(26, 31), *range(33, 37), 42, 47,

@@ -21,7 +21,7 @@ import pytest
 
 from streams.logs import LogFormat, configure_logging, logging_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEYS = {"ts", "level", "logger", "message"}
 
 

@@ -27,7 +27,7 @@ from streams.replay import replay_bundle
 from streams.sources import diff_verdicts, parse_time, verdict_key
 from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: F401
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "incidents"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "incidents"
 TWO_JOBS = EXAMPLES / "fabric-port-flap-two-jobs"  # job-2401 (workload.yaml) + job-2417, one port fault
 XID43 = EXAMPLES / "h200-xid43-device-assert"  # job-1002, cluster c1, with nvidia-smi -q telemetry
 HISTORY = EXAMPLES / "history-xid31-repeated-across-jobs"  # job-4102 + the earlier job-4101 on node-a01

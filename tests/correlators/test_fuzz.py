@@ -36,7 +36,7 @@ from correlators.pipeline import Pipeline, Route, Stores
 from schemas.messages import message_json, parse_fabric_message, parse_workload_message
 from schemas.records import Observation, canonical_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "incidents"
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "50"))
 
@@ -200,7 +200,7 @@ def test_pipeline_apply_fails_clearly_or_gives_effects(data: Any, channel: str) 
 # -- a real worker: every agent ----------------------------------------------------------------
 
 from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: E402,F401
-from tests.test_stream import SOURCES, consume, latest_verdicts, own_cluster, stream_env  # noqa: E402,F401
+from tests.streams.test_stream import SOURCES, consume, latest_verdicts, own_cluster, stream_env  # noqa: E402,F401
 
 
 def garbage(records: list[dict]) -> Any:

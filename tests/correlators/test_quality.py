@@ -19,9 +19,9 @@ from schemas.bundle import ExpectedSpec
 from schemas.records import TIME_QUALITY_INHERITED, CoverageEntry, canonical_json
 from streams.render import render_attribution
 from streams.replay import replay_bundle, score
-from tests.test_attribution import S, ev, present, spec, watchdog, xid
+from tests.correlators.test_attribution import S, ev, present, spec, watchdog, xid
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "incidents"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "incidents"
 
 
 def decide_with(s, events, coverage=(), history=()):
@@ -237,7 +237,7 @@ def test_a_cause_logged_after_the_job_ended_does_not_take_over(tmp_path) -> None
 
     from streams.replay import replay_bundle
 
-    src = Path(__file__).resolve().parents[1] / "examples" / "incidents" / "public-rc15-pcie-aer-xid79-multinode"
+    src = Path(__file__).resolve().parents[2] / "examples" / "incidents" / "public-rc15-pcie-aer-xid79-multinode"
     base = replay_bundle(src).attribution
     bundle = tmp_path / "b"
     shutil.copytree(src, bundle)

@@ -21,9 +21,9 @@ from transport.kafka import BackPressureTimeout, DeliveryError, RecordProducer
 from transport.kafka_settings import KafkaSettings
 from streams.cli import app
 from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: F401
-from tests.test_files_connector import consume, settings, values  # noqa: F401
+from tests.connectors.test_files_connector import consume, settings, values  # noqa: F401
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "incidents"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "incidents"
 BUNDLES = sorted(p.parent for p in EXAMPLES.glob("*/workload.yaml"))
 
 

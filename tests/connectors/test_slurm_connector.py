@@ -25,7 +25,7 @@ from correlators.rules import load_rule_pack
 from schemas.records import Observation
 from tests.slurm_fixtures import slurm_cluster  # noqa: F401
 
-DATA = Path(__file__).parent / "data" / "slurm"
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 

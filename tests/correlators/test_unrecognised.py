@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from correlators.unrecognised import mine_templates, severity_of, suggest_rules
 from streams.cli import app
 from streams.replay import replay_bundle
-from tests.test_rules import PACK, REAL, extract_file, obs_for
+from tests.correlators.test_rules import PACK, REAL, extract_file, obs_for
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "incidents"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "incidents"
 
 
 def test_severity_markers_from_their_formats() -> None:

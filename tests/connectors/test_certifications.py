@@ -28,9 +28,9 @@ from connectors.registry import connectors
 from schemas.records import Certification
 from streams.cli import app
 from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: F401
-from tests.test_files_connector import consume, values
+from tests.connectors.test_files_connector import consume, values
 
-DATA = Path(__file__).parent / "data" / "certifications"
+DATA = Path(__file__).resolve().parents[1] / "data" / "certifications"
 T0 = iso_to_ns("2026-11-30T03:10:00Z")
 
 

@@ -39,9 +39,9 @@ from schemas.topics import catalogue, create_topics
 from transport.kafka_settings import KafkaSettings
 from streams.cli import app
 from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: F401
-from tests.test_files_connector import consume, settings  # noqa: F401
+from tests.connectors.test_files_connector import consume, settings  # noqa: F401
 
-DATA = Path(__file__).resolve().parent / "data" / "topology"
+DATA = Path(__file__).resolve().parents[1] / "data" / "topology"
 IBNET = DATA / "ibnetdiscover-3switch.txt"
 LLDP_DICT = DATA / "lldpctl-dict-node-a01.json"
 LLDP_LIST = DATA / "lldpctl-list-node-a02.json"

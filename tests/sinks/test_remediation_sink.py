@@ -6,7 +6,7 @@ The records are the real output of the remediation runner (engine + dry-run exec
 real example bundle's verdict (``public-rc15-pcie-aer-xid79-multinode``: XID 79 on node-a02):
 drain and reboot proposed, approved by alice, executed in dry run, the drain released by a
 passing certification. One chDB directory for the module, one database per test (see
-``tests/test_clickhouse_sink.py`` for why).
+``tests/sinks/test_clickhouse_sink.py`` for why).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sinks.clickhouse import ClickHouseSink
 from sinks.executors import ExecutorSettings
 from streams.remediation_runner import RemediationRunner
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "examples" / "incidents" / "public-rc15-pcie-aer-xid79-multinode"
 NS = 1_000_000_000
 

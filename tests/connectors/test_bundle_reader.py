@@ -329,7 +329,7 @@ def test_unknown_workload_keys_are_a_coverage_warning(tmp_path: Path, real_fixtu
 def test_an_undated_decisive_line_is_at_most_probable(tmp_path: Path) -> None:
     """The rc-25 bundle's "fallen off the bus" record decides a definitive verdict when dated;
     the same record without its time (inherited from the line above it) gives probable."""
-    src = Path(__file__).resolve().parents[1] / "examples" / "incidents" / "public-rc25-fell-off-bus-no-xid-multinode"
+    src = Path(__file__).resolve().parents[2] / "examples" / "incidents" / "public-rc25-fell-off-bus-no-xid-multinode"
     root = tmp_path / "rc25"
     shutil.copytree(src, root)
     dmesg = root / "logs" / "node-a01" / "dmesg-raw.log"

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from streams.cli import app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "incidents"
 BUNDLES = sorted(p.parent for p in EXAMPLES.glob("*/expected.yaml"))
 SCHEMA = json.loads((ROOT / "schemas" / "json" / "attribution.schema.json").read_text())

@@ -19,9 +19,9 @@ from confluent_kafka import Consumer
 
 from connectors.registry import connectors
 from connectors.slurm import SCHEDULER_HOST, connect_slurm_cli
-from tests.test_slurm_connector import sbatch, wait_terminal
+from tests.connectors.test_slurm_connector import sbatch, wait_terminal
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "incidents"
 #: The example bundles. Each is published as its own cluster (node-a01 of one bundle is not the
 #: node-a01 of another: their GPU tables and node histories must not mix).

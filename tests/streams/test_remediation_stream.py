@@ -56,9 +56,9 @@ from sinks.executors import ExecutionResult, ExecutorSettings
 from streams.command_auth import Keyring, authenticate, sign
 from streams.remediation_runner import CommandRejected, RemediationRunner
 from tests.slurm_fixtures import slurm_cluster  # noqa: F401
-from tests.test_stream import consume, publish, stream_env  # noqa: F401
+from tests.streams.test_stream import consume, publish, stream_env  # noqa: F401
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "examples" / "incidents" / "public-rc15-pcie-aer-xid79-multinode"
 CERTS = ROOT / "tests" / "data" / "certifications"
 NS = 1_000_000_000
