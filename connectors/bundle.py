@@ -36,6 +36,20 @@ clock that goes back starts the next boot).
 ``workload.yaml`` keys this reader does not know are not an error: they are reported in the
 coverage (``source="file:workload.yaml"``, status ``present``, ``detail`` naming them).
 
+**Step records.** ``scheduler/<host>/*`` files hold what the scheduler said about the processes
+of a host: ``scontrol listpids`` output taken on that host (any form
+:func:`connectors.slurm_pids.parse_listpids` reads, recognised by content; the file name is a
+hint, ``scontrol-listpids.txt``). They are read when the bundle is opened, not as log lines:
+for every workload of the bundle whose id names a Slurm job
+(:func:`connectors.slurm_pids.slurm_job_of`) and whose nodes hold the host, the rows of that
+job's numbered steps with task ids (:func:`connectors.slurm_pids.task_pid_rows`) become the
+workload's ``task_pids`` (host, pid, rank = the global task id, local rank, step, source =
+``<file>:<line>``), so the workload record both drivers read carries them
+(:mod:`correlators.pids` turns them into pid -> rank statements). Each file has a coverage
+entry: records = rows, unparsed = malformed rows, ``detail`` says how many rows each workload
+took and why the others were left out (other jobs, ``-`` ids, batch/extern steps); a file that
+is no listpids output is ``failed``. Files over :data:`MAX_STEP_RECORD_BYTES` are not read.
+
 **Fast path.** With ``keywords`` only records containing a keyword are materialised: each
 file is split once, polars scans all lines at once for the keywords (literal alternation),
 :data:`~connectors.timefmt.TIMESTAMP_HINT` and :data:`~connectors.records.STRUCTURE_HINT`,
@@ -72,12 +86,13 @@ from connectors.counter_readers import (
     read_counter_csv,
     table_observations,
 )
+from connectors.slurm_pids import ListpidsError, parse_listpids, slurm_job_of, task_pid_rows
 from connectors.telemetry import TelemetrySample, parse_telemetry
 from correlators.attribution import default_causal_rules
 from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, record_span
 from connectors.timefmt import TIMESTAMP_HINT, LineClock, LineTime, TimeContext, parse_line_time
 from correlators.windows import WorkloadIndex
-from schemas.bundle import ExpectedSpec, TopologySpec, WorkloadSpec, to_ns
+from schemas.bundle import ExpectedSpec, TaskPid, TopologySpec, WorkloadSpec, to_ns
 from schemas.messages import Span
 from schemas.records import (
     TIME_QUALITY_INHERITED,
@@ -89,7 +104,8 @@ from schemas.records import (
 )
 from schemas.yamlspec import load_yaml
 
-__all__ = ["BundleError", "BundleConnector", "MAX_BODY_CHARS", "NUL_MARK", "RANK_PREFIX", "SCHEDULER_HOST"]
+__all__ = ["MAX_BODY_CHARS", "MAX_STEP_RECORD_BYTES", "NUL_MARK", "RANK_PREFIX", "SCHEDULER_DIR", "SCHEDULER_HOST",
+           "BundleConnector", "BundleError"]
 
 #: Bodies longer than this (characters) are cut, with a marker and ``attributes.truncated``.
 MAX_BODY_CHARS = 65_536
@@ -100,6 +116,12 @@ BINARY_CONTROL_SHARE = 0.10
 #: The host name of scheduler-side records (BUNDLE.md: ``logs/_scheduler/``), in every connector.
 SCHEDULER_HOST = "_scheduler"
 _TOP_DIRS = ("fabric", "logs", "metrics")
+#: The directory of the scheduler's per-host records (``scheduler/<host>/<file>``): step
+#: records read into the workload record, never as log lines.
+SCHEDULER_DIR = "scheduler"
+#: A step record file larger than this (bytes, after gunzip) is not read: ``scontrol
+#: listpids`` prints about 45 bytes a process, so this is some 180,000 processes of one host.
+MAX_STEP_RECORD_BYTES = 8 * 1024 * 1024
 #: ``[rank3]:`` -- the prefix PyTorch puts on every line a rank prints (shared by the readers).
 RANK_PREFIX = re.compile(r"\[rank(\d{1,9})\]:")  # ranks fit an Int32
 #: Log lines decoded before one vectorised scan runs over them all (bounds memory).
@@ -344,10 +366,115 @@ class BundleConnector:
                     detail=f"{len(unknown)} unknown key(s), ignored (this reader knows BUNDLE.md v1): "
                     + ", ".join(unknown),
                 ))
+        self._read_step_records()
         self._coverage: list[CoverageEntry] = list(self._spec_coverage)
         self.lines_read = 0
         #: counter files are read in batches of up to this many bytes (0: one by one)
         self.counter_batch_bytes: int = _counters_mod.COUNTER_BATCH_BYTES
+
+    def _read_step_records(self) -> None:
+        """Read ``scheduler/<host>/*`` into the workloads' ``task_pids`` (module docstring,
+        *Step records*); one coverage entry per file in ``_spec_coverage``."""
+        root = self.path / SCHEDULER_DIR
+        if not root.is_dir():
+            return
+        jobs = [slurm_job_of(spec.workload_id) for spec in self.workloads]
+        added: dict[int, dict[tuple, TaskPid]] = {}
+        bundle_root = self.path.resolve()
+        for file in sorted((p for p in root.rglob("*") if not p.is_dir()),
+                           key=lambda p: p.relative_to(self.path).as_posix()):
+            rel = file.relative_to(self.path).as_posix()
+            parts = rel.split("/")
+            stats = _FileStats()
+            table = None
+            if len(parts) != 3:
+                stats.status = "failed"
+                stats.notes.append("not a scheduler/<host>/<file> path: not read")
+            elif not file.is_file():
+                stats.status = "failed"
+                stats.notes.append("not a regular file (dangling or looping symlink, FIFO, socket or device): not read")
+            elif file.is_symlink() and not file.resolve().is_relative_to(bundle_root):
+                stats.status = "failed"
+                stats.notes.append("symbolic link to a file outside the bundle: not read")
+            else:
+                table = self._step_table(file, stats)
+            if table is not None:
+                host = parts[1]
+                stats.records = len(table.rows) + table.malformed
+                stats.unparsed = table.malformed
+                stats.notes.append(
+                    f"scontrol listpids ({table.format}): {len(table.rows)} rows"
+                    + (f", {table.malformed} malformed rows skipped" if table.malformed else "")
+                    + (f", {table.before_header} lines before the header skipped" if table.before_header else ""))
+                stats.notes.extend(table.notes)
+                used = False
+                for i, spec in enumerate(self.workloads):
+                    if host not in spec.nodes:
+                        continue
+                    used = True
+                    job = jobs[i]
+                    if job is None:
+                        stats.notes.append(f"{spec.workload_id}: its id names no Slurm job id "
+                                           "(array task, heterogeneous component or another scheduler): rows not used")
+                        continue
+                    kept, skipped = task_pid_rows(table.rows, job[0], job[1])
+                    mine = added.setdefault(i, {})
+                    for row in kept:
+                        key = (host, row.pid, row.global_id, row.local_id, row.step_id)
+                        mine.setdefault(key, TaskPid(host=host, pid=row.pid, rank=row.global_id,
+                                                     local_rank=row.local_id, step=row.step_id,
+                                                     source=f"{rel}:{row.line}"))
+                    why = [f"{n} {text}" for n, text in (
+                        (skipped["other_job"], "of other jobs"), (skipped["other_step"], "of other steps"),
+                        (skipped["not_a_task"], "not tasks ('-' ids)"),
+                        (skipped["named_step"], "of batch/extern/interactive steps")) if n]
+                    step = f" step {job[1]}" if job[1] is not None else ""
+                    stats.notes.append(f"{spec.workload_id} (job {job[0]}{step}): {len(kept)} task pids"
+                                       + (f"; left out: {', '.join(why)}" if why else ""))
+                if not used:
+                    stats.notes.append(f"{host} is no node of the bundle's workloads: rows not used")
+            self._spec_coverage.append(CoverageEntry(
+                source=f"file:{rel}", status=stats.status, records=stats.records,
+                unparsed=stats.unparsed, detail="; ".join(stats.notes)))
+        for i, tasks in sorted(added.items()):
+            if not tasks:
+                continue
+            spec = self.workloads[i]
+            spec = spec.model_copy(update={"task_pids": [*spec.task_pids, *tasks.values()]})
+            self.workloads[i] = spec
+            if i == 0:
+                self.workload = spec
+
+    def _step_table(self, file: Path, stats: "_FileStats"):
+        """A step record file's listpids table, or None with ``stats`` saying why."""
+        try:
+            if file.stat().st_size > MAX_STEP_RECORD_BYTES:
+                stats.status = "failed"
+                stats.notes.append(f"over {MAX_STEP_RECORD_BYTES} bytes: not read")
+                return None
+            data = _read_bytes(file, stats)
+        except OSError as exc:
+            stats.status = "failed"
+            stats.notes.append(f"cannot read: {exc}")
+            return None
+        if data is None:
+            return None
+        if not data.strip():
+            stats.status = "empty"
+            stats.notes.append("empty file")
+            return None
+        if len(data) > MAX_STEP_RECORD_BYTES:
+            stats.status = "failed"
+            stats.notes.append(f"over {MAX_STEP_RECORD_BYTES} bytes after gunzip: not read")
+            return None
+        text = data.decode("utf-8", errors="replace")
+        try:
+            return parse_listpids(text)
+        except ListpidsError as exc:
+            stats.status = "failed"
+            stats.notes.append(str(exc))
+            stats.records = stats.unparsed = text.count("\n") + (0 if text.endswith("\n") else 1)
+            return None
 
     # -- public ---------------------------------------------------------------------------
 

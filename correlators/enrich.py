@@ -34,8 +34,11 @@ class Allocation:
     ``workload.yaml`` writes it; read when the table is built);
     ``gpus``: (host, PCI bus id in the :func:`correlators.ids.normalise_pci` form) -> GPU
     index, learned from telemetry;
-    ``pids``: (host, pid) -> rank from ``ranks.<N>.pid`` (``correlators.pids`` adds what the
-    logs state).
+    ``pids``: (host, pid) -> rank from ``ranks.<N>.pid``; ``task_pids``: the scheduler's step
+    records of ``workload.yaml`` ``task_pids`` (``scontrol listpids`` tables of the bundle's
+    ``scheduler/<host>/``), one (host, pid, rank, step or None, source) each, in the
+    record's order (:mod:`correlators.pids` turns both into pid -> rank statements and adds
+    what the logs state).
     """
 
     workload_id: str
@@ -44,6 +47,7 @@ class Allocation:
     ips: dict[str, str] = field(default_factory=dict)
     gpus: dict[tuple[str, str], int] = field(default_factory=dict)
     pids: dict[tuple[str, int], int] = field(default_factory=dict)
+    task_pids: list[tuple[str, int, int, str | None, str]] = field(default_factory=list)
 
     @classmethod
     def from_workload(cls, spec: WorkloadSpec) -> "Allocation":
@@ -52,7 +56,9 @@ class Allocation:
         ranks = {r: (slot.host, slot.gpu) for r, slot in slots.items()}
         ips = {facts.ip: host for host, facts in spec.hosts.items() if facts.ip}
         pids = {(slot.host, slot.pid): r for r, slot in slots.items() if slot.pid}
-        return cls(workload_id=spec.workload_id, cluster=spec.cluster, ranks=ranks, ips=ips, pids=pids)
+        tasks = [(t.host, t.pid, t.rank, t.step, t.source) for t in spec.task_pids]
+        return cls(workload_id=spec.workload_id, cluster=spec.cluster, ranks=ranks, ips=ips, pids=pids,
+                   task_pids=tasks)
 
     def __post_init__(self) -> None:
         self._by_host_gpu: dict[tuple[str, int], int] = {}

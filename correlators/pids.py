@@ -5,6 +5,12 @@ an ``NVRM: Xid ... pid=647``, a segfault line. The rank is stated elsewhere, by 
 or tagged that process:
 
 * ``ranks.<N>.pid`` in a bundle's ``workload.yaml`` (scheduler/launcher records; :class:`~correlators.enrich.Allocation.pids`);
+* the scheduler's step records, ``workload.yaml`` ``task_pids`` (:attr:`~correlators.enrich.Allocation.task_pids`;
+  the bundle reader fills them from ``scontrol listpids`` tables, :mod:`connectors.slurm_pids`):
+  a task's global id (``SLURM_PROCID``) is its rank when srun started one task per rank. A
+  step whose task ids the allocation places on other hosts (or does not have) was started
+  otherwise (one launcher task per node: the task id is the node's index) and states no rank;
+  without a rank layout the records are taken as stated;
 * torchrun's failure summary, one ``torchrun.child_failed`` per entry: ``rank : R (local_rank: L)`` +
   ``exitcode : X (pid: P)`` (global rank and pid of one worker on ``host``);
 * torchrun's agent line ``failed (exitcode: X) local_rank: L (pid: P)`` (``proc.killed`` /
@@ -38,6 +44,7 @@ def pid_statements(alloc, events: Iterable[Event]) -> list[tuple[str, int, int, 
     out: list[tuple[str, int, int, str]] = []
     for (host, pid), rank in getattr(alloc, "pids", {}).items():
         out.append((host, pid, rank, "workload.yaml"))
+    out += task_statements(alloc)
     for e in events:
         if e.rank is None or not e.host or e.host == "_scheduler":
             continue
@@ -47,6 +54,21 @@ def pid_statements(alloc, events: Iterable[Event]) -> list[tuple[str, int, int, 
         if _pid(a.get("nccl_pid")) is not None:
             out.append((e.host, _pid(a["nccl_pid"]), e.rank, "nccl_prefix"))
     return out
+
+
+def task_statements(alloc) -> list[tuple[str, int, int, str]]:
+    """(host, pid, rank, source) of the allocation's step records (``alloc.task_pids``) whose
+    step's task ids agree with the rank layout: every record of the step names a rank that
+    ``alloc.ranks`` places on the record's host. A step with one record that does not is
+    left out whole (its task ids are not the training ranks); records without a step are one
+    group. No layout (empty ``alloc.ranks``): every record, as stated."""
+    records = list(getattr(alloc, "task_pids", ()))
+    layout = getattr(alloc, "ranks", {})
+    if layout:
+        bad_steps = {step for host, _pid, rank, step, _src in records
+                     if rank not in layout or layout[rank][0] != host}
+        records = [r for r in records if r[3] not in bad_steps]
+    return [(host, pid, rank, source) for host, pid, rank, _step, source in records]
 
 
 def pid_map(alloc, events: Iterable[Event]) -> dict[tuple[str, int], int]:

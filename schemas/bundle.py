@@ -17,10 +17,13 @@ a score).
 
 Optional fields beyond ``BUNDLE.md`` v1: ``ranks.<N>.pid`` (the rank's process id on its host,
 as the scheduler or launcher reported it -- the pid an XID's ``pid=``, an OOM kill or an NCCL
-``host:pid:tid`` prefix names; validated and kept; ranks are not named from it) and
-``hosts.<h>.boot_times`` (other
-boots of the host the logs cover, for raw dmesg files that hold several boots; see
-:mod:`connectors.timefmt`, *Boots*).
+``host:pid:tid`` prefix names; :mod:`correlators.pids` gives that rank to events naming the
+pid), ``hosts.<h>.boot_times`` (other boots of the host the logs cover, for raw dmesg files
+that hold several boots; see :mod:`connectors.timefmt`, *Boots*) and ``task_pids``
+(:class:`TaskPid`: the scheduler's step records of which task a process of a host was; the
+bundle reader fills it from ``scheduler/<host>/`` ``scontrol listpids`` tables,
+:mod:`connectors.slurm_pids`). An empty ``task_pids`` is left out when the spec is serialised,
+so a workload record without step records is the same record as before the field existed.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import datetime as dt
 import ipaddress
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from schemas.records import Domain, Quality
 
@@ -59,6 +62,22 @@ class RankSlot(_Tolerant):
     host: str
     gpu: int | None = None
     pid: int | None = Field(default=None, ge=0)
+
+
+class TaskPid(_Tolerant):
+    """A scheduler's step record of one process: on ``host`` (a workload node), process
+    ``pid`` was the task with global id ``rank`` (Slurm's ``SLURM_PROCID``; the training rank
+    when srun starts one task per rank) and local id ``local_rank`` of step ``step`` (``"0"``,
+    ``"0+1"``). ``source`` says where the record was read (``scheduler/node-a01/
+    scontrol-listpids.txt:7``). :mod:`correlators.pids` uses it as a pid -> rank statement
+    when the step's task ids agree with the rank layout (see there)."""
+
+    host: str
+    pid: int = Field(ge=1, le=0xFFFFFFFF)
+    rank: int = Field(ge=0, le=0xFFFFFFFF)
+    local_rank: int | None = Field(default=None, ge=0, le=0xFFFFFFFF)
+    step: str | None = None
+    source: str = "workload.yaml"
 
 
 class HostFacts(_Tolerant):
@@ -101,6 +120,15 @@ class WorkloadSpec(_Tolerant):
     ranks_per_node: int | None = Field(default=None, ge=1, le=4096)
     ranks: dict[int, RankSlot] = Field(default_factory=dict)
     hosts: dict[str, HostFacts] = Field(default_factory=dict)
+    task_pids: list[TaskPid] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _without_empty_task_pids(self, handler):
+        """The serialised spec without ``task_pids`` when it is empty (module docstring)."""
+        data = handler(self)
+        if not self.task_pids and isinstance(data, dict):
+            data.pop("task_pids", None)
+        return data
 
     @field_validator("exit_code", mode="before")
     @classmethod
@@ -121,6 +149,9 @@ class WorkloadSpec(_Tolerant):
         for rank, slot in self.ranks.items():
             if slot.host not in self.nodes:
                 raise ValueError(f"ranks.{rank}.host {slot.host!r} is not in nodes")
+        for i, task in enumerate(self.task_pids):
+            if task.host not in self.nodes:
+                raise ValueError(f"task_pids.{i}.host {task.host!r} is not in nodes")
         return self
 
     @property
@@ -139,6 +170,8 @@ class WorkloadSpec(_Tolerant):
             out += [f"ranks.{rank}.{k}" for k in slot.model_extra or ()]
         for host, facts in self.hosts.items():
             out += [f"hosts.{host}.{k}" for k in facts.model_extra or ()]
+        for i, task in enumerate(self.task_pids):
+            out += [f"task_pids.{i}.{k}" for k in task.model_extra or ()]
         return sorted(out)
 
     def rank_map(self) -> dict[int, RankSlot]:
