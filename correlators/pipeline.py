@@ -6,8 +6,8 @@ replay; messages are :mod:`schemas.messages`)::
     Observation --ingest--> events: rule pack (correlators.rules)
         | routed by WorkloadIndex (the observation's workload, else the host's span that holds
         | the event time); host facts go to the host window "host:<c>/<h>": GPU tables (from
-        | all telemetry) and node history (the host's XIDs), which it sends every workload on
-        | the host (HostFactsMessage)
+        | all telemetry) and node history (the host's XIDs), which it sends every workload
+        | holding an event of the host that names a GPU (HostFactsMessage)
         |-> Publish("events")                        every extracted event, raw
         |-> Route("workload", wid | "host:<c>/<h>") events, specs, coverage, claims, host facts
         '-> Route("fabric", cluster)                cable / node-down events, topology, spans
@@ -38,7 +38,15 @@ from pydantic import BaseModel
 
 from correlators.config import EngineConfig
 from correlators.ids import normalise_pci
-from correlators.windows import FabricWindow, WorkloadIndex, WorkloadWindow, fabric_relevant, host_key, is_decisive
+from correlators.windows import (
+    FabricWindow,
+    WorkloadIndex,
+    WorkloadWindow,
+    fabric_relevant,
+    host_key,
+    is_decisive,
+    reads_host_facts,
+)
 from schemas.bundle import TopologySpec, WorkloadSpec
 from schemas.messages import (
     ClaimMessage,
@@ -50,6 +58,7 @@ from schemas.messages import (
     GpuMessage,
     HistoryMessage,
     HostFactsMessage,
+    InterestMessage,
     Span,
     SpanMessage,
     SpecMessage,
@@ -149,6 +158,8 @@ class Pipeline:
         self._loaded = False
         self._gpus_sent: dict[str, dict[str, int]] = {}  # host key -> GPU table sent
         self._gpus_new: dict[str, dict[str, int]] = {}  # host key -> table collected, not sent
+        self._gpus_still: set[str] = set()  # host keys whose collected table held since the last flush
+        self._interest: set[tuple[str, str]] = set()  # (host window, workload) interests sent (a cache)
         self.deferred: set[str] = set()  # clusters with evidence not yet decided
 
     # -- ingest ----------------------------------------------------------------------------
@@ -191,6 +202,11 @@ class Pipeline:
             if event.type == "gpu.xid":
                 out.append(Route("workload", f"{HOST}{host_key(cluster, event.host)}",
                                  HistoryMessage(workload_id=wid, event=event)))
+            elif wid and reads_host_facts(event):
+                window = f"{HOST}{host_key(cluster, event.host)}"
+                if (window, wid) not in self._interest:
+                    self._interest.add((window, wid))
+                    out.append(Route("workload", window, InterestMessage(workload_id=wid)))
             if fabric_relevant(event):
                 out.append(Route("fabric", cluster, EventMessage(event=event)))
         return out
@@ -198,8 +214,10 @@ class Pipeline:
     def _learn_gpu(self, hkey: str, pci: str | None, index: int) -> list[Effect]:
         """Collect a telemetry sample's PCI id -> index; a host's table is sent (one
         :class:`~schemas.messages.GpuMessage`) when a sample repeats a GPU already collected
-        -- one sampling round is complete --, before the host's next events, and at the next
-        :meth:`due_flushes`. The collected tables are a cache (a resend is harmless)."""
+        -- one sampling round is complete --, before the host's next events, and by
+        :meth:`due_flushes` once it held unchanged for a whole flush interval (a host whose
+        samples trickle in is sent once, not once per GPU). The collected tables are a cache
+        (a resend is harmless)."""
         if not pci:
             return []
         new = self._gpus_new.get(hkey)
@@ -210,10 +228,12 @@ class Pipeline:
         elif new.get(pci) == index:
             return self._send_gpus(hkey)
         new[pci] = index
+        self._gpus_still.discard(hkey)
         return []
 
     def _send_gpus(self, hkey: str) -> list[Effect]:
         table = self._gpus_new.pop(hkey)
+        self._gpus_still.discard(hkey)
         self._gpus_sent[hkey] = table
         return [Route("workload", f"{HOST}{hkey}", GpuMessage(host=hkey.split("/", 1)[1], gpus=table))]
 
@@ -306,18 +326,33 @@ class Pipeline:
     def _apply_host(self, key: str, message: BaseModel) -> list[Effect]:
         """A host window (key ``host:<cluster>/<host>``): the workload spans seen for the host
         (claims), the host's events no claim holds yet (an event and its claim may arrive in
-        either order), its GPU table and its node history (the latest
-        :data:`NODE_HISTORY_MAX` XID events). Every claiming workload gets the host's facts
-        (:class:`~schemas.messages.HostFactsMessage`) when it claims and whenever they
-        change."""
+        either order), its GPU table, its node history (the latest :data:`NODE_HISTORY_MAX`
+        XID events) and the workloads that read its facts (``wants``: they hold an event of
+        the host that names a GPU; :func:`~correlators.windows.reads_host_facts`). Each of
+        those gets the host's facts (:class:`~schemas.messages.HostFactsMessage`) once it
+        both claims and wants them, and whenever they change; a verdict reads a host's facts
+        only for such events, so the others need none."""
         meta = self.hosts.get(key)
         if meta is None:  # the cache is filled from the store once per key after forget()
             meta = self.hosts[key] = dict(self.stores.window_meta.get(key) or {})
         claims = list(meta.get("claims", []))
         gpus = dict(meta.get("gpus", {}))
         history = list(meta.get("history", []))
+        wants = list(meta.get("wants", []))
         out: list[Effect] = []
         notify: list[list[Any]] = []  # the claims to send the host's facts to now
+
+        def want(wid: str) -> bool:
+            """Add ``wid`` to the workloads reading the facts; True if it is new."""
+            nonlocal wants
+            if wid in wants:
+                return False
+            wants = (wants + [wid])[-MAX_CLAIMS:]
+            return True
+
+        def claim_of(wid: str) -> list[list[Any]]:
+            return [c for c in claims if c[0] == wid]
+
         if isinstance(message, ClaimMessage):
             span = message.span
             entry = [span.workload_id, span.start, span.end]
@@ -330,32 +365,42 @@ class Pipeline:
                     out.append(Route("workload", span.workload_id, EventMessage(event=event)))
                     del self.stores.window_events[stored_key]
                     waiting.discard(stored_key)
-            notify = [entry]
+                    if reads_host_facts(event):
+                        want(span.workload_id)
+            notify = [entry] if span.workload_id in wants else []
         elif isinstance(message, EventMessage):
             event = message.event
             target = self.index.route("", "", event.at, claims)
-            if target:
-                out.append(Route("workload", target, message))
-            else:
+            if not target:
                 stored_key = f"{key}{SEP}{event.event_id}"
                 self.stores.window_events[stored_key] = canonical_json(event).encode()
                 self._waiting(key).add(stored_key)
-            return out
+                return out
+            out.append(Route("workload", target, message))
+            if not (reads_host_facts(event) and want(target)):
+                return out
+            notify = claim_of(target)
+        elif isinstance(message, InterestMessage):
+            if not want(message.workload_id):
+                return out
+            notify = claim_of(message.workload_id)
         elif isinstance(message, GpuMessage):
             merged = {**gpus, **message.gpus}
             if merged == gpus:
                 return out
-            gpus, notify = merged, claims
+            gpus, notify = merged, [c for c in claims if c[0] in wants]
         elif isinstance(message, HistoryMessage):
             event = message.event
             if any(item[1]["event_id"] == event.event_id for item in history):
                 return out
             history.append([message.workload_id, event.model_dump(mode="json")])
             history = sorted(history, key=lambda item: (item[1]["at"], item[1]["event_id"]))[-NODE_HISTORY_MAX:]
-            notify = [c for c in claims if c[0] != message.workload_id and event.at < c[1]]
+            own = message.workload_id is not None and want(message.workload_id)
+            notify = [c for c in claims if (c[0] == message.workload_id and own)
+                      or (c[0] != message.workload_id and c[0] in wants and event.at < c[1])]
         else:
             raise ValueError(f"host window: unexpected message {message.kind!r}")
-        meta = self.hosts[key] = {"claims": claims, "gpus": gpus, "history": history}
+        meta = self.hosts[key] = {"claims": claims, "gpus": gpus, "history": history, "wants": wants}
         self.stores.window_meta[key] = meta
         host = key[len(HOST):].split("/", 1)[1]
         for wid, start, _ in notify:
@@ -494,14 +539,15 @@ class Pipeline:
     def due_flushes(self, now: float) -> list[Route]:
         """Flush messages for the clusters with evidence not yet decided whose flush interval
         passed (after a restart: those a previous worker deferred), and the GPU tables
-        collected from telemetry and not sent yet."""
+        collected from telemetry, not sent yet, and unchanged since the previous call."""
         if not self._deferred_loaded:
             self._deferred_loaded = True
             self.deferred.update(c for c, state in self.stores.fabric_meta.items() if state and state.get("deferred"))
         every = self.config.window.fabric_flush_s
         fabric = [Route("fabric", c, FlushMessage()) for c in sorted(self.deferred)
                   if now - self.flushed.get(c, -1e18) >= every]
-        tables = [e for k in sorted(self._gpus_new) for e in self._send_gpus(k)]
+        tables = [e for k in sorted(self._gpus_still & self._gpus_new.keys()) for e in self._send_gpus(k)]
+        self._gpus_still = set(self._gpus_new)
         return fabric + tables
 
     def forget(self) -> None:

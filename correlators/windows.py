@@ -58,6 +58,12 @@ def fabric_relevant(event: Event) -> bool:
     )
 
 
+def reads_host_facts(event: Event) -> bool:
+    """Events whose verdict reads their host's facts (its GPU table, for the GPU's index; its
+    node history, for repetition): those that name a GPU, and XIDs."""
+    return event.gpu is not None or event.type == "gpu.xid"
+
+
 def is_decisive(event: Event, config: EngineConfig, start_ns: int | None = None) -> bool:
     """True when ``event`` alone proposes a cause of at least the window policy's
     ``decisive_weight``."""

@@ -104,6 +104,14 @@ class HistoryMessage(_Message):
     event: Event
 
 
+class InterestMessage(_Message):
+    """To a host window: ``workload_id`` holds an event of the host that names a GPU, so its
+    verdict reads the host's facts (a workload without one never gets them)."""
+
+    kind: Literal["interest"] = "interest"
+    workload_id: str
+
+
 class HostFactsMessage(_Message):
     """To a workload window: what one of its hosts knows -- its GPU table (PCI bus id ->
     index) and its history (XID events of earlier jobs, before the workload's start). The
@@ -144,7 +152,7 @@ class FlushMessage(_Message):
 
 WorkloadMessage = Annotated[
     Union[EventMessage, SpecMessage, CoverageMessage, FaultsMessage, CloseMessage, ClaimMessage, GpuMessage,
-          HistoryMessage, HostFactsMessage],
+          HistoryMessage, InterestMessage, HostFactsMessage],
     Field(discriminator="kind"),
 ]
 FabricMessage = Annotated[

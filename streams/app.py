@@ -62,7 +62,7 @@ class Metrics:
         self.events = Counter("faultstream_events_total", "events extracted", ["type"], registry=r)
         self.dead_letters = Counter("faultstream_dead_letters_total", "inputs dead-lettered", ["reason"], registry=r)
         self.verdicts = Counter("faultstream_verdicts_total", "verdicts emitted", ["domain", "kind"], registry=r)
-        self.open_windows = Gauge("faultstream_open_windows", "workload windows not closed", registry=r)
+        self.open_windows = Gauge("faultstream_open_windows", "workload windows not closed (sampled every 5 s)", registry=r)
         self.lag = Gauge("faultstream_consumer_lag", "messages behind the high watermark", ["topic", "partition"], registry=r)
         self.clickhouse_rows = Counter("faultstream_clickhouse_rows_total", "rows written", ["table"], registry=r)
         self.inputs = Counter("faultstream_agent_inputs_total", "records an agent read, by outcome "
@@ -226,6 +226,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         broker_session_timeout=10.0,
         broker_heartbeat_interval=2.0,
         broker_commit_every=100,
+        producer_linger=settings.producer_linger_ms / 1000.0,
         broker_commit_interval=1.0,
     )
     app.faultstream_metrics = metrics  # type: ignore[attr-defined]
@@ -306,6 +307,14 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         if limit is not None and len(raw) > limit:
             return f"too large: {len(raw)} bytes > {limit}"
         try:
+            # the common case in one pass (pydantic's JSON parser); anything it refuses, or a
+            # record without this schema version, takes the path below, which says why
+            obs = Observation.model_validate_json(raw)
+            if obs.schema_version == SCHEMA_VERSION and "schema_version" in obs.model_fields_set:
+                return obs
+        except (ValueError, ValidationError):
+            pass
+        try:
             data = json.loads(raw)
             if not isinstance(data, dict):
                 raise ValueError(f"expected a JSON object, got {type(data).__name__}")
@@ -323,6 +332,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
 
     @app.agent(observations)
     async def extract(stream: Any) -> None:
+        processed, dead_lettered = (metrics.inputs.labels("extract", outcome) for outcome in ("processed", "dead_lettered"))
         async for item in stream.events():
             raw: bytes = item.value or b""
             message = item.message
@@ -330,7 +340,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             obs = decode_observation(raw) if item.value is not None else "tombstone: no value"
             if isinstance(obs, str):
                 await dead_letter("agent.extract", obs, raw, message)
-                metrics.inputs.labels("extract", "dead_lettered").inc()
+                dead_lettered.inc()
                 continue
             obs.position = Position.model_construct(
                 file=obs.position.file, line=obs.position.line,
@@ -344,10 +354,10 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                 log.exception("observation %s failed", obs.observation_id)
                 await dead_letter("agent.extract", f"processing error: {type(exc).__name__}: {str(exc)[:300]}",
                                   raw, message)
-                metrics.inputs.labels("extract", "dead_lettered").inc()
+                dead_lettered.inc()
                 continue
             metrics.processed.inc()
-            metrics.inputs.labels("extract", "processed").inc()
+            processed.inc()
 
     @app.agent(topology_in)
     async def topology_records(stream: Any) -> None:
@@ -376,6 +386,9 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                 continue
             metrics.inputs.labels("topology", "processed").inc()
 
+    outcomes = {(channel, outcome): metrics.inputs.labels(channel, outcome)
+                for channel in ("workload", "fabric") for outcome in ("processed", "dead_lettered")}
+
     async def apply(channel: str, item: Any) -> None:
         """One internal record through the pipeline; a bad one is dead-lettered."""
         try:
@@ -388,7 +401,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             # ValidationError and UnicodeDecodeError are ValueErrors
             await dead_letter(f"agent.{channel}", f"invalid message: {str(exc).splitlines()[0][:300]}",
                               item.value, item.message)
-            metrics.inputs.labels(channel, "dead_lettered").inc()
+            outcomes[channel, "dead_lettered"].inc()
             return
         try:
             await run(pipeline.apply(channel, key, message, now=time.monotonic()))
@@ -396,15 +409,14 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             log.exception("%s record %r failed", channel, item.key)
             await dead_letter(f"agent.{channel}", f"processing error: {type(exc).__name__}: {str(exc)[:300]}",
                               item.value, item.message)
-            metrics.inputs.labels(channel, "dead_lettered").inc()
+            outcomes[channel, "dead_lettered"].inc()
             return
-        metrics.inputs.labels(channel, "processed").inc()
+        outcomes[channel, "processed"].inc()
 
     @app.agent(channels["workload"])
     async def correlate(stream: Any) -> None:
         async for item in stream.events():
             await apply("workload", item)
-            metrics.open_windows.set(sum(1 for w in pipeline.windows.values() if not w.closed))
 
     @app.agent(channels["fabric"])
     async def fabric(stream: Any) -> None:
@@ -445,6 +457,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
 
     @app.timer(interval=5.0)
     async def report_lag() -> None:
+        metrics.open_windows.set(sum(1 for w in pipeline.windows.values() if not w.closed))
         consumer = app.consumer
         consumed = agent_topics()
         for tp in consumer.assignment():

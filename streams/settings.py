@@ -22,6 +22,8 @@ FAULTSTREAM_WEB_PORT               port of /metrics (127.0.0.1)                 
 FAULTSTREAM_MAX_MESSAGE_BYTES      larger observations are dead-lettered         1048576
 FAULTSTREAM_SHUTDOWN_TIMEOUT_S     after SIGTERM/SIGINT, exit without           30
                                    committing if the stop takes longer (s)
+FAULTSTREAM_PRODUCER_LINGER_MS     the producer waits this long to fill a        5
+                                   batch (ms); 0 sends each record at once
 FAULTSTREAM_REMEDIATION            remediation agents (streams/remediate.py:     true
                                    proposals, commands, certifications,
                                    executors; FAULTSTREAM_REMEDIATION_* and
@@ -69,6 +71,9 @@ class WorkerSettings(BaseSettings):
     #: after SIGTERM/SIGINT the worker exits without committing if its stop takes longer
     shutdown_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
     remediation: bool = True
+    #: the worker's producer batches the records of this many milliseconds into one request
+    #: (Kafka's ``linger.ms``); each internal hop adds at most this much latency
+    producer_linger_ms: float = Field(5.0, ge=0, le=1000, allow_inf_nan=False)
 
     @field_validator("topic_prefix")
     @classmethod

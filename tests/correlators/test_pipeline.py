@@ -24,6 +24,8 @@ from schemas.messages import (
     ClaimMessage,
     CloseMessage,
     EventMessage,
+    GpuMessage,
+    InterestMessage,
     Span,
     SpecMessage,
     parse_fabric_message,
@@ -252,7 +254,8 @@ def test_gpu_facts_from_telemetry_without_a_workload_id_reach_the_window() -> No
         format="nvidia_smi_csv", body="sample", gpu=GpuRef(index=3, pci_bus_id="00000000:9C:00.0"),
     ).with_id()
     assert run_routes(p, p.ingest(obs)) == []  # collected: a sampling round may hold more GPUs
-    sent = p.due_flushes(0.0)
+    assert p.due_flushes(0.0) == []  # not yet held for a whole flush interval
+    sent = p.due_flushes(1.0)
     assert [(r.key, r.message.gpus) for r in sent] == [("host:c1/node-a01", {"0000:9c:00": 3})]
     run_routes(p, sent)
     assert p.ingest(obs) == [] and p.due_flushes(10.0) == []  # the same sample again: nothing new
@@ -261,7 +264,53 @@ def test_gpu_facts_from_telemetry_without_a_workload_id_reach_the_window() -> No
     run_routes(p, [Route("workload", "job-1", SpecMessage(spec=s1)),
                    Route("workload", "host:c1/node-a01", ClaimMessage(span=span))])
     w = p.windows["job-1"]
+    assert w.gpus() == {}  # no event of the job names a GPU of the host: its facts are not read
+    run_routes(p, [Route("workload", "host:c1/node-a01", EventMessage(event=xid_event("node-a01", T0 + 60 * S)))])
     assert w.gpus() == {("node-a01", "0000:9c:00"): 3} and w.history() == []
+
+
+def test_host_facts_go_only_to_workloads_with_an_event_naming_a_gpu_of_the_host() -> None:
+    """A 2-host job whose only GPU event is on node-a01 gets node-a01's facts, in any order of
+    the claim, the GPU tables and the event, and never node-a02's."""
+    s1 = spec("job-1", ["node-a01", "node-a02"], T0, T0 + 600 * S)
+    span = Span.of(s1)
+    messages = [
+        Route("workload", "job-1", SpecMessage(spec=s1)),
+        Route("workload", "host:c1/node-a01", ClaimMessage(span=span)),
+        Route("workload", "host:c1/node-a02", ClaimMessage(span=span)),
+        Route("workload", "host:c1/node-a01", GpuMessage(host="node-a01", gpus={"0000:9c:00": 3})),
+        Route("workload", "host:c1/node-a02", GpuMessage(host="node-a02", gpus={"0000:9c:00": 5})),
+        Route("workload", "host:c1/node-a01", InterestMessage(workload_id="job-1")),
+    ]
+    for seed in range(6):
+        order = messages[1:]
+        random.Random(seed).shuffle(order)
+        p = Pipeline(EngineConfig.default(), hold=True)
+        published = run_routes(p, [messages[0], *order])
+        assert published == []
+        w = p.windows["job-1"]
+        assert w.gpus() == {("node-a01", "0000:9c:00"): 3}, seed
+        assert set(w.host_facts) == {"node-a01"}, seed
+
+
+def test_a_gpu_table_whose_samples_trickle_in_is_sent_once_when_it_holds() -> None:
+    from schemas.records import TIME_QUALITY_EXACT
+
+    p = Pipeline(EngineConfig.default(), hold=True)
+
+    def sample(index: int, bus: int) -> Observation:
+        return Observation(
+            source=Source(connector="telemetry", instance="node-a01"), kind="telemetry", observed_at=T0 + index,
+            time_source="line", time_quality=TIME_QUALITY_EXACT, host="node-a01", cluster="c1",
+            format="nvidia_smi_csv", body=f"sample {index}", gpu=GpuRef(index=index, pci_bus_id=f"0000:{bus:02x}:00.0"),
+        ).with_id()
+
+    sent = []
+    for tick, (index, bus) in enumerate([(0, 0x10), (1, 0x11), (2, 0x12)]):
+        sent += p.ingest(sample(index, bus)) + p.due_flushes(float(tick))  # one new GPU between two ticks
+    assert sent == []  # it changed since every previous tick
+    sent = p.due_flushes(3.0) + p.due_flushes(4.0)
+    assert [r.message.gpus for r in sent] == [{"0000:10:00": 0, "0000:11:00": 1, "0000:12:00": 2}]
 
 
 def test_node_history_reaches_later_jobs_in_any_order_and_not_the_jobs_own() -> None:
