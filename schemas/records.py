@@ -52,6 +52,16 @@ def check_json_value(value: Any, *, max_depth: int = MAX_ATTRIBUTE_DEPTH,
     nests at most ``max_depth`` levels, holds at most ``max_values`` values and every integer
     fits an Int64; raise ``ValueError`` saying which bound it breaks. Iterative: no recursion
     limit is reached whatever the depth."""
+    if type(value) is dict and max_depth >= 2 and len(value) < max_values:
+        # the common case, a flat object of scalars, in one pass
+        for item in value.values():
+            kind = type(item)
+            if kind is str or kind is float or kind is bool or item is None or (
+                    kind is int and -(2**63) <= item <= 2**63 - 1):
+                continue
+            break
+        else:
+            return value
     stack: list[tuple[Any, int]] = [(value, 1)]
     seen = 0
     while stack:
