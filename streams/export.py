@@ -5,8 +5,9 @@
 
 * ``workload.yaml`` -- the body of W's workload record (``scheduler_event`` /
   ``workload_yaml``: the scheduler's file as published); ``workloads/<id>.yaml`` -- the
-  other workload records of the selection. A record without a body is written as YAML of its
-  ``attributes.workload``.
+  other workload records of the selection. A record without a body, or whose spec holds task
+  pids (from ``scheduler/<host>/`` listpids tables, not exported as files), is written as YAML
+  of its ``attributes.workload``.
 * ``topology.yaml`` -- the body of the topology record, if any.
 * ``logs/<host>/<file>``, ``fabric/<switch>/<file>``, ``metrics/<host>/<file>`` -- every
   record with a body (log lines, scheduler log lines), at its ``position.file`` when that is a
@@ -99,9 +100,11 @@ def _bundle_path(obs: Observation) -> str:
 
 
 def _spec_text(obs: Observation) -> str:
-    if obs.body:
-        return obs.body if obs.body.endswith("\n") else obs.body + "\n"
     spec = WorkloadSpec.model_validate(obs.attributes.get("workload"))
+    # the scheduler's file as published, unless the record holds what the file does not say
+    # (task pids read from the bundle's scheduler/<host>/ tables, which are not exported)
+    if obs.body and not spec.task_pids:
+        return obs.body if obs.body.endswith("\n") else obs.body + "\n"
     return yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False)
 
 

@@ -84,6 +84,22 @@ def test_one_source_only() -> None:
     assert "exactly one source" in result.stderr
 
 
+def test_export_keeps_task_pids_read_from_scheduler_tables(tmp_path: Path) -> None:
+    """The bundle's scheduler/<host>/ listpids table is not exported as a file; the task pids
+    it gave the workload record are, in workload.yaml, so the exported bundle still names the
+    rank of the pid the XID names."""
+    from streams.export import export_bundle
+
+    source = EXAMPLES / "slurm-listpids-xid31-pid-rank"
+    observations, _ = bundle_records(source)
+    export_bundle(observations, "job-3301", tmp_path / "out")
+    text = (tmp_path / "out" / "workload.yaml").read_text()
+    assert "task_pids:" in text and not (tmp_path / "out" / "scheduler").exists()
+    [verdict] = replay_bundle(tmp_path / "out").attributions
+    assert verdict.culprits.ranks == [3] and verdict.root_cause.code == "app.cuda.illegal_address"
+    assert keys([verdict]) == keys(replay_bundle(source).attributions)
+
+
 def test_diff_compares_what_a_verdict_says() -> None:
     before = replay_bundle(TWO_JOBS).attributions
     after = [a.model_copy(deep=True) for a in before]
