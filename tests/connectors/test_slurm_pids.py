@@ -32,10 +32,8 @@ from connectors.slurm_pids import (
     slurm_job_of,
     task_pid_rows,
 )
-from correlators.config import EngineConfig, WindowPolicy
 from correlators.enrich import Allocation
 from correlators.pids import assign_ranks, pid_map, task_statements
-from correlators.pipeline import InMemoryRouter, Pipeline
 from schemas.bundle import WorkloadSpec
 from schemas.messages import SpecMessage, message_json, parse_workload_message
 from schemas.records import Event, EvidenceRef, Observation, Position, canonical_json
@@ -349,30 +347,12 @@ def test_the_workload_record_carries_the_table_to_the_stream() -> None:
 
 def live_verdict(records: list[Observation]):
     """The stream driver's verdict: the pipeline in live mode (provisional verdicts, idle
-    timers), records arriving one by one as JSON."""
-    config = EngineConfig.default(window=WindowPolicy(idle_timeout_s=10.0, fabric_flush_s=2.0))
-    pipeline = Pipeline(config)
-    router = InMemoryRouter(pipeline)
-    now = 0.0
+    timers; ``tests.correlators.test_pipeline.live_run``), records arriving one by one as JSON."""
+    from tests.correlators.test_pipeline import live_run
 
-    def drain() -> None:
-        while router.queue:
-            route = router.queue.popleft()
-            router.send(pipeline.apply(route.channel, route.key, route.message, now=now))
-
-    for obs in records:
-        router.send(pipeline.ingest(Observation.model_validate_json(obs.model_dump_json())))
-        drain()
-        now += 0.5
-    for _ in range(50):
-        now += 60.0
-        ticks = pipeline.idle(now) + pipeline.due_flushes(now)
-        if not ticks:
-            break
-        router.send(ticks)
-        drain()
-    published = [e.record for e in router.published if e.topic == "attributions" and e.record.scope.kind == "workload"]
-    return max(published, key=lambda a: a.revision)
+    latest, _ = live_run([Observation.model_validate_json(obs.model_dump_json()) for obs in records])
+    [verdict] = [a for a in latest.values() if a.scope.kind == "workload"]
+    return verdict
 
 
 def test_stream_in_shuffled_orders_gives_the_replay_verdict() -> None:
