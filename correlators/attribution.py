@@ -60,7 +60,7 @@ from correlators.hypothesis import (
     hypothesis_ranks as _ranks,
     render_text as _render,
 )
-from correlators.timetext import clock
+from correlators.timetext import NS, clock
 from correlators.unrecognised import EVENT_TYPE as UNRECOGNISED, mine_templates
 from schemas.bundle import WorkloadSpec
 from schemas.records import (
@@ -80,7 +80,6 @@ from schemas.records import (
     content_id,
 )
 
-NS = 1_000_000_000
 #: Evidence trail cap: every cause event, then this many symptoms and context events.
 MAX_EVIDENCE_SYMPTOMS = 100
 MAX_EVIDENCE_CONTEXT = 50

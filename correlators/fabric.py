@@ -52,6 +52,7 @@ import yaml
 from correlators import ENGINE_VERSION
 from correlators.attribution import summarise
 from correlators.hostlist import expand_hostlist
+from correlators.timetext import NS
 from correlators.topology import FabricIndex, host_port_id
 from schemas.bundle import Link
 from schemas.records import (
@@ -85,7 +86,6 @@ __all__ = [
     "workload_faults",
 ]
 
-NS = 1_000_000_000
 #: Event types about one cable (both ends), the input of :func:`port_faults`.
 PORT_EVENT_TYPES = frozenset({
     "fabric.link_down",

@@ -13,12 +13,12 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from correlators.timetext import NS
 from schemas.records import TIME_QUALITY_TRANSPORT, Event, GpuRef
 
 __all__ = ["KERNEL_TYPES", "NS", "TEXT_FORMAT", "Hypothesis", "SymptomWindow", "gpu_label", "hypothesis_ranks",
            "render_text"]
 
-NS = 1_000_000_000
 
 #: Event types read from kernel-side logs (dmesg, syslog, journald, switch logs).
 KERNEL_TYPES = ("gpu.", "pcie.", "host.", "fabric.")

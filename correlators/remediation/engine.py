@@ -77,6 +77,7 @@ from correlators.remediation.guards import CircuitBreaker, FailureDomains, Guard
 from correlators.remediation.lifecycle import TERMINAL, LifecycleError, advance
 from correlators.remediation.policy import DISRUPTIVE, SEVERITY, Policy, PolicyAction, Rule, verdict_facts
 from correlators.remediation.targets import KnownNodes, port_problem, shown, valid_node_name
+from correlators.timetext import NS
 from schemas.bundle import TopologySpec
 from schemas.records import (
     ActionMode,
@@ -91,7 +92,6 @@ from schemas.records import (
     content_id,
 )
 
-NS = 1_000_000_000
 STATE_FORMAT = 1
 
 

@@ -50,10 +50,10 @@ from typing import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from correlators.timetext import NS
 from schemas.bundle import TopologySpec
 from schemas.records import Attribution, GuardResult
 
-NS = 1_000_000_000
 
 VERDICT_FINAL = "verdict_final"
 VERDICT_QUALITY = "verdict_quality"
