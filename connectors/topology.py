@@ -6,9 +6,6 @@ merges them (:func:`~connectors.topology_parsers.merge_topology`) and, as a
 :class:`connectors.source.Source` keyed by cluster, gives the one record that
 ``faultstream connect topology`` (:func:`connect_topology_cli`) publishes on the compacted
 ``topology`` topic (key = cluster) through :func:`connectors.runner.run`.
-
-The parsers' names are importable from here too (``from connectors.topology import
-parse_ibnetdiscover``).
 """
 
 from __future__ import annotations
@@ -21,44 +18,21 @@ import typer
 import yaml
 
 from connectors.topology_parsers import (
-    FABRIC_HOST,
     ParseReport,
     TopologyError,
     hosts_topology,
     merge_topology,
-    normalize_guid,
     parse_hosts_map,
-    parse_ibnetdiscover,
-    parse_lldpctl_json,
     parse_node_name_map,
     parse_topology_yaml,
     read_ibnetdiscover,
     read_lldpctl_json,
-    topology_from_observation,
     topology_observation,
 )
 from schemas.bundle import TopologySpec
 from schemas.records import CoverageEntry, Observation
 
-__all__ = [
-    "FABRIC_HOST",
-    "TopologyError",
-    "ParseReport",
-    "normalize_guid",
-    "read_ibnetdiscover",
-    "parse_ibnetdiscover",
-    "read_lldpctl_json",
-    "parse_lldpctl_json",
-    "parse_hosts_map",
-    "hosts_topology",
-    "parse_topology_yaml",
-    "parse_node_name_map",
-    "merge_topology",
-    "topology_observation",
-    "topology_from_observation",
-    "TopologyConnector",
-    "connect_topology_cli",
-]
+__all__ = ["TopologyConnector", "connect_topology_cli"]
 
 
 # -- the connector ------------------------------------------------------------------------------

@@ -16,9 +16,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from connectors.topology import (
+from connectors.topology import TopologyConnector
+from connectors.topology_parsers import (
     FABRIC_HOST,
-    TopologyConnector,
     TopologyError,
     hosts_topology,
     merge_topology,

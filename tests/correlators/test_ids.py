@@ -198,7 +198,7 @@ def test_guid_raises_for_what_is_not_a_guid(text):
 
 
 def test_topology_parser_uses_the_one_guid_form():
-    from connectors import topology
+    from connectors import topology_parsers as topology
 
     assert topology.normalize_guid is ids.normalise_guid
     assert topology.normalize_guid("7CFE900300A5A2A0") == "0x7cfe900300a5a2a0"

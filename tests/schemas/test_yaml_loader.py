@@ -9,7 +9,8 @@ import yaml
 from typer.testing import CliRunner
 
 from connectors.bundle import BundleConnector
-from connectors.topology import TopologyConnector, connect_topology_cli, parse_topology_yaml
+from connectors.topology import TopologyConnector, connect_topology_cli
+from connectors.topology_parsers import parse_topology_yaml
 from schemas.yamlspec import load_yaml
 
 TOPOLOGY = """\
