@@ -26,10 +26,13 @@ existing hypothesis that it corroborates.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from correlators.enrich import Allocation
+from correlators.explain import format_ranks
 from correlators.hypothesis import Hypothesis, hypothesis_ranks, render_text
+from correlators.process_groups import Membership, ProcessGroup, build_membership
 from correlators.timetext import clock
 from schemas.records import Event
 
@@ -127,6 +130,12 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
       the allocation produced no line at all: those nodes (host, with scheduler and config as
       alternatives); a node without any input source weighs less (no input is not silence).
 
+    The members are the allocation's ranks, unless the waits are placed in process groups whose
+    members stated themselves at init (:func:`wait_scope`, ``correlators/process_groups.py``):
+    then the members and waiters are those of the group the hang began in (a timeout in a
+    2-member pipeline pair makes the partner that did not time out the suspect, whatever the
+    other ranks of the job did), and the chain names the group, its size and members.
+
     A waiter's own exit (SIGABRT from its watchdog, an exception, torchrun's "first observed
     failure") is a consequence of its wait: the suspect outweighs it. A strong cause already on
     the suspect (an XID, OOM kill or SIGKILL of that rank or host) gets the suspect ranks
@@ -138,6 +147,12 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
     weight = float(params.get("weight", 0.6))
     members = sorted(alloc.ranks)
     waiters = {e.rank for e in waits if e.rank is not None}
+    # the process group the hang began in, when the ranks' init lines state its members
+    scope = wait_scope(waits, build_membership(events), alloc)
+    group_waiters = waiters
+    if scope is not None:
+        members = sorted(scope.group.members)
+        group_waiters = {e.rank for e in scope.waits}
     waiter_hosts = {e.host for e in waits if e.host and e.host != "_scheduler"}
     began = min(e.effective_at for e in waits)
     nccl = any(e.type == "nccl.watchdog_timeout" for e in waits)
@@ -154,10 +169,10 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
     named_hosts = {h for h in named_hosts if h not in waiter_hosts}
     # -- 2. who stayed silent while the rest reported
     silent: list[int] = []
-    if len(members) >= 2 and waiters:
-        quiet = [r for r in members if r not in waiters]
+    if len(members) >= 2 and group_waiters:
+        quiet = [r for r in members if r not in group_waiters]
         limit = max(1, int(len(members) * float(params.get("max_silent_fraction", 0.25))))
-        if quiet and len(quiet) <= limit and len(waiters) >= len(members) / 2:
+        if quiet and len(quiet) <= limit and len(group_waiters) >= len(members) / 2:
             silent = quiet
     # a waiter's own failure records are explained by its wait: a suspect outweighs them
     consequences = [
@@ -182,7 +197,11 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
                 return []
         strength = max(weight, outweigh)
         how = []
-        if silent:
+        if silent and scope is not None:
+            after = [last[r] for r in silent if r in last]
+            how.append(scope.sentence(silent)
+                       + (f"; last line at {clock(max(after))}" if after else "; no line of their own"))
+        elif silent:
             after = [last[r] for r in silent if r in last]
             how.append(
                 f"rank(s) {', '.join(map(str, silent))} never reported the wait that "
@@ -197,7 +216,9 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
             code = params["code"] if nccl else params.get("code_other", params["code"])
         else:
             code = params.get("code_named", params["code"])
-        text = render_text(params.get("text", code), None, ranks=", ".join(map(str, suspects)) or "?",
+        template = params.get("text_group", params.get("text", code)) if silent and scope is not None \
+            else params.get("text", code)
+        text = render_text(template, None, ranks=", ".join(map(str, suspects)) or "?",
                            hosts=", ".join(hosts), how="; ".join(how), at=clock(began))
         out.append(Hypothesis(code=code, family="stall", domain=params.get("domain", "unknown"), text=text,
                               job_wide=False, extra_ranks=set(suspects), extra_hosts=set(hosts),
@@ -229,6 +250,60 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
                     extra_ranks=set(ranks), extra_hosts=set(hosts), derived_at=e0.effective_at,
                     derived_weight=round(w * scale, 6)))
     return out
+
+
+@dataclass(frozen=True)
+class WaitScope:
+    """The process group a hang began in: ``group`` (its stated membership), ``waits`` (the
+    wait events in it, the earliest first)."""
+
+    group: ProcessGroup
+    waits: tuple
+
+    def sentence(self, suspects: Sequence[int]) -> str:
+        """``rank 13 is the suspect: rank 5 waited on it in PG 3 (size 2, members 5, 13) RECV
+        SeqNum 4121``."""
+        waiting = sorted({e.rank for e in self.waits})
+        first = self.waits[0].attributes
+        op = " ".join(p for p in (first.get("op_type"), f"SeqNum {first['seq_num']}" if "seq_num" in first else None) if p)
+        who = "rank" if len(suspects) == 1 else "ranks"
+        facts = f"size {self.group.size}, members {', '.join(map(str, sorted(self.group.members)))}"
+        label = self.group.label
+        where = f"{label[:-1]}; {facts})" if label.endswith(")") else f"{label} ({facts})"
+        return (f"{who} {', '.join(map(str, suspects))} {'is the suspect' if len(suspects) == 1 else 'are the suspects'}: "
+                f"{'rank' if len(waiting) == 1 else 'ranks'} {format_ranks(waiting).replace(',', ', ')} waited on "
+                f"{'it' if len(suspects) == 1 else 'them'} in {where}" + (f" {op}" if op else ""))
+
+
+def wait_scope(waits: Sequence[Event], membership: Membership, alloc: Allocation) -> WaitScope | None:
+    """The group whose members the waits are to be judged against, or None (judge against the
+    whole allocation, as without membership). Every wait must be placed in a group whose
+    members all stated themselves (a re-raised copy of a placed wait of the same rank,
+    ``wrapped``, needs no group of its own) and whose members are ranks of the allocation; the
+    group of the earliest wait (by ``effective_at``) is where the hang began -- waits in other
+    groups began later, behind it. A tie between groups at the earliest time gives None."""
+    placed: list[tuple[Event, ProcessGroup]] = []
+    loose: list[Event] = []
+    for e in waits:
+        group = membership.group_of(e) if e.rank is not None else None
+        if group is None:
+            loose.append(e)
+        elif not group.known or not group.members <= set(alloc.ranks) or len(group.members) < 2:
+            return None
+        else:
+            placed.append((e, group))
+    if not placed:
+        return None
+    placed_ranks = {e.rank for e, _ in placed}
+    if any(not (e.attributes.get("wrapped") is True and e.rank in placed_ranks) for e in loose):
+        return None
+    start = min(e.effective_at for e, _ in placed)
+    first = {g.key for e, g in placed if e.effective_at == start}
+    if len(first) != 1:
+        return None
+    key = next(iter(first))
+    mine = sorted((e for e, g in placed if g.key == key), key=lambda e: (e.effective_at, e.event_id))
+    return WaitScope(group=next(g for _, g in placed if g.key == key), waits=tuple(mine))
 
 
 def p_input(presence: dict, host: str) -> bool:

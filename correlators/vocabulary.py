@@ -149,6 +149,12 @@ EVENT_TYPES: dict[str, str] = {
     "[/GDRDMA]' (no fault; cross-host GDR asymmetry is for the lead). attrs: transport (IB|"
     "Socket|AWS Libfabric name), gdr (bool), shared (bool), net_dev, proxy_dev, direction "
     "(send|receive), src_rank, dst_rank, src_dev, dst_dev",
+    "nccl.pg_init": "informational: a rank states its membership of a process group or NCCL "
+    "communicator of two or more members (ProcessGroupNCCL 'initialization options: size: N, "
+    "global rank: G' and 'created ncclComm_ 0x..', NCCL '[func ]comm 0x.. rank r nranks n ... "
+    "- Init COMPLETE'); no fault. attrs: stage (pg_options|comm_created|comm_init), pg (the PG "
+    "id as printed), pg_guid, pg_desc, pg_rank (rank inside the group), pg_size, comm, "
+    "comm_id, cuda_dev, nvml_dev, bus_id, func, nccl_version; rank = the global rank",
     "config.memlock": "RDMA memory registration failed with ENOMEM: the locked-memory limit "
     "(ulimit -l / RLIMIT_MEMLOCK) is too low. attrs: call (ibv_reg_mr*), error, errno, plugin, "
     "rc",

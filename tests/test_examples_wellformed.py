@@ -80,3 +80,16 @@ def test_bundle_wellformed(bundle: Path) -> None:
             if path.is_file():
                 assert path.stat().st_size > 0, f"{bundle.name}: {path.relative_to(bundle)} is empty"
                 assert path.read_bytes().strip(), f"{bundle.name}: {path.relative_to(bundle)} is blank"
+
+
+def test_workload_ids_are_unique_across_bundles() -> None:
+    """Workload windows are keyed by workload id: two bundles published into one stream (as
+    the stream tests do, each as its own cluster) must not share one."""
+    owners: dict[str, list[str]] = {}
+    for bundle in BUNDLES:
+        for spec in [bundle / "workload.yaml", *sorted((bundle / "workloads").glob("*.yaml"))]:
+            if spec.is_file():
+                wid = yaml.safe_load(spec.read_text())["workload_id"]
+                owners.setdefault(str(wid), []).append(bundle.name)
+    shared = {wid: names for wid, names in owners.items() if len(names) > 1}
+    assert not shared, f"workload ids used by more than one bundle: {shared}"
