@@ -422,9 +422,11 @@ def produce(bootstrap: str, topic: str, seg: Segment, rate: float = 0.0) -> floa
     messages' produce() wall times. Returns the seconds it took (flush included)."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10000,
-                  "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
-                  "message.max.bytes": 16 * 1024 * 1024})
+    from transport.kafka_settings import with_partitioner
+
+    p = Producer(with_partitioner({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10000,
+                                   "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
+                                   "message.max.bytes": 16 * 1024 * 1024}))
     t0 = time.monotonic()
     marks = seg.marks
     for i, (key, value) in enumerate(seg.messages):

@@ -7,7 +7,11 @@ connector and sink publishes with, and the consumer configuration every reader s
   computed from);
 * key: the caller's key (``Observation.host`` for observations), UTF-8;
 * headers: ``schema`` (the model's class name, e.g. ``Observation``) and ``schema_version``
-  (the record's ``schema_version`` field, or ``SCHEMA_VERSION``).
+  (the record's ``schema_version`` field, or ``SCHEMA_VERSION``);
+* partition: ``(murmur2(key) & 0x7fffffff) % partitions``, the partition Kafka's Java producer
+  and the worker (Faust/aiokafka) choose for the same key (librdkafka ``partitioner`` =
+  ``murmur2_random``, from :func:`transport.kafka_settings.with_partitioner`; extra
+  ``config`` cannot replace it).
 
 Delivery guarantees: the producer is idempotent (``enable.idempotence=true``, ``acks=all``),
 so librdkafka's own retries (``message.timeout.ms``, ``retry.backoff.ms``) neither reorder nor
@@ -35,6 +39,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import BaseModel
 
 from schemas.records import SCHEMA_VERSION, canonical_json
+from transport.kafka_settings import with_partitioner
 
 if TYPE_CHECKING:  # pragma: no cover
     from transport.kafka_settings import KafkaSettings
@@ -100,7 +105,9 @@ class RecordProducer:
     full local queue before raising :class:`BackPressureTimeout`. ``delivery_timeout_ms``:
     librdkafka's ``message.timeout.ms`` -- how long it retries one message before reporting it
     failed. ``queue_max_messages`` / ``queue_max_kbytes``: the local queue bounds that trigger
-    back-pressure. ``config``: extra librdkafka properties, applied last.
+    back-pressure. ``config``: extra librdkafka properties, applied last (except
+    ``partitioner``, always :data:`transport.kafka_settings.PRODUCER_PARTITIONER`: a different
+    one raises ``ValueError``).
 
     Use as a context manager (``with RecordProducer(...) as p:``): leaving the block flushes
     (raising :class:`DeliveryError` if anything failed, unless the block already raised).
@@ -137,7 +144,7 @@ class RecordProducer:
         conf.setdefault("logger", logging.getLogger("faultstream.kafka"))
         if config:
             conf.update(config)
-        self._producer = Producer(conf)
+        self._producer = Producer(with_partitioner(conf))
         self._failed: list[FailedDelivery] = []
         self.sent = 0  #: messages enqueued
         self.delivered = 0  #: messages acknowledged by the broker

@@ -20,10 +20,11 @@ KAFKA_SSL_CA_LOCATION      PEM file of the CA that signed the     unset (system 
 
 Usage::
 
-    from transport.kafka_settings import KafkaSettings
+    from transport.kafka_settings import KafkaSettings, with_partitioner
     s = KafkaSettings()                                   # from the environment
     s = KafkaSettings(bootstrap_servers="127.0.0.1:19092")  # or explicit
-    confluent_kafka.Producer(s.confluent_config() | {"linger.ms": 5})
+    confluent_kafka.Producer(with_partitioner(s.confluent_config() | {"linger.ms": 5}))
+    confluent_kafka.Consumer(s.confluent_config() | {"group.id": "g"})
     aiokafka.AIOKafkaProducer(**s.aiokafka_kwargs())
 
 :meth:`KafkaSettings.confluent_config` gives librdkafka property names
@@ -33,10 +34,25 @@ aiokafka/Faust keyword arguments (``bootstrap_servers``, ``security_protocol``,
 ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``, ``ssl_context``).
 Only the settings that are set appear in either. Invalid values raise
 ``pydantic.ValidationError`` at construction (e.g. SASL_SSL without a mechanism).
+
+Partitioning. Every faultstream producer puts a keyed record on the partition Kafka's Java
+producer would choose: ``(murmur2(key) & 0x7fffffff) % partitions`` (Kafka's
+``Utils.murmur2``, seed ``0x9747b28c``, over the key's bytes -- UTF-8 for our string keys; an
+empty key is hashed like any other). The worker (Faust on aiokafka) does so with aiokafka's
+``DefaultPartitioner``; librdkafka producers do so with ``partitioner=murmur2_random``
+(:data:`PRODUCER_PARTITIONER`), which :func:`with_partitioner` sets on a producer's
+configuration -- librdkafka's own default, ``consistent_random`` (CRC32 of the key), would put
+the same key elsewhere. A record without a key (null, not empty) goes to a random
+partition with both clients; Java's producer sends such records to a "sticky" partition that
+changes with each batch, so over time null-keyed records are spread across the partitions in
+all three and no consumer may rely on where one lands. :meth:`KafkaSettings.confluent_config`
+leaves ``partitioner`` out, as it serves consumers and admin clients too (librdkafka warns
+when a consumer is given a producer property).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import pydantic
@@ -46,7 +62,27 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
-__all__ = ["KafkaSettings", "KafkaSettingsError", "kafka_settings"]
+__all__ = ["KafkaSettings", "KafkaSettingsError", "PRODUCER_PARTITIONER", "kafka_settings", "with_partitioner"]
+
+#: librdkafka ``partitioner`` of every faultstream producer: murmur2 of the key as Kafka's Java
+#: producer (and aiokafka's ``DefaultPartitioner``) computes it; records with a null key go to
+#: a random partition. See the module docstring.
+PRODUCER_PARTITIONER = "murmur2_random"
+
+
+def with_partitioner(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the librdkafka producer configuration ``config`` with ``partitioner`` =
+    :data:`PRODUCER_PARTITIONER`. Every ``confluent_kafka.Producer`` of faultstream is built
+    from its result (directly, or through :class:`transport.kafka.RecordProducer`). Raises
+    ``ValueError`` when ``config`` already names another partitioner (a producer that would
+    put a key on another partition than the worker and Java producers do)."""
+    current = config.get("partitioner", PRODUCER_PARTITIONER)
+    if current != PRODUCER_PARTITIONER:
+        raise ValueError(
+            f"librdkafka partitioner {current!r} puts keys on other partitions than the worker and "
+            f"Kafka's Java producer; faultstream producers use {PRODUCER_PARTITIONER!r}"
+        )
+    return {**config, "partitioner": PRODUCER_PARTITIONER}
 
 
 class KafkaSettings(BaseSettings):

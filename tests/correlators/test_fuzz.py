@@ -231,6 +231,8 @@ def high_watermarks(bootstrap: str, topic: str) -> int:
 def test_worker_agents_survive_fuzzed_records_and_every_sink_progresses(stream_env, kafka_bootstrap, tmp_path):
     from confluent_kafka import Producer
 
+    from transport.kafka_settings import with_partitioner
+
     prefix, env = stream_env["prefix"], stream_env["env"]
     app_id = env["FAULTSTREAM_APP_ID"]
     ch_dir = tmp_path / "clickhouse"
@@ -246,7 +248,7 @@ def test_worker_agents_survive_fuzzed_records_and_every_sink_progresses(stream_e
         f"{app_id}-by-workload": garbage([m["value"] for m in messages["workload"]]),
         f"{app_id}-by-fabric": garbage([m["value"] for m in messages["fabric"]]),
     }
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 10_000_000})
+    producer = Producer(with_partitioner({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 10_000_000}))
     sent = {t: 0 for t in topics}
     refused: list[str] = []
 

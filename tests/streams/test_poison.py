@@ -275,7 +275,9 @@ from tests.streams.test_stream import (  # noqa: E402,F401 -- fixtures and helpe
 def produce(bootstrap: str, topic: str, messages: list[tuple[bytes | None, bytes | None]]) -> None:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 10_000_000})
+    from transport.kafka_settings import with_partitioner
+
+    producer = Producer(with_partitioner({"bootstrap.servers": bootstrap, "message.max.bytes": 10_000_000}))
     for key, value in messages:
         producer.produce(topic, key=key, value=value)
     assert producer.flush(30) == 0

@@ -57,6 +57,7 @@ from streams.command_auth import Keyring, authenticate, sign
 from streams.remediation_runner import CommandRejected, RemediationRunner
 from tests.slurm_fixtures import slurm_cluster  # noqa: F401
 from tests.streams.test_stream import consume, publish, stream_env  # noqa: F401
+from transport.kafka_settings import with_partitioner
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "examples" / "incidents" / "public-rc15-pcie-aer-xid79-multinode"
@@ -470,7 +471,7 @@ def test_bundle_to_proposal_to_cli_approval_to_dry_run_execution_on_a_real_broke
 
     # forged approvals -- unsigned (by root, at 0) and signed with a key the worker does not
     # hold -- are dead letters: the drain stays proposed (else the CLI below would refuse)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = Producer(with_partitioner({"bootstrap.servers": kafka_bootstrap}))
     forged = [approve(drain.action_id, "c1", by="root", at=0),
               sign(approve(drain.action_id, "c1", by="root", at=time.time_ns()), Keyring({"test-1": b"f" * 40}))]
     for cmd in forged:
@@ -606,7 +607,7 @@ def test_cli_shows_the_latest_record_and_publishes_only_decisions_that_fit(kafka
     (fresh,) = runner.handle_attribution(gpu_verdict("node-1", "c7", at=now))
     (old,) = runner.handle_attribution(gpu_verdict("node-2", "c7", at=now - 2 * 3600 * NS, att_id="wl-old"))
     (approved,) = runner.handle_command(approve(fresh.action_id, "c7", at=now + NS))
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = Producer(with_partitioner({"bootstrap.servers": kafka_bootstrap}))
     for record in (approved, fresh, approved, old):  # out of order and duplicated
         producer.produce(actions_topic, key=record.action_id.encode(), value=canonical_json(record).encode())
     producer.produce(actions_topic, key=b"junk", value=b"not a record")

@@ -20,7 +20,7 @@ from connectors.publish import bundle_records, publish_bundle
 from schemas.records import Attribution, Observation, Position, Source, canonical_json
 from sinks.clickhouse import ClickHouseSink
 from transport.kafka import RecordProducer
-from transport.kafka_settings import KafkaSettings
+from transport.kafka_settings import KafkaSettings, with_partitioner
 from streams.cli import app
 from streams.export import export_bundle
 from streams.replay import replay_bundle
@@ -264,7 +264,7 @@ def test_replay_from_kafka_range_equals_the_bundle(kafka_config, kafka_topic_fac
     t0 = _stamp()
     with RecordProducer(settings, topic) as producer:
         publish_bundle(TWO_JOBS, producer)
-    bad = Producer(dict(kafka_config, log_level=0))  # a message that is not an Observation, inside the range
+    bad = Producer(with_partitioner(dict(kafka_config, log_level=0)))  # a message that is not an Observation, inside the range
     bad.produce(topic, key=b"node-a05", value=b'{"kind": "log_line"')
     bad.flush(30)
     t1 = _stamp()

@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from transport.kafka_settings import with_partitioner
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "incidents"
 #: The example bundles. Each is published as its own cluster (node-a01 of one bundle is not the
@@ -370,7 +372,7 @@ def test_malformed_messages_are_dead_lettered_and_counts_reconcile(stream_env, k
         (b"node-a01", b"[1, 2, 3]", "invalid record"),
         (b"node-a01", b"\xff\xfe\x00garbage", "invalid json"),
     ]
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 10_000_000})
+    producer = Producer(with_partitioner({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 10_000_000}))
     for key, value, _ in bad:
         producer.produce(f"{prefix}.observations", key=key, value=value)
     producer.produce(f"{prefix}.observations", key=b"node-a01", value=json.dumps(good).encode())
@@ -417,7 +419,7 @@ def test_events_read_before_their_workload_is_known_are_claimed_later(stream_env
         r.model_copy(update={"workload_id": None}).with_id()
         for r in records if r.kind == "log_line"
     ]
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = Producer(with_partitioner({"bootstrap.servers": kafka_bootstrap}))
     from schemas.records import canonical_json
 
     for obs in anonymous:
@@ -454,7 +456,7 @@ def test_a_topology_from_the_topology_connector_names_the_port_in_the_stream(str
     bundle = next(b for b in replayed if b.name == "fabric-port-flap-host-and-switch")
     records, conn = bundle_records(bundle)
     stream_env["start"]()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer = Producer(with_partitioner({"bootstrap.servers": kafka_bootstrap}))
     for obs in records:
         if obs.kind != "topology":
             producer.produce(f"{prefix}.observations", key=obs.host.encode(), value=canonical_json(obs).encode())
