@@ -135,14 +135,21 @@ class Pipeline:
     """The keyed state machine (see the module docstring).
 
     ``config``: the engine's rules and policies; ``stores``: where state lives (default: new
-    dicts); ``hold``: batch mode, nothing emitted until :meth:`finish`. Methods raise
+    dicts); ``hold``: batch mode, nothing emitted until :meth:`finish`; ``route_by_index``:
+    :meth:`ingest` routes an event without a workload id by the allocation it has seen
+    (``stores.allocation``); False for an ingest stage that runs apart from the windows and
+    sees only some of the scheduler's records: every such event goes to its host window,
+    which routes it by its claims with the same rule (:class:`~correlators.windows.WorkloadIndex`),
+    one hop later. Methods raise
     ``pydantic.ValidationError`` / ``ValueError`` for a message that does not validate; the
     state is unchanged then, and a driver dead-letters the input."""
 
-    def __init__(self, config: EngineConfig, stores: Stores | None = None, *, hold: bool = False) -> None:
+    def __init__(self, config: EngineConfig, stores: Stores | None = None, *, hold: bool = False,
+                 route_by_index: bool = True) -> None:
         self.config = config
         self.stores = stores if stores is not None else Stores()
         self.hold = hold
+        self.route_by_index = route_by_index
         rules = config.causal
         self.index = WorkloadIndex(self.stores.allocation, before_ns=rules.before_start_ns,
                                    after_ns=rules.after_end_ns)
@@ -175,7 +182,8 @@ class Pipeline:
         if obs.kind == "scheduler_event" and obs.format == "workload_yaml":
             spec = WorkloadSpec.model_validate(obs.attributes.get("workload"))
             span = Span.of(spec)
-            self.index.add(span)
+            if self.route_by_index:
+                self.index.add(span)
             out.append(Route("fabric", spec.cluster, SpanMessage(span=span)))
             out.append(Route("workload", spec.workload_id, SpecMessage(spec=spec)))
             # events of these hosts routed before this record wait in their host's window
@@ -195,7 +203,7 @@ class Pipeline:
             out += self._send_gpus(hkey)  # the host's table goes ahead of its events
         for event in events:
             cluster = event.cluster or obs.cluster
-            wid = event.workload_id or self.index.route(cluster, event.host, event.at)
+            wid = event.workload_id or (self.index.route(cluster, event.host, event.at) if self.route_by_index else None)
             key = wid or f"{HOST}{host_key(cluster, event.host)}"
             out.append(Publish("events", wid or f"{HOST}{event.host}", event))
             out.append(Route("workload", key, EventMessage(event=event)))

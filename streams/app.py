@@ -69,6 +69,35 @@ class Metrics:
                               "(processed | dead_lettered)", ["agent", "outcome"], registry=r)
 
 
+def decode_record(raw: bytes, limit: int | None) -> Observation | str:
+    """The observation in ``raw`` (at most ``limit`` bytes; None: any size), or the reason
+    it is dead-lettered (``too large: ...``, ``schema version: ...``, ``invalid json: ...``,
+    ``invalid record: ...``). Never raises."""
+    if limit is not None and len(raw) > limit:
+        return f"too large: {len(raw)} bytes > {limit}"
+    try:
+        # the common case in one pass (pydantic's JSON parser); anything it refuses, or a
+        # record without this schema version, takes the path below, which says why
+        obs = Observation.model_validate_json(raw)
+        if obs.schema_version == SCHEMA_VERSION and "schema_version" in obs.model_fields_set:
+            return obs
+    except (ValueError, ValidationError):
+        pass
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        if data.get("schema_version") != SCHEMA_VERSION:
+            return f"schema version: {data.get('schema_version')!r} is not {SCHEMA_VERSION}"
+        return Observation.model_validate(data)
+    except RecursionError:
+        return "invalid json: nested too deeply"
+    except (ValueError, ValidationError) as exc:
+        undecodable = isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError))
+        reason = "invalid json" if undecodable else "invalid record"
+        return f"{reason}: {str(exc).splitlines()[0][:300]}"
+
+
 class DataDirLocked(RuntimeError):
     """Another worker process holds the data directory (its RocksDB and chDB files)."""
 
@@ -191,8 +220,14 @@ def declare_topics(settings: WorkerSettings, kafka: KafkaSettings) -> list[str]:
     return create_topics(kafka.confluent_config(), [*public.values(), *internal_topic_specs(settings)])
 
 
-def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | None = None) -> faust.App:
-    """Build the worker app. Raises ``pydantic.ValidationError`` for invalid settings."""
+def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | None = None, *,
+               stage: str = "all") -> faust.App:
+    """Build the worker app. ``stage``: ``all`` (the observations are read by the ``extract``
+    agent) or ``correlate`` (no ``extract`` agent: a batch ingest stage apart,
+    :mod:`streams.ingest`, feeds the internal topics). Raises ``pydantic.ValidationError`` for
+    invalid settings, ``ValueError`` for another stage."""
+    if stage not in ("all", "correlate"):
+        raise ValueError(f"stage {stage!r}: expected all or correlate (the ingest stage is streams.ingest)")
     settings = settings or WorkerSettings()
     kafka = kafka or KafkaSettings()
     config = EngineConfig.default(window=WindowPolicy(
@@ -302,35 +337,10 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                 metrics.events.labels(record.type).inc()
 
     def decode_observation(raw: bytes, limit: int | None = settings.max_message_bytes) -> Observation | str:
-        """The observation in ``raw`` (at most ``limit`` bytes; None: any size), or the
-        reason it is dead-lettered."""
-        if limit is not None and len(raw) > limit:
-            return f"too large: {len(raw)} bytes > {limit}"
-        try:
-            # the common case in one pass (pydantic's JSON parser); anything it refuses, or a
-            # record without this schema version, takes the path below, which says why
-            obs = Observation.model_validate_json(raw)
-            if obs.schema_version == SCHEMA_VERSION and "schema_version" in obs.model_fields_set:
-                return obs
-        except (ValueError, ValidationError):
-            pass
-        try:
-            data = json.loads(raw)
-            if not isinstance(data, dict):
-                raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-            if data.get("schema_version") != SCHEMA_VERSION:
-                return f"schema version: {data.get('schema_version')!r} is not {SCHEMA_VERSION}"
-            return Observation.model_validate(data)
-        except RecursionError:
-            return "invalid json: nested too deeply"
-        except (ValueError, ValidationError) as exc:
-            undecodable = isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError))
-            reason = "invalid json" if undecodable else "invalid record"
-            return f"{reason}: {str(exc).splitlines()[0][:300]}"
+        return decode_record(raw, limit)
 
     # -- agents ----------------------------------------------------------------------------
 
-    @app.agent(observations)
     async def extract(stream: Any) -> None:
         processed, dead_lettered = (metrics.inputs.labels("extract", outcome) for outcome in ("processed", "dead_lettered"))
         async for item in stream.events():
@@ -358,6 +368,9 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                 continue
             metrics.processed.inc()
             processed.inc()
+
+    if stage == "all":
+        app.agent(observations)(extract)
 
     @app.agent(topology_in)
     async def topology_records(stream: Any) -> None:

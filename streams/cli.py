@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -333,11 +333,19 @@ def worker(
     web_port: Optional[int] = typer.Option(None, help="port of /metrics on 127.0.0.1"),
     loglevel: str = typer.Option("info", help="worker log level"),
     log_format: str = typer.Option("text", "--log-format", help="text | json (one JSON object per line: streams/logs.py)"),
+    stage: str = typer.Option("all", help="all: the whole worker; ingest: the batch ingest stage alone "
+                                          "(observations -> events, streams/ingest.py); correlate: the worker "
+                                          "without its ingest (windows, fabric, remediation, sinks)"),
+    batch_size: int = typer.Option(2000, "--batch-size", min=1, help="--stage ingest: most records per batch"),
 ) -> None:
     """Run a stream worker (Faust): observations -> events -> verdicts, until stopped.
 
     Settings come from FAULTSTREAM_* and KAFKA_* variables (see streams/settings.py and
-    transport/kafka_settings.py); the options here override them."""
+    transport/kafka_settings.py); the options here override them. ``--stage ingest`` and
+    ``--stage correlate`` split the worker in two processes that scale apart (one consumer
+    group each; start as many of each as the partitions allow)."""
+    if stage not in ("all", "ingest", "correlate"):
+        cli_fail(f"--stage {stage!r}: expected all, ingest or correlate")
 
     from streams.app import DataDirLocked, Worker, create_app
     from streams.logs import configure_logging, logging_config
@@ -363,9 +371,12 @@ def worker(
     except ValueError as exc:  # pydantic.ValidationError is a ValueError
         cli_fail(f"worker settings: {exc}")
     logging.getLogger("faultstream.worker").info(
-        "worker starting", extra={"app_id": settings.app_id, "bootstrap": kafka.bootstrap_servers})
+        "worker starting", extra={"app_id": settings.app_id, "bootstrap": kafka.bootstrap_servers, "stage": stage})
+    if stage == "ingest":
+        _run_ingest(settings, kafka, batch_size)
+        return
     try:
-        faust_app = create_app(settings, kafka)
+        faust_app = create_app(settings, kafka, stage=stage)
     except DataDirLocked as exc:
         cli_fail(str(exc))
     except ValueError as exc:  # invalid remediation / executor settings (pydantic)
@@ -379,6 +390,36 @@ def worker(
     json_config = logging_config(log_format, loglevel) if log_format == "json" else None  # text: Faust's own
     Worker(faust_app, loglevel=loglevel, logging_config=json_config,
                   shutdown_timeout_s=settings.shutdown_timeout_s).execute_from_commandline()
+
+
+def _run_ingest(settings: Any, kafka: Any, batch_size: int) -> None:
+    """``worker --stage ingest``: declare the topics, serve /metrics, run the batch loop until
+    SIGTERM / SIGINT (the batch in progress completes, then the process exits)."""
+    import signal
+    import threading
+
+    from confluent_kafka import KafkaException
+
+    from streams.app import declare_topics
+    from streams.ingest import DeliveryFailed, IngestStage, serve_metrics
+
+    try:
+        declare_topics(settings, kafka)
+        stage = IngestStage(settings, kafka, batch_size=batch_size)
+    except (KafkaException, RuntimeError) as exc:
+        cli_fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
+    try:
+        serve_metrics(stage.metrics, settings.web_port)
+    except OSError as exc:
+        cli_fail(f"--web-port {settings.web_port}: {exc}")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        stage.run(stop, on_ready=lambda: logging.getLogger("faultstream.ingest").info("[^Ingest]: Ready"))
+    except DeliveryFailed as exc:
+        logging.getLogger("faultstream.ingest").error("%s: exiting without committing the batch", exc)
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -42,12 +42,14 @@ S = 10**9
 LIVE = EngineConfig.default(window=WindowPolicy(idle_timeout_s=10.0, fabric_flush_s=2.0))
 
 
-def live_run(records: list[Observation], config: EngineConfig = LIVE, stores: Stores | None = None
-             ) -> tuple[dict[str, Attribution], list[Attribution]]:
+def live_run(records: list[Observation], config: EngineConfig = LIVE, stores: Stores | None = None,
+             *, stage: Pipeline | None = None) -> tuple[dict[str, Attribution], list[Attribution]]:
     """Feed ``records`` one by one in live mode, the driver clock advancing 0.5 s a record,
-    then let the idle timer and the fabric flush run until nothing is left. Returns (the last
-    revision of every verdict, every publication in order)."""
+    then let the idle timer and the fabric flush run until nothing is left. ``stage``: a
+    pipeline apart that ingests (the stream's ingest stage), the other one applying. Returns
+    (the last revision of every verdict, every publication in order)."""
     pipeline = Pipeline(config, stores)
+    ingest = stage or pipeline
     router = InMemoryRouter(pipeline)
     now = 0.0
 
@@ -57,12 +59,12 @@ def live_run(records: list[Observation], config: EngineConfig = LIVE, stores: St
             router.send(pipeline.apply(route.channel, route.key, route.message, now=now))
 
     for obs in records:
-        router.send(pipeline.ingest(obs))
+        router.send(ingest.ingest(obs))
         drain()
         now += 0.5
     for _ in range(50):
         now += 60.0
-        ticks = pipeline.idle(now) + pipeline.due_flushes(now)
+        ticks = pipeline.idle(now) + pipeline.due_flushes(now) + (ingest.due_flushes(now) if stage else [])
         if not ticks:
             break
         router.send(ticks)
@@ -103,6 +105,20 @@ def test_shuffled_arrival_gives_the_replay_verdicts(bundle: Path) -> None:
         assert all(v.final for v in latest.values()), f"{bundle.name}: a verdict was left provisional"
         seen.add(json.dumps(got, sort_keys=True))
     assert len(seen) == 1
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=lambda p: p.name)
+def test_an_ingest_stage_apart_that_knows_no_allocation_gives_the_replay_verdicts(bundle: Path) -> None:
+    """The stream's batch ingest stage: its pipeline routes every event without a workload id
+    to the host window (``route_by_index=False``); the windows' pipeline applies."""
+    records, _ = bundle_records(bundle)
+    replayed = {a.attribution_id: content(a) for a in replay_bundle(bundle).attributions}
+    order = list(records)
+    random.Random(11).shuffle(order)
+    stage = Pipeline(LIVE, route_by_index=False)
+    latest, _ = live_run(order, stage=stage)
+    assert standing(latest) == replayed, bundle.name
+    assert stage.stores.allocation == {}  # it keeps no allocation
 
 
 def test_batch_replay_is_revision_one_and_order_free() -> None:

@@ -1,0 +1,238 @@
+"""The batch ingest stage: observations -> events and routed messages, outside Faust.
+
+``faultstream worker --stage ingest`` runs it; ``--stage correlate`` runs the Faust worker
+without its ``extract`` agent, so the two scale apart (``--stage all``, the default, is the
+Faust worker alone, as before). The stage is a plain confluent-kafka loop::
+
+    <prefix>.observations --consume up to batch_size (consumer group <app_id>-ingest)-->
+        decode (streams.app.decode_record) -> Pipeline.ingest (correlators.pipeline)
+        -> produce: Route -> <app_id>-by-workload / -by-fabric, Publish -> <prefix>.events,
+           scheduler workload records -> the remediation agent's by-cluster topic,
+           undecodable or failing records -> <prefix>.deadletter (with the reason)
+        -> flush (every delivery confirmed) -> commit the batch's offsets
+
+At least once: offsets are committed only after every record the batch produced was
+delivered; after a crash the uncommitted batch is read again, and its outputs collapse by id
+downstream (events and messages are deterministic; windows keep one copy of each event). A
+delivery that fails ends the loop with :class:`DeliveryFailed`, nothing committed.
+
+The stage keeps no allocation: its pipeline routes every event without a workload id to the
+host's window (``Pipeline(route_by_index=False)``), which routes it by the claims it holds,
+with the same rule. Its other state (the GPU tables collected from telemetry, sent to the host
+windows) is a cache of what the host windows keep; the topic is keyed by host, so a host's
+samples and lines reach one consumer. Producers partition keys with murmur2 like Faust's, so
+a key lands on the partition a Faust producer of the same key picks.
+
+Metrics (Prometheus, ``/metrics`` on 127.0.0.1:``--web-port``): the worker's
+``faultstream_observations_total``, ``faultstream_observations_processed_total``,
+``faultstream_events_total``, ``faultstream_dead_letters_total`` and
+``faultstream_agent_inputs_total{agent="ingest"}``, plus
+``faultstream_ingest_batch_seconds`` (consume to commit).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from prometheus_client import Histogram, start_http_server
+
+from correlators.config import EngineConfig, WindowPolicy
+from correlators.pipeline import Effect, Pipeline, Route
+from schemas.deadletter import DeadLetter
+from schemas.messages import message_json
+from schemas.records import Event, Position, canonical_json
+from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
+from streams.app import Metrics, decode_record
+from streams.remediation_inputs import allocation_message
+from streams.settings import WorkerSettings
+from transport.kafka_settings import KafkaSettings, with_partitioner
+
+log = logging.getLogger("faultstream.ingest")
+
+#: The dead letters' ``source``.
+SOURCE = "stage.ingest"
+
+
+class DeliveryFailed(RuntimeError):
+    """A record the stage produced was not delivered: the batch's offsets are not committed."""
+
+
+class IngestStage:
+    """The batch ingest loop (module docstring).
+
+    ``settings`` / ``kafka``: as the worker's (``app_id`` names the consumer group
+    ``<app_id>-ingest`` and the internal topics; ``producer_linger_ms`` is the producer's
+    ``linger.ms``). ``batch_size``: most records per batch; ``poll_timeout_s``: how long one
+    consume call waits for the first record (a latency bound, seconds). With
+    ``settings.remediation`` the scheduler's workload records also go to the remediation
+    agents' topic, as the ``extract`` agent hands them over. Raises ``ValueError`` for a
+    batch size below 1."""
+
+    def __init__(self, settings: WorkerSettings, kafka: KafkaSettings, *, batch_size: int = 2000,
+                 poll_timeout_s: float = 0.05, metrics: Metrics | None = None) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size {batch_size}: must be at least 1")
+        self.settings = settings
+        self.batch_size = batch_size
+        self.poll_timeout_s = poll_timeout_s
+        config = EngineConfig.default(window=WindowPolicy(
+            allowed_lateness_s=settings.allowed_lateness_s,
+            idle_timeout_s=settings.idle_timeout_s or None,
+            fabric_flush_s=settings.fabric_flush_s,
+        ))
+        self.pipeline = Pipeline(config, route_by_index=False)
+        self.metrics = metrics or Metrics()
+        self.batch_seconds = Histogram("faultstream_ingest_batch_seconds", "one batch, consume to commit (s)",
+                                       registry=self.metrics.registry)
+        self._processed = self.metrics.inputs.labels("ingest", "processed")
+        self._dead_lettered = self.metrics.inputs.labels("ingest", "dead_lettered")
+        self.topics = {
+            "workload": f"{settings.app_id}-by-workload",
+            "fabric": f"{settings.app_id}-by-fabric",
+            "events": settings.topic("events"),
+            "attributions": settings.topic("attributions"),
+            "deadletter": settings.topic("deadletter"),
+        }
+        from streams.remediate import remediation_topic_spec
+
+        self.remediation_topic = remediation_topic_spec(settings).name if settings.remediation else None
+        base = kafka.confluent_config()
+        self.consumer = Consumer(base | {
+            "group.id": f"{settings.app_id}-ingest",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            # latency, not library defaults: a fetch returns as soon as there is data
+            "fetch.wait.max.ms": 10,
+            "partition.assignment.strategy": "cooperative-sticky",
+        })
+        self.producer = Producer(with_partitioner(base | {
+            "enable.idempotence": True,
+            "linger.ms": settings.producer_linger_ms,
+            "message.max.bytes": DEAD_LETTER_MESSAGE_BYTES,
+        }))
+        self._failed: list[str] = []
+        self._last_flush = time.monotonic()
+
+    # -- one record -------------------------------------------------------------------------
+
+    def _produce(self, topic: str, key: str, value: bytes) -> None:
+        while True:
+            try:
+                self.producer.produce(topic, key=key.encode(), value=value, on_delivery=self._delivered)
+                return
+            except BufferError:  # the local queue is full: let deliveries drain it
+                self.producer.poll(0.1)
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._failed.append(f"{msg.topic()}: {err}")
+
+    def _effects(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Route):
+                self._produce(self.topics[effect.channel], effect.key, message_json(effect.message))
+                continue
+            self._produce(self.topics[effect.topic], effect.key, canonical_json(effect.record).encode())
+            if isinstance(effect.record, Event):
+                self.metrics.events.labels(effect.record.type).inc()
+
+    def _dead_letter(self, reason: str, msg: Message) -> None:
+        letter = DeadLetter(
+            source=SOURCE, reason=reason, original=msg.value() or b"",
+            original_key=msg.key(),
+            position=Position(topic=msg.topic(), partition=msg.partition(), offset=msg.offset()),
+            at_ns=time.time_ns(),
+        ).with_id()
+        self.metrics.dead_letters.labels(reason.split(":")[0]).inc()
+        self._dead_lettered.inc()
+        log.warning("dead letter at %s/%s/%s: %s", msg.topic(), msg.partition(), msg.offset(), reason)
+        self._produce(self.topics["deadletter"], SOURCE, canonical_json(letter).encode())
+
+    def handle(self, msg: Message) -> None:
+        """One consumed record: its effects produced, or a dead letter. Never raises for a
+        bad record."""
+        self.metrics.observations.inc()
+        raw = msg.value()
+        obs = decode_record(raw, self.settings.max_message_bytes) if raw is not None else "tombstone: no value"
+        if isinstance(obs, str):
+            self._dead_letter(obs, msg)
+            return
+        obs.position = Position.model_construct(
+            file=obs.position.file, line=obs.position.line,
+            topic=msg.topic(), partition=msg.partition(), offset=msg.offset(),
+        )
+        try:
+            effects = self.pipeline.ingest(obs)
+            payload = allocation_message(obs) if self.remediation_topic else None
+        except Exception as exc:  # noqa: BLE001 -- a bad record never stops the stage
+            log.exception("observation %s failed", obs.observation_id)
+            self._dead_letter(f"processing error: {type(exc).__name__}: {str(exc)[:300]}", msg)
+            return
+        self._effects(effects)
+        if payload is not None:
+            self._produce(self.remediation_topic, payload["cluster"], json.dumps(payload, sort_keys=True).encode())
+        self.metrics.processed.inc()
+        self._processed.inc()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run_batch(self) -> int:
+        """Consume one batch, produce its outputs, wait for their delivery, commit. Returns the
+        number of records consumed (0 when none came within ``poll_timeout_s``). Raises
+        :class:`DeliveryFailed` (nothing committed) when a produced record was not delivered,
+        ``confluent_kafka.KafkaException`` for a consumer error that is not transient."""
+        messages = self.consumer.consume(self.batch_size, self.poll_timeout_s)
+        now = time.monotonic()
+        if now - self._last_flush >= max(0.2, self.settings.fabric_flush_s / 2):
+            self._last_flush = now
+            self._effects(self.pipeline.due_flushes(now))  # GPU tables collected and held
+        if not messages:
+            self.producer.poll(0)
+            return 0
+        started = time.monotonic()
+        for msg in messages:
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF or error.retriable():
+                    continue
+                raise KafkaException(error)
+            self.handle(msg)
+        self.producer.flush()
+        if self._failed:
+            failed, self._failed = self._failed, []
+            raise DeliveryFailed(f"{len(failed)} record(s) not delivered, first: {failed[0]}")
+        try:
+            self.consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            # partitions revoked during the batch: their new owner reads it again (duplicates
+            # collapse by id)
+            log.warning("commit refused, the batch will be read again: %s", exc)
+        self.batch_seconds.observe(time.monotonic() - started)
+        return len(messages)
+
+    def run(self, stop: threading.Event | None = None, on_ready: Callable[[], Any] | None = None) -> None:
+        """Subscribe and run batches until ``stop`` is set; then flush and close (offsets of a
+        batch in progress are committed only if it completed)."""
+        stop = stop or threading.Event()
+        self.consumer.subscribe([self.settings.topic("observations")])
+        log.info("ingest stage started: group %s-ingest, topic %s", self.settings.app_id,
+                 self.settings.topic("observations"))
+        if on_ready is not None:
+            on_ready()
+        try:
+            while not stop.is_set():
+                self.run_batch()
+        finally:
+            self.producer.flush(10)
+            self.consumer.close()
+            log.info("ingest stage stopped")
+
+
+def serve_metrics(metrics: Metrics, port: int) -> None:
+    """Serve ``metrics`` at ``http://127.0.0.1:<port>/metrics`` from a daemon thread."""
+    start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
