@@ -39,6 +39,10 @@ Usage::
 
     python3 bench/stream.py [--runs 3] [--seconds 10] [--live-seconds 30] [--live-rate 1000]
                             [--jobs 20] [--idle-timeout 1] [--lateness 30] [--clickhouse]
+                            [--stages all|split]
+
+``--stages split`` runs the worker as two processes, ``worker --stage ingest`` (the batch
+loop, whose observation count is the throughput) and ``worker --stage correlate``.
 
 Starts its own broker on a free port unless ``KAFKA_BOOTSTRAP_SERVERS`` is set, and stops
 it (and every worker) on exit, errors included. Prints its figures; asserts nothing.
@@ -343,20 +347,21 @@ def free_port() -> int:
 class Worker:
     """A `faultstream worker` subprocess (like tests/streams/test_stream.py)."""
 
-    def __init__(self, env: dict[str, str], log: Path, profile: Path | None = None) -> None:
+    def __init__(self, env: dict[str, str], log: Path, profile: Path | None = None, stage: str = "all") -> None:
         self.log = log
         self.port = free_port()
+        self.ready = "[^Ingest]: Ready" if stage == "ingest" else "[^Worker]: Ready"
         cmd = [sys.executable]
         if profile is not None:
             cmd += ["-m", "cProfile", "-o", str(profile)]
         cmd += ["-m", "streams.cli"]
-        cmd += ["worker", "--web-port", str(self.port), "--loglevel", "info"]
+        cmd += ["worker", "--stage", stage, "--web-port", str(self.port), "--loglevel", "info"]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if "[^Worker]: Ready" in self.log.read_text(errors="replace"):
+            if self.ready in self.log.read_text(errors="replace"):
                 return
             if self.proc.poll() is not None:
                 raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log.read_text(errors='replace')[-3000:]}")
@@ -489,10 +494,16 @@ def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segm
     for job in bulk.jobs + live.jobs:
         job.xid_sent = job.terminal_sent = None
     profile = Path(args.profile).resolve() if args.profile and run == 0 else None
-    worker = Worker(env, tmp / f"worker-{run}.log", profile)
+    split = args.stages == "split"
+    worker = Worker(env, tmp / f"worker-{run}.log", profile, stage="correlate" if split else "all")
+    # split: the batch ingest stage consumes the observations (its metrics are sampled)
+    ingest = Worker(env, tmp / f"ingest-{run}.log", stage="ingest") if split else None
+    consumer_of_observations = ingest or worker
     verdicts = None
     try:
         worker.wait_ready()
+        if ingest is not None:
+            ingest.wait_ready()
         verdicts = Verdicts(bootstrap, f"{prefix}.attributions")
         verdicts.start()
         samples: list[tuple[float, float]] = []
@@ -501,7 +512,7 @@ def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segm
 
         def sample() -> None:
             while not done.is_set():
-                v = worker.observations()
+                v = consumer_of_observations.observations()
                 if v is not None:
                     samples.append((time.monotonic(), v))
                     if v >= total_bulk:
@@ -516,7 +527,7 @@ def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segm
         consumed = [s for s in samples if s[1] > 0]
         if not consumed or consumed[-1][1] < total_bulk:
             raise RuntimeError(f"worker consumed {consumed[-1][1] if consumed else 0:.0f} of {total_bulk} in time; "
-                               f"log {worker.log}")
+                               f"log {consumer_of_observations.log}")
         # first to last message consumed; the samples bracket both ends to within 0.25 s
         (t_a, n_a), (t_b, n_b) = consumed[0], consumed[-1]
         throughput = (n_b - n_a) / (t_b - t_a) if t_b > t_a else float("nan")
@@ -547,6 +558,8 @@ def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segm
             verdicts.stopping.set()
             verdicts.join(timeout=10)
         worker.stop()
+        if ingest is not None:
+            ingest.stop()
     floor_rate = floor(bootstrap, f"{prefix}.observations", total_bulk)
     return {"throughput": throughput, "drain_s": drain_s, "produce_s": produce_s, "live_s": live_s,
             "floor": floor_rate, "lat": lat, "missing": missing, "prefix": prefix}
@@ -573,6 +586,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600, help="give up on a run after this long (s)")
     parser.add_argument("--settle", type=float, default=60, help="wait this long after the live segment for the last verdicts (s)")
     parser.add_argument("--profile", help="run the first run's worker under cProfile, stats to this file")
+    parser.add_argument("--stages", choices=("all", "split"), default="all",
+                        help="all: one worker process; split: `worker --stage ingest` (batch loop, its "
+                             "observations are counted) and `worker --stage correlate`, two processes")
     args = parser.parse_args()
 
     t_start = time.monotonic()
@@ -620,7 +636,8 @@ def main() -> None:
           f"{platform.system()} {platform.release()}")
     print(f"workload: {HOSTS} hosts x {OBS_PER_HOST_S} obs/host/s = {HOSTS * OBS_PER_HOST_S:,} obs per event second; "
           f"bulk {args.seconds} event s = {len(bulk.messages):,} obs; partitions {args.partitions}; "
-          f"lateness {args.lateness:g} s; idle timeout {args.idle_timeout:g} s; clickhouse {args.clickhouse}")
+          f"lateness {args.lateness:g} s; idle timeout {args.idle_timeout:g} s; clickhouse {args.clickhouse}; "
+          f"stages {args.stages}")
     print(f"worker throughput: median {thr:,.0f} obs/s over {args.runs} runs "
           f"({', '.join(format(r['throughput'], ',.0f') for r in results)}); target 20,000")
     print(f"floor (confluent_kafka consume + json.loads + Observation.model_validate): median {flo:,.0f} obs/s")
