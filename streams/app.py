@@ -16,6 +16,9 @@ The pipeline's :class:`~correlators.pipeline.Stores` are changelogged Faust tabl
 while consuming observations) and ``topology``, which every worker reads. The in-memory windows are a cache of the tables, rebuilt after a restart
 or a rebalance. A record that does not decode or fails is dead-lettered with the reason.
 
+With ``create_app(stage="correlate")`` the ``extract`` agent is left out: the batch ingest
+stage (:mod:`streams.ingest`, ``faultstream worker --stage ingest``) feeds the internal topics.
+
 The verdict content is the engine's decision over a window's whole evidence; only *when* it
 is emitted depends on arrival and the wall clock (``docs/architecture.md``).
 """
