@@ -375,6 +375,8 @@ class Pipeline:
                     waiting.discard(stored_key)
                     if reads_host_facts(event):
                         want(span.workload_id)
+                    history = [[span.workload_id if w is None and data["event_id"] == event.event_id else w, data]
+                               for w, data in history]  # as below, for an EventMessage
             notify = [entry] if span.workload_id in wants else []
         elif isinstance(message, EventMessage):
             event = message.event
@@ -385,7 +387,11 @@ class Pipeline:
                 self._waiting(key).add(stored_key)
                 return out
             out.append(Route("workload", target, message))
-            if not (reads_host_facts(event) and want(target)):
+            # an XID kept as history before its workload was known is that workload's own
+            owned = [[target if w is None and data["event_id"] == event.event_id else w, data] for w, data in history]
+            fixed = owned != history
+            history = owned
+            if not (reads_host_facts(event) and (want(target) or fixed)):
                 return out
             notify = claim_of(target)
         elif isinstance(message, InterestMessage):
@@ -401,11 +407,13 @@ class Pipeline:
             event = message.event
             if any(item[1]["event_id"] == event.event_id for item in history):
                 return out
-            history.append([message.workload_id, event.model_dump(mode="json")])
+            # the workload it belongs to: as ingest routed it, else by the claims held here
+            owner = message.workload_id or self.index.route("", "", event.at, claims)
+            history.append([owner, event.model_dump(mode="json")])
             history = sorted(history, key=lambda item: (item[1]["at"], item[1]["event_id"]))[-NODE_HISTORY_MAX:]
-            own = message.workload_id is not None and want(message.workload_id)
-            notify = [c for c in claims if (c[0] == message.workload_id and own)
-                      or (c[0] != message.workload_id and c[0] in wants and event.at < c[1])]
+            own = owner is not None and want(owner)
+            notify = [c for c in claims if (c[0] == owner and own)
+                      or (c[0] != owner and c[0] in wants and event.at < c[1])]
         else:
             raise ValueError(f"host window: unexpected message {message.kind!r}")
         meta = self.hosts[key] = {"claims": claims, "gpus": gpus, "history": history, "wants": wants}

@@ -357,6 +357,31 @@ def test_node_history_reaches_later_jobs_in_any_order_and_not_the_jobs_own() -> 
     assert len(states) == 1
 
 
+def test_an_xid_routed_by_its_host_window_is_the_jobs_own_not_its_history() -> None:
+    """An XID that reached the host window without a workload (an ingest stage that knows no
+    allocation, or one read before the job's record) in the job's window but before its start:
+    the job's own event, not node history of the job; a later job gets it as history."""
+    s1 = spec("job-1", ["node-a01"], T0, T0 + 600 * S)
+    s2 = spec("job-2", ["node-a01"], T0 + 3600 * S, T0 + 4200 * S)
+    early, later = xid_event("node-a01", T0 - 60 * S, xid=31), xid_event("node-a01", T0 + 3700 * S, xid=31)
+    from schemas.messages import HistoryMessage
+
+    host = "host:c1/node-a01"
+    messages = [
+        Route("workload", "job-1", SpecMessage(spec=s1)), Route("workload", "job-2", SpecMessage(spec=s2)),
+        Route("workload", host, ClaimMessage(span=Span.of(s1))), Route("workload", host, ClaimMessage(span=Span.of(s2))),
+        Route("workload", host, EventMessage(event=early)), Route("workload", host, HistoryMessage(event=early)),
+        Route("workload", host, EventMessage(event=later)), Route("workload", host, HistoryMessage(event=later)),
+    ]
+    for seed in range(8):
+        order = messages[:2] + random.Random(seed).sample(messages[2:], len(messages) - 2)
+        p = Pipeline(EngineConfig.default(), hold=True)
+        run_routes(p, order)
+        assert early.event_id in p.window("job-1").events, seed
+        assert p.window("job-1").history() == [], seed
+        assert [e.event_id for e in p.window("job-2").history()] == [early.event_id], seed
+
+
 # -- FabricWindow ------------------------------------------------------------------------------
 
 
