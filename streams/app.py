@@ -243,7 +243,8 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     data_lock = lock_data_dir(settings.data_dir / settings.app_id)
     app = faust.App(
         settings.app_id,
-        broker=[f"kafka://{s}" for s in kafka.bootstrap_servers.split(",")],
+        # Faust's aiokafka transport with the fetch wait set for latency (streams.faust_transport)
+        broker=[f"faultstream://{s}" for s in kafka.bootstrap_servers.split(",")],
         broker_credentials=_credentials(kafka),
         store=settings.store,
         datadir=str(settings.data_dir / settings.app_id),
