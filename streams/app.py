@@ -269,6 +269,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         broker_commit_interval=1.0,
     )
     app.faultstream_metrics = metrics  # type: ignore[attr-defined]
+    app.faultstream_fetch_max_wait_ms = settings.fetch_max_wait_ms  # type: ignore[attr-defined]
     app.faultstream_data_lock = data_lock  # type: ignore[attr-defined]
     app.faultstream_stop = asyncio.Event()  # type: ignore[attr-defined]
 

@@ -24,6 +24,8 @@ FAULTSTREAM_SHUTDOWN_TIMEOUT_S     after SIGTERM/SIGINT, exit without           
                                    committing if the stop takes longer (s)
 FAULTSTREAM_PRODUCER_LINGER_MS     the producer waits this long to fill a        5
                                    batch (ms); 0 sends each record at once
+FAULTSTREAM_FETCH_MAX_WAIT_MS      the broker holds an empty fetch of the        50
+                                   worker's consumer this long (ms)
 FAULTSTREAM_REMEDIATION            remediation agents (streams/remediate.py:     true
                                    proposals, commands, certifications,
                                    executors; FAULTSTREAM_REMEDIATION_* and
@@ -74,6 +76,9 @@ class WorkerSettings(BaseSettings):
     #: the worker's producer batches the records of this many milliseconds into one request
     #: (Kafka's ``linger.ms``); each internal hop adds at most this much latency
     producer_linger_ms: float = Field(5.0, ge=0, le=1000, allow_inf_nan=False)
+    #: the broker holds a fetch of the worker's consumer that has no data this long (Faust's
+    #: own value, 1,500 ms, adds up to 1.5 s per internal hop; streams.faust_transport)
+    fetch_max_wait_ms: int = Field(50, ge=0, le=60_000)
 
     @field_validator("topic_prefix")
     @classmethod

@@ -1,0 +1,28 @@
+"""The worker's Faust transport: its consumer is built with the configured fetch wait, not
+Faust's fixed 1.5 s (streams/faust_transport.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from streams.app import create_app
+from streams.faust_transport import FETCH_MAX_WAIT_MS, ConsumerThread, Transport
+from streams.settings import WorkerSettings
+from transport.kafka_settings import KafkaSettings
+
+
+def worker_consumer(tmp_path: Path, **settings):
+    """The aiokafka consumer the worker's Faust app would start (built, never started)."""
+    async def build():
+        app = create_app(WorkerSettings(data_dir=tmp_path, remediation=False, **settings),
+                         KafkaSettings(bootstrap_servers="127.0.0.1:1"))
+        thread = app.consumer._thread
+        assert isinstance(app.transport, Transport) and isinstance(thread, ConsumerThread)
+        return thread._create_worker_consumer(app.transport)
+    return asyncio.run(build())
+
+
+def test_the_consumer_waits_the_configured_time_not_faust_s(tmp_path: Path) -> None:
+    assert worker_consumer(tmp_path / "a")._fetch_max_wait_ms == FETCH_MAX_WAIT_MS == 50
+    assert worker_consumer(tmp_path / "b", fetch_max_wait_ms=250)._fetch_max_wait_ms == 250
