@@ -5,7 +5,8 @@ each file from its persisted byte offset. Per path the cursor holds
 ``{"dev", "ino", "offset", "line", "epoch", "last_ns"}``: the file identity (device + inode),
 the byte offset just after the last *emitted* line, that line's number (1-based numbering per
 file generation), the generation (``epoch``, +1 at every rotation or truncation) and the last
-line time seen (UTC ns). The position is only valid for the file it was taken on: the path
+line time seen (UTC ns); with coverage records also ``"totals"`` (the file's coverage counts
+since the cursor was created). The position is only valid for the file it was taken on: the path
 *and* the inode must match.
 
 * **Rotation** (the path now names another inode): the old file is read to its end (its last
@@ -30,6 +31,29 @@ line time seen (UTC ns). The position is only valid for the file it was taken on
   shown as U+2400, huge records are cut at :data:`connectors.bundle.MAX_BODY_CHARS` like the
   bundle reader does, unreadable files are reported in the coverage.
 
+**Edge prefilter** (``prefilter=True``, ``connect files --prefilter``): after grouping, each
+whole record is tested with the rule pack's own keyword matcher
+(:func:`connectors.prefilter.keep`, i.e. :meth:`correlators.rules.RulePack.may_extract`, on
+the body as it would be published, cut included); a record no rule and no error-severity
+marker can match is counted and dropped instead of published. Its time is still read (it
+times the untimed lines after it) and its lines still count, so the kept records have the
+same times, line numbers and ids as without the prefilter, and so have their events. Per file
+the connector counts records read / published / dropped and their file bytes
+(:class:`connectors.prefilter.EdgeTotals`, :meth:`FilesConnector.totals`).
+
+**Coverage records** (``publish_coverage=True``; on whenever the prefilter is): the connector
+also publishes one ``kind="health_event"``, ``format="coverage"`` Observation per file
+(``attributes.coverage`` = its :class:`schemas.records.CoverageEntry`, ``attributes.edge`` =
+the :class:`~connectors.prefilter.EdgeTotals` counts, ``prefilter`` on or off and the
+``ruleset`` version), the shape the bundle publisher sends, so a worker given the workload
+(``workload_id``) reports that file's coverage in the verdict. ``records`` counts every record
+read, dropped ones included: the verdict's coverage is the same with and without the
+prefilter; only the ``detail`` says how many were dropped at the edge. Coverage counts are
+totals since the cursor was created (kept in the cursor under ``totals``), so a restart does
+not report a smaller count. A file's record goes out when its counts changed: after each
+complete pass in one-shot mode; in follow mode at most every ``coverage_s`` seconds, and
+once more at exit (:meth:`FilesConnector.coverage_records`).
+
 Delivery: the connector is a :class:`connectors.source.Source`. :meth:`FilesConnector.poll`
 returns the records of one pass; :meth:`FilesConnector.checkpoint` the cursor document valid
 once those records are delivered. :func:`connectors.runner.run` saves it only after the
@@ -49,11 +73,12 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Iterator, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Callable, Iterator, Sequence
 
 import typer
 
 from connectors.bundle import _TEXT_BYTES, BINARY_CONTROL_SHARE, NUL_MARK, RANK_PREFIX, MAX_BODY_CHARS
+from connectors.prefilter import EdgePrefilter, EdgeTotals
 from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, record_span
 from connectors.timefmt import LineClock, TimeContext
 from schemas.records import (
@@ -98,6 +123,9 @@ class _Stats:
     truncations: int = 0
     rotations: int = 0
     errors: int = 0
+    dropped: int = 0  # records the edge prefilter did not publish
+    bytes_read: int = 0  # file bytes of every record handed to _record (blank ones too)
+    bytes_published: int = 0  # file bytes of the published records
     notes: list[str] = field(default_factory=list)
 
     def note(self, text: str) -> None:
@@ -135,10 +163,21 @@ class _Tail:
     stats: _Stats = field(default_factory=_Stats)
     clock: LineClock | None = None  # times of this file generation's lines, in order
     clock_epoch: int = -1  # the generation ``clock`` belongs to
+    carried: dict[str, int] = field(default_factory=dict)  # coverage totals of earlier runs (cursor)
 
-    def state(self) -> dict[str, Any]:
-        return {"dev": self.dev, "ino": self.ino, "offset": self.off, "line": self.line,
-                "epoch": self.epoch, "last_ns": self.last_ns}
+    def totals(self) -> dict[str, int]:
+        """Coverage counts since the cursor was created: earlier runs' plus this run's."""
+        s, c = self.stats, self.carried
+        mine = {"lines": s.lines, "records": s.records, "unparsed": s.unparsed, "dropped": s.dropped,
+                "bytes_read": s.bytes_read, "bytes_published": s.bytes_published}
+        return {k: v + int(c.get(k, 0)) for k, v in mine.items()}
+
+    def state(self, totals: bool) -> dict[str, Any]:
+        out = {"dev": self.dev, "ino": self.ino, "offset": self.off, "line": self.line,
+               "epoch": self.epoch, "last_ns": self.last_ns}
+        if totals or self.carried:  # kept once a run wrote them, so later counts stay totals
+            out["totals"] = self.totals()
+        return out
 
 
 class FilesConnector:
@@ -153,7 +192,12 @@ class FilesConnector:
     ``poll_s`` seconds (else one pass to the current end of every file). ``idle_s``: in follow
     mode, a record waiting for a possible continuation line is emitted after this many seconds
     without new data. ``year`` / ``tz``: :class:`~connectors.timefmt.TimeContext` for
-    formats without a year or zone (default: the current UTC year, UTC).
+    formats without a year or zone (default: the current UTC year, UTC). ``prefilter``: True
+    (the packaged rule pack) or an :class:`~connectors.prefilter.EdgePrefilter`: publish only
+    the records it keeps (see the module docstring); ``publish_coverage``: add coverage
+    records to the polled batches (default: on with a prefilter); ``coverage_s``: in follow
+    mode, seconds between two coverage records of a file; ``on_checkpoint``: called with no
+    argument at the end of every :meth:`checkpoint` (the CLI prints the byte totals there).
 
     Counters (totals over all files): ``lines_read``, ``records``, ``unparsed`` (records whose
     first line has no recognised time format), ``bad_utf8_lines``, ``truncations``,
@@ -176,6 +220,10 @@ class FilesConnector:
         idle_s: float = 1.0,
         year: int | None = None,
         tz: str = "UTC",
+        prefilter: bool | EdgePrefilter = False,
+        publish_coverage: bool | None = None,
+        coverage_s: float = 30.0,
+        on_checkpoint: Callable[[], None] | None = None,
     ):
         pattern = re.compile(host_from_path) if host_from_path else None
         if pattern is not None and "host" not in pattern.groupindex:
@@ -186,6 +234,14 @@ class FilesConnector:
         self.follow = follow
         self.poll_s = poll_s
         self.idle_s = idle_s
+        self.prefilter: EdgePrefilter | None = (
+            prefilter if isinstance(prefilter, EdgePrefilter) else (EdgePrefilter() if prefilter else None))
+        self.publish_coverage = self.prefilter is not None if publish_coverage is None else publish_coverage
+        self.coverage_s = coverage_s
+        self.on_checkpoint = on_checkpoint
+        self._cov_sent: dict[str, CoverageEntry] = {}  # per path: last coverage record delivered
+        self._cov_pending: dict[str, CoverageEntry] = {}  # per path: sent, not yet confirmed
+        self._cov_at = float("-inf")  # monotonic time of the last coverage records (follow mode)
         self.ctx = TimeContext(year=year or time.gmtime().tm_year, tz=tz,
                                ref_ns=None if year else time.time_ns())
         default_host = host or socket.gethostname()
@@ -201,6 +257,9 @@ class FilesConnector:
             if pattern is not None and host is None and h == "_unknown":
                 tail.stats.note(f"host not found in the path by {host_from_path!r}: host '_unknown'")
             self._resume(tail, saved.get(p))
+            totals = (saved.get(p) or {}).get("totals") if isinstance(saved.get(p), dict) else None
+            if isinstance(totals, dict):  # coverage counts of earlier runs
+                tail.carried = {k: v for k, v in totals.items() if type(v) is int and v >= 0}
             self._tails.append(tail)
         self._start: dict[str, Any] = saved  # the cursor's files document given at start
         # rewind points: (files document, counters of every tail at that point); the start and
@@ -221,6 +280,20 @@ class FilesConnector:
     @property
     def unparsed(self) -> int:
         return sum(t.stats.unparsed for t in self._tails)
+
+    @property
+    def dropped(self) -> int:
+        """Records of this run the edge prefilter did not publish."""
+        return sum(t.stats.dropped for t in self._tails)
+
+    def totals(self) -> EdgeTotals:
+        """Records and file bytes read and published by this run, over all files
+        (:class:`connectors.prefilter.EdgeTotals`)."""
+        out = EdgeTotals()
+        for t in self._tails:
+            s = t.stats
+            out = out + EdgeTotals(s.records, s.records - s.dropped, s.dropped, s.bytes_read, s.bytes_published)
+        return out
 
     @property
     def bad_utf8_lines(self) -> int:
@@ -247,6 +320,9 @@ class FilesConnector:
                 tail.stats.errors += 1
                 tail.stats.note(f"cannot read: {exc}")
                 self._close(tail)
+        if self.publish_coverage and not self._more and (
+                not self.follow or time.monotonic() - self._cov_at >= self.coverage_s):
+            out += self.coverage_records()
         return out
 
     @property
@@ -258,10 +334,52 @@ class FilesConnector:
     def checkpoint(self) -> dict[str, Any]:
         """The cursor document after every record returned by :meth:`poll` so far:
         ``{"files": {<absolute path>: {"dev", "ino", "offset", "line", "epoch", "last_ns"}}}``
-        (offset in bytes). Save it only once those records were delivered."""
-        files = {t.path: t.state() for t in self._tails if t.ino}
+        (offset in bytes), plus ``"totals"`` (the coverage counts since the cursor was created)
+        when coverage records are published or an earlier run saved totals. Save it only once
+        those records were delivered."""
+        files = {t.path: t.state(self.publish_coverage) for t in self._tails if t.ino}
         self._marks = [self._marks[0], (files, [t.stats.copy() for t in self._tails])]
+        self._cov_sent.update(self._cov_pending)
+        self._cov_pending = {}
+        if self.on_checkpoint is not None:
+            self.on_checkpoint()
         return {"files": files}
+
+    def coverage_records(self) -> list[Observation]:
+        """The coverage records (``kind="health_event"``, ``format="coverage"``; see the module
+        docstring) of the files whose :meth:`coverage` changed since the last record sent
+        (delivery is confirmed by the next :meth:`checkpoint`; :meth:`rewind` forgets the
+        unconfirmed ones). :meth:`poll` adds them to its batch (in follow mode every
+        ``coverage_s`` seconds); call it directly for the last ones at exit. Time: the file's
+        last line time (UTC ns), else its modification time."""
+        out = []
+        self._cov_at = time.monotonic()
+        for tail, entry in zip(self._tails, self.coverage()):
+            last = self._cov_pending.get(tail.path, self._cov_sent.get(tail.path))
+            if last == entry:
+                continue
+            self._cov_pending[tail.path] = entry
+            t = tail.totals()
+            edge = {"records_read": t["records"], "records_published": t["records"] - t["dropped"],
+                    "records_dropped": t["dropped"], "bytes_read": t["bytes_read"],
+                    "bytes_published": t["bytes_published"], "prefilter": self.prefilter is not None,
+                    "ruleset": self.prefilter.ruleset if self.prefilter is not None else None}
+            out.append(Observation(
+                source=Source(connector="files", instance=tail.host),
+                kind="health_event",
+                observed_at=tail.last_ns if tail.last_ns is not None else self._mtime(tail),
+                time_source="transport",
+                time_quality=TIME_QUALITY_TRANSPORT,
+                host=tail.host,
+                cluster=self.cluster,
+                workload_id=self.workload_id,
+                format="coverage",
+                body=f"coverage {entry.source}: {entry.status}, {entry.records} records, "
+                     f"{entry.unparsed} unparsed, {t['dropped']} dropped at the edge",
+                attributes={"coverage": entry.model_dump(mode="json"), "edge": edge},
+                position=Position(file=tail.path),
+            ).with_id())
+        return out
 
     def rewind(self) -> None:
         """Return every file to the last saved cursor (:class:`connectors.source.Rewindable`):
@@ -287,12 +405,13 @@ class FilesConnector:
         for i, old in enumerate(self._tails):
             self._close(old)
             tail = _Tail(path=old.path, host=old.host,
-                         stats=stats[i].copy() if stats is not None else old.stats)
+                         stats=stats[i].copy() if stats is not None else old.stats, carried=old.carried)
             if problem:
                 tail.stats.note(problem)
             self._resume(tail, target.get(old.path))
             self._tails[i] = tail
         self._more = False
+        self._cov_pending = {}
         self.rewinds += 1
 
     def observations(self) -> Iterator[Observation]:
@@ -310,10 +429,14 @@ class FilesConnector:
     def coverage(self) -> list[CoverageEntry]:
         """One entry per file: ``source="file:<absolute path>"``, status ``present`` (records
         read), ``empty`` (none yet, or the file does not exist) or ``failed`` (read errors),
-        ``records``/``unparsed`` counts and notes (rotations, truncations, invalid UTF-8)."""
+        ``records``/``unparsed`` counts and notes (rotations, truncations, invalid UTF-8).
+        ``records``, ``unparsed`` and the line count are totals since the cursor was created
+        (earlier runs included); ``records`` counts the records the prefilter dropped too, and
+        with a prefilter the detail says how many it dropped and the bytes published."""
         entries = []
         for t in self._tails:
             s = t.stats
+            tot = t.totals()
             notes = list(s.notes)
             if s.bad_utf8:
                 notes.append(f"invalid UTF-8 in {s.bad_utf8} lines (replaced with U+FFFD)")
@@ -324,10 +447,16 @@ class FilesConnector:
                              f"({s.skipped_bytes} bytes not read)")
             elif s.skipped_bytes:
                 notes.append(f"{s.skipped_bytes} bytes of binary content not read")
-            notes.append(f"{s.lines} lines, {s.rotations} rotations, {s.truncations} truncations")
-            status = "failed" if s.errors and not s.records else ("present" if s.records else "empty")
-            entries.append(CoverageEntry(source=f"file:{t.path}", status=status, records=s.records,
-                                         unparsed=s.unparsed, detail="; ".join(notes)))
+            notes.append(f"{tot['lines']} lines, {s.rotations} rotations, {s.truncations} truncations")
+            if self.prefilter is not None or tot["dropped"]:
+                ratio = EdgeTotals(tot["records"], tot["records"] - tot["dropped"], tot["dropped"],
+                                   tot["bytes_read"], tot["bytes_published"])
+                notes.append(f"edge prefilter (rules {self.prefilter.ruleset if self.prefilter else '?'}): "
+                             f"{ratio.records_dropped} of {ratio.records_read} records not published, "
+                             f"{100 * ratio.saved:.1f}% of bytes saved")
+            status = "failed" if s.errors and not tot["records"] else ("present" if tot["records"] else "empty")
+            entries.append(CoverageEntry(source=f"file:{t.path}", status=status, records=tot["records"],
+                                         unparsed=tot["unparsed"], detail="; ".join(notes)))
         return entries
 
     def close(self) -> None:
@@ -591,13 +720,16 @@ class FilesConnector:
     def _record(self, tail: _Tail, buf: list[str], s: int, e: int, out: list[Observation]) -> None:
         text = "\n".join(buf[s:e])
         lineno = tail.line + (s - len(tail.context)) + 1
+        base = len(tail.context)
+        # the record's bytes in the file: from the end of the line before it to its last line's end
+        span = tail.ends[e - base - 1] - (tail.ends[s - base - 1] if s > base else tail.off)
+        tail.stats.bytes_read += span
         if not text.strip():
             tail.stats.blank += e - s
             return
         attributes: dict[str, Any] = {}
         if tail.epoch:
             attributes["file_epoch"] = tail.epoch
-        base = len(tail.context)
         # bytes of its lines skipped while reading (lines longer than MAX_LINE_BYTES)
         skipped = sum(tail.skipped.pop(end, 0) for end in tail.ends[s - base:e - base]) if tail.skipped else 0
         if len(text) > MAX_BODY_CHARS or skipped:
@@ -628,6 +760,10 @@ class FilesConnector:
         tail.stats.records += 1
         if fmt == "unknown":
             tail.stats.unparsed += 1
+        if self.prefilter is not None and not self.prefilter.keep(text):
+            tail.stats.dropped += 1  # timed and counted above: the records after it keep their times
+            return
+        tail.stats.bytes_published += span
         out.append(Observation(
             source=Source(connector="files", instance=tail.host),
             kind="log_line",
@@ -657,6 +793,10 @@ class FilesConnector:
 # -- CLI ------------------------------------------------------------------------------------
 
 
+#: Seconds between two byte-total lines a following ``connect files --prefilter`` prints.
+REPORT_S = 60.0
+
+
 def connect_files_cli(
     paths: Annotated[list[Path], typer.Argument(help="log files to tail (need not exist yet)")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep following (tail -F)")] = False,
@@ -667,31 +807,68 @@ def connect_files_cli(
     cursor: Annotated[Path, typer.Option(help="cursor file (position per file)")] = Path(".state/cursors/files.json"),
     bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
     topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic, FAULTSTREAM_TOPIC_PREFIX applied)")] = None,
+    prefilter: Annotated[bool | None, typer.Option(
+        "--prefilter/--no-prefilter",
+        help="publish only the records the rule pack could turn into an event (a rule keyword or an "
+             "error-severity marker), count the rest in the coverage records. Default: on with --follow "
+             "(live, high-volume tailing of running jobs), off without (archival reads, where every record "
+             "should reach the topic and its sinks)")] = None,
+    coverage: Annotated[bool | None, typer.Option(
+        "--coverage/--no-coverage",
+        help="also publish one coverage record per file (records read, published, dropped at the edge), "
+             "so a worker's verdict reports each file's exact record count. Default: on with the prefilter "
+             "(which needs it), off otherwise")] = None,
 ) -> None:
     """Publish log files' records to Kafka (key = host) from the saved cursor; --follow tails them like tail -F.
 
-    With --follow a failed delivery (broker unreachable, flush timed out) is logged as a warning and the same batch is sent again from the saved cursor until it is delivered or the process is stopped (SIGTERM, Ctrl-C); the cursor never moves past undelivered records. Without --follow a Kafka error exits 2 with one line on stderr."""
+    With --follow a failed delivery (broker unreachable, flush timed out) is logged as a warning and the same batch is sent again from the saved cursor until it is delivered or the process is stopped (SIGTERM, Ctrl-C); the cursor never moves past undelivered records. Without --follow a Kafka error exits 2 with one line on stderr.
+
+    Edge prefilter (--prefilter): whole records (a traceback, an NCCL error block) are kept or dropped by the rule pack's own keyword matcher, after their time and line number are read, so the published records, their ids and the events the workers extract are those of an unfiltered run; the dropped ones are counted in the coverage records, whose record counts equal an unfiltered run's. At the end (and with --follow every minute while it changes) the bytes read, published and the share saved are printed."""
     topic = topic or catalogue()["observations"].name
     from connectors.cursor import CursorError, CursorStore
     from connectors.registry import cli_fail, make_producer
-    from connectors.runner import run, stop_on_sigterm
+    from connectors.runner import publish, run, stop_on_sigterm
     from transport.kafka import KafkaProducerError
 
     if host and host_from_path:
         cli_fail("give --host or --host-from-path, not both")
+    use_prefilter = follow if prefilter is None else prefilter
+    if use_prefilter and coverage is False:
+        cli_fail("--prefilter needs the coverage records (they count what it drops): drop --no-coverage")
+    last_report = [time.monotonic(), EdgeTotals()]
+
+    def report() -> None:
+        if follow and use_prefilter and time.monotonic() - last_report[0] >= REPORT_S:
+            totals = conn.totals()
+            if totals != last_report[1]:
+                typer.echo(f"prefilter: {totals.summary()}", err=True)
+                last_report[:] = [time.monotonic(), totals]
+
     try:
         conn = FilesConnector(paths, host=host, host_from_path=host_from_path, cluster=cluster,
-                              workload_id=workload, cursor=CursorStore(cursor), follow=follow)
+                              workload_id=workload, cursor=CursorStore(cursor), follow=follow,
+                              prefilter=use_prefilter, publish_coverage=coverage, on_checkpoint=report)
     except (CursorError, re.error, ValueError) as exc:
         cli_fail(str(exc))
     try:
         with make_producer(bootstrap, topic) as producer, stop_on_sigterm() as stop:
-            n = run(conn, producer, topic=topic, cursor=conn.cursor, follow=follow, poll_s=conn.poll_s, stop=stop,
-                    retry=follow)
+            try:
+                n = run(conn, producer, topic=topic, cursor=conn.cursor, follow=follow, poll_s=conn.poll_s,
+                        stop=stop, retry=follow)
+            except KeyboardInterrupt:
+                n = conn.records - conn.dropped
+            if follow and conn.publish_coverage:
+                # the coverage of the last records read (follow mode sends it every coverage_s)
+                try:
+                    n += publish(conn.coverage_records(), producer, topic=topic, flush_timeout=10.0)
+                except KafkaProducerError as exc:
+                    typer.echo(f"last coverage records not delivered: {exc}", err=True)
     except KafkaProducerError as exc:
         cli_fail(str(exc))
-    except KeyboardInterrupt:
-        n = conn.records
     finally:
         conn.close()
-    typer.echo(f"published {n} records from {len(paths)} files to {topic}", err=True)
+    logs = conn.totals().records_published
+    extra = f" ({logs} log records, {n - logs} coverage records)" if conn.publish_coverage else ""
+    typer.echo(f"published {n} records{extra} from {len(paths)} files to {topic}", err=True)
+    if conn.prefilter is not None:
+        typer.echo(f"prefilter: {conn.totals().summary()}", err=True)

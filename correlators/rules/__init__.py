@@ -9,6 +9,7 @@ Contract::
     pack.prefilter_keywords            # keywords + the error-severity literals (unrecognised)
     pack.rules                         # tuple[Rule, ...] in file order
     pack.extract(obs) -> list[Event]   # events in rule order, each .with_id()
+    pack.may_extract(body) -> bool     # False: extract yields nothing from a log record with this body
 
 Modules: :mod:`correlators.rules.loader` (rule files -> validated rules, the file format),
 :mod:`correlators.rules.engine` (:class:`RulePack`: prefilter, keyword automaton,

@@ -162,6 +162,14 @@ class RulePack:
         """The rule with id ``rule_id`` (KeyError if absent)."""
         return self._by_id[rule_id]
 
+    def may_extract(self, body: str) -> bool:
+        """True when :meth:`extract` can yield an event -- a rule's or a ``log.unrecognised``
+        one -- from a log record whose body is ``body`` (several lines joined with ``\\n``):
+        the body holds one of :attr:`prefilter_keywords`. False guarantees that ``extract``
+        returns ``[]`` for every log Observation with this body, whatever its time, host or
+        position: it is the test ``extract`` applies first. Pure (no I/O)."""
+        return bool(body) and self._prefilter.search(body) is not None
+
     def candidates(self, body: str) -> list[Rule]:
         """Rules whose keywords occur in ``body``, exclusive rules first, then pack order."""
         if self._prefilter.search(body) is None:
