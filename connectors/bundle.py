@@ -65,6 +65,7 @@ malformed telemetry are reported in :meth:`BundleConnector.coverage`.
 from __future__ import annotations
 
 import gzip
+import io
 from bisect import bisect_right
 import re
 import zlib
@@ -172,20 +173,43 @@ def _load_spec(path: Path, model: type[pydantic.BaseModel], required: bool) -> A
 # ---------------------------------------------------------------------------------------------
 
 
-def _read_bytes(file: Path, stats: "_FileStats") -> bytes | None:
+#: A gzip file is unpacked up to this many bytes whatever it holds, and beyond that only while
+#: it expands at most :data:`GZIP_MAX_RATIO` times (text logs expand 5-30x; a decompression
+#: bomb about 1,000x).
+GZIP_FREE_BYTES = 64 * 1024 * 1024
+GZIP_MAX_RATIO = 200
+
+
+def _read_bytes(file: Path, stats: "_FileStats", limit: int | None = None) -> bytes | None:
     """A file's bytes, gunzipped when they are gzip (noted in ``stats``); None, with the file
-    marked failed, for a corrupt gzip."""
+    marked failed and the reason in ``stats``, for a corrupt gzip, one that unpacks to more than
+    ``limit`` bytes, or one past :data:`GZIP_FREE_BYTES` that expands more than
+    :data:`GZIP_MAX_RATIO` times. Unpacked in chunks: a bomb is stopped at its bound, never
+    held whole. Raises ``OSError`` when the file cannot be read."""
     data = file.read_bytes()
     if data[:2] != b"\x1f\x8b":
         return data
+    bound = max(GZIP_FREE_BYTES, GZIP_MAX_RATIO * len(data))
+    if limit is not None:
+        bound = min(bound, limit)
+    out = bytearray()
     try:
-        data = gzip.decompress(data)
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as unpacked:
+            while chunk := unpacked.read(1024 * 1024):
+                out += chunk
+                if len(out) > bound:
+                    stats.status = "failed"
+                    stats.notes.append(
+                        f"over {limit} bytes after gunzip: not read" if limit is not None and bound == limit
+                        else f"gzip expands more than {GZIP_MAX_RATIO}x past {GZIP_FREE_BYTES} bytes: "
+                             "not read (a decompression bomb?)")
+                    return None
     except (OSError, EOFError, zlib.error) as exc:
         stats.status = "failed"
         stats.notes.append(f"corrupt gzip: {exc}")
         return None
     stats.notes.append("gzip")
-    return data
+    return bytes(out)
 
 
 @dataclass
@@ -452,7 +476,7 @@ class BundleConnector:
                 stats.status = "failed"
                 stats.notes.append(f"over {MAX_STEP_RECORD_BYTES} bytes: not read")
                 return None
-            data = _read_bytes(file, stats)
+            data = _read_bytes(file, stats, MAX_STEP_RECORD_BYTES)
         except OSError as exc:
             stats.status = "failed"
             stats.notes.append(f"cannot read: {exc}")
@@ -462,10 +486,6 @@ class BundleConnector:
         if not data.strip():
             stats.status = "empty"
             stats.notes.append("empty file")
-            return None
-        if len(data) > MAX_STEP_RECORD_BYTES:
-            stats.status = "failed"
-            stats.notes.append(f"over {MAX_STEP_RECORD_BYTES} bytes after gunzip: not read")
             return None
         text = data.decode("utf-8", errors="replace")
         try:

@@ -24,7 +24,7 @@ position) so replaying the same bad input collapses onto the same row.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schemas.records import SCHEMA_VERSION, Position, content_id
 
@@ -50,3 +50,21 @@ class DeadLetter(BaseModel):
         data = self.model_dump(mode="json", exclude={"dead_letter_id", "at_ns"})
         self.dead_letter_id = content_id("dl", data)
         return self
+
+
+def reason_of(exc: BaseException, most: int = 3) -> str:
+    """The reason text of a dead letter for ``exc``, one line of at most 300 characters: for a
+    pydantic ``ValidationError`` ``field 'loc': message`` of its first ``most`` errors
+    (``; ``-joined, then ``(+N more)``), else the first line of ``str(exc)`` (the class name when
+    it has no message)."""
+    if isinstance(exc, ValidationError):
+        errors = exc.errors()
+        parts = []
+        for err in errors[:most]:
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            parts.append(f"field '{loc}': {msg}" if loc else msg)
+        more = f" (+{len(errors) - most} more)" if len(errors) > most else ""
+        return ("; ".join(parts) + more)[:300]
+    text = str(exc)
+    return text.splitlines()[0][:300] if text.strip() else type(exc).__name__

@@ -46,7 +46,7 @@ from correlators.config import EngineConfig, WindowPolicy
 from correlators.pipeline import Effect, Pipeline, Route, Stores
 from schemas.messages import message_json, parse_fabric_message, parse_workload_message
 from schemas.records import SCHEMA_VERSION, Attribution, Observation, Position, canonical_json
-from schemas.deadletter import DeadLetter
+from schemas.deadletter import DeadLetter, reason_of
 from sinks.kafka_settings import KafkaSettings
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
 from streams.settings import WorkerSettings
@@ -87,7 +87,8 @@ def decode_record(raw: bytes, limit: int | None) -> Observation | str:
     except (ValueError, ValidationError):
         pass
     try:
-        data = json.loads(raw)
+        # JSON on Kafka is UTF-8 (RFC 8259): other bytes are not guessed at as UTF-16/32
+        data = json.loads(raw.decode("utf-8"))
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         if data.get("schema_version") != SCHEMA_VERSION:
@@ -95,10 +96,13 @@ def decode_record(raw: bytes, limit: int | None) -> Observation | str:
         return Observation.model_validate(data)
     except RecursionError:
         return "invalid json: nested too deeply"
-    except (ValueError, ValidationError) as exc:
-        undecodable = isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError))
-        reason = "invalid json" if undecodable else "invalid record"
-        return f"{reason}: {str(exc).splitlines()[0][:300]}"
+    except UnicodeDecodeError as exc:
+        return f"invalid json: not UTF-8: {exc.reason} at byte {exc.start}"
+    except ValidationError as exc:
+        return f"invalid record: {reason_of(exc)}"
+    except ValueError as exc:
+        reason = "invalid json" if isinstance(exc, json.JSONDecodeError) else "invalid record"
+        return f"{reason}: {reason_of(exc)}"
 
 
 class DataDirLocked(RuntimeError):
@@ -392,7 +396,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             try:
                 await run(pipeline.ingest(obs))
             except (ValueError, ValidationError) as exc:  # the pipeline refused it: no traceback
-                await dead_letter("agent.topology", f"invalid topology record: {str(exc).splitlines()[0][:300]}",
+                await dead_letter("agent.topology", f"invalid topology record: {reason_of(exc)}",
                                   raw, item.message)
                 metrics.inputs.labels("topology", "dead_lettered").inc()
                 continue
@@ -417,7 +421,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             key = (item.key or b"").decode()
         except (ValueError, ValidationError, RecursionError) as exc:
             # ValidationError and UnicodeDecodeError are ValueErrors
-            await dead_letter(f"agent.{channel}", f"invalid message: {str(exc).splitlines()[0][:300]}",
+            await dead_letter(f"agent.{channel}", f"invalid message: {reason_of(exc)}",
                               item.value, item.message)
             outcomes[channel, "dead_lettered"].inc()
             return

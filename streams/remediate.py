@@ -89,7 +89,8 @@ from schemas.bundle import TopologySpec
 from schemas.records import Attribution, Certification, RemediationAction, RemediationCommand, canonical_json
 from sinks.executors import ExecutionResult, ExecutorSettings
 from streams.command_auth import CommandKeySettings
-from streams.remediation_inputs import CommandInvalid, allocation_message, decode_command, first_line
+from schemas.deadletter import reason_of
+from streams.remediation_inputs import CommandInvalid, allocation_message, decode_command
 from streams.remediation_runner import RemediationRunner
 
 __all__ = [
@@ -388,7 +389,7 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
                 log.exception("remediation record for cluster %r failed", cluster)
                 runners.pop(cluster, None)  # reload the last good state from the table
                 written.pop(cluster, None)
-                await dead_letter("agent.remediation", f"processing error: {type(exc).__name__}: {first_line(exc)}",
+                await dead_letter("agent.remediation", f"processing error: {type(exc).__name__}: {reason_of(exc)}",
                                   original, item.message)
 
     # -- feeders: decode, validate, re-key by cluster ----------------------------------------------
@@ -400,7 +401,7 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
             try:
                 att = Attribution.model_validate_json(original)
             except (ValueError, ValidationError) as exc:
-                await dead_letter("agent.remediation", f"invalid attribution: {first_line(exc)}", original, item.message)
+                await dead_letter("agent.remediation", f"invalid attribution: {reason_of(exc)}", original, item.message)
                 continue
             await route(att.scope.cluster, {"kind": "attribution", "attribution": json.loads(original)})
 
@@ -437,7 +438,7 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
                     raise ValueError(f"certification of {cert.host} names no cluster (the remediation engine is "
                                      "sharded by cluster): publish it with --cluster")
             except (ValueError, ValidationError) as exc:
-                await dead_letter("agent.remediation", f"invalid certification: {first_line(exc)}", original,
+                await dead_letter("agent.remediation", f"invalid certification: {reason_of(exc)}", original,
                                   item.message)
                 continue
             await route(cert.cluster, {"kind": "certification", "certification": json.loads(original)})

@@ -19,16 +19,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from schemas.deadletter import reason_of
 from schemas.records import SCHEMA_VERSION, RemediationCommand
 from streams.command_auth import CommandAuthError, Keyring, authenticate
 
-__all__ = ["CommandInvalid", "decode_command", "allocation_message", "first_line"]
-
-
-def first_line(exc: Exception) -> str:
-    """The first line of ``str(exc)`` cut to 300 characters (the exception's class name when it
-    has no message): the reason text of a dead letter."""
-    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+__all__ = ["CommandInvalid", "decode_command", "allocation_message"]
 
 
 class CommandInvalid(ValueError):
@@ -48,7 +43,7 @@ def decode_command(raw: bytes, keyring: Keyring, now_ns: int, *, max_age_s: floa
     except RecursionError as exc:
         raise CommandInvalid("invalid json: nested too deeply") from exc
     except ValueError as exc:  # bad JSON, bad UTF-8, an integer of more digits than Python reads
-        raise CommandInvalid(f"invalid json: {first_line(exc)}") from exc
+        raise CommandInvalid(f"invalid json: {reason_of(exc)}") from exc
     try:
         if not isinstance(data, dict):
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
@@ -61,7 +56,7 @@ def decode_command(raw: bytes, keyring: Keyring, now_ns: int, *, max_age_s: floa
         if cmd.command != "reset_breaker" and not cmd.action_id:
             raise ValueError(f"{cmd.command} names no action_id")
     except (ValueError, ValidationError) as exc:
-        raise CommandInvalid(f"invalid command: {first_line(exc)}") from exc
+        raise CommandInvalid(f"invalid command: {reason_of(exc)}") from exc
     try:
         authenticate(cmd, keyring, now_ns, max_age_s=max_age_s, max_skew_s=max_skew_s)
     except CommandAuthError as exc:

@@ -32,7 +32,7 @@ from prometheus_client import Counter
 from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
-from schemas.deadletter import DeadLetter
+from schemas.deadletter import DeadLetter, reason_of
 from schemas.records import (Attribution, Certification, Event, Observation, Position, RemediationAction,
                              canonical_json)
 from streams.settings import WorkerSettings
@@ -53,7 +53,7 @@ def valid(model: type[BaseModel], batch: list[Any], skipped: Any,
                 raise ValueError("tombstone (no value)")
             out.append((model.model_validate_json(value), event))
         except (ValueError, ValidationError, RecursionError) as exc:
-            reason = f"invalid {model.__name__.lower()}: {str(exc).splitlines()[0][:300]}"
+            reason = f"invalid {model.__name__.lower()}: {reason_of(exc)}"
             skipped.labels(model.__name__).inc()
             log.warning("%s not stored in ClickHouse: %s", model.__name__, reason)
             if rejected is not None:

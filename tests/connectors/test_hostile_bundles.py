@@ -83,6 +83,30 @@ def test_a_symlink_out_of_the_bundle_is_not_read(tmp_path: Path) -> None:
     assert not any(o.kind == "log_line" and (o.position.file or "").endswith("linked.log") for o in result.observations)
 
 
+def test_a_gzip_bomb_is_stopped_at_its_bound_not_unpacked(tmp_path: Path) -> None:
+    """A log that gunzips to 100 MiB of spaces (about 1,000x) and a step record table that
+    gunzips past its 8 MiB limit: each is refused with the reason, the rest of the bundle
+    still decides (the reader unpacks in chunks and stops at the bound)."""
+    import gzip
+
+    from connectors.bundle import MAX_STEP_RECORD_BYTES
+
+    root = copy_bundle(tmp_path)
+    host_dir = next(p for p in (root / "logs").iterdir() if p.is_dir() and p.name != "_scheduler")
+    (host_dir / "extra.log.gz").write_bytes(gzip.compress(b" " * (100 * 1024 * 1024), compresslevel=1))
+    steps = root / "scheduler" / host_dir.name
+    steps.mkdir(parents=True)
+    table = b"PID      JOBID    STEPID   LOCALID GLOBALID\n" + b" " * (MAX_STEP_RECORD_BYTES + 1024)
+    (steps / "scontrol-listpids.txt.gz").write_bytes(gzip.compress(table, compresslevel=1))
+    result = replay_bundle(root)
+    coverage = {c.source.rsplit("/", 1)[-1]: c for c in result.attribution.coverage}
+    assert coverage["extra.log.gz"].status == "failed"
+    assert "decompression bomb" in coverage["extra.log.gz"].detail
+    assert coverage["scontrol-listpids.txt.gz"].status == "failed"
+    assert f"over {MAX_STEP_RECORD_BYTES} bytes after gunzip" in coverage["scontrol-listpids.txt.gz"].detail
+    assert result.attribution.root_cause.code == replay_bundle(EXAMPLE).attribution.root_cause.code
+
+
 def test_a_replay_keeps_the_scheduler_records_with_its_evidence() -> None:
     """So what `faultstream replay` stores can be replayed from ClickHouse and exported."""
     result = replay_bundle(EXAMPLE)
