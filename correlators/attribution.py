@@ -494,7 +494,7 @@ def decide(
     ``decided_at`` is the window end (event time). Pure: no I/O, no clock.
     """
     from correlators.detectors import run_detectors
-    from correlators.pids import assign_ranks
+    from correlators.pids import assign_ranks, pid_conflicts
 
     rules = rules or default_causal_rules()
     lo = info.start_ns - rules.before_start_ns
@@ -697,6 +697,7 @@ def decide(
     reasoning = [cause_sentence(winner.code, winner.domain, winner.text, primary, winner.at,
                                 sorted(winner.hosts), summarise(primary) if primary else "", dated)]
     reasoning += winner.reasons
+    reasoning += pid_conflicts(alloc, [e for e in all_events.values() if lo <= e.at <= hi])
     reasoning.append(explained_sentence(symptoms))
     left = unexplained_sentence(unexplained)
     if left:

@@ -79,6 +79,24 @@ def pid_map(alloc, events: Iterable[Event]) -> dict[tuple[str, int], int]:
     return {key: next(iter(r)) for key, r in sorted(ranks.items()) if len(r) == 1}
 
 
+def pid_conflicts(alloc, events: Iterable[Event]) -> list[str]:
+    """One sentence per (host, pid) that a rank-less event names and that two sources give
+    different ranks (so :func:`pid_map` leaves it out), e.g. ``"pid 647 on node-a01 is stated
+    as rank 3 (scheduler/node-a01/scontrol-listpids.txt:5) and rank 5 (...:19): no rank taken
+    from it"``; sorted by host, pid."""
+    events = list(events)
+    named = {(e.host, _pid(e.attributes.get("pid"))) for e in events if e.rank is None}
+    stated: dict[tuple[str, int], dict[int, set[str]]] = {}
+    for host, pid, rank, source in pid_statements(alloc, events):
+        stated.setdefault((host, pid), {}).setdefault(rank, set()).add(source)
+    out = []
+    for (host, pid), ranks in sorted(stated.items()):
+        if len(ranks) > 1 and (host, pid) in named:
+            said = " and ".join(f"rank {r} ({', '.join(sorted(src))})" for r, src in sorted(ranks.items()))
+            out.append(f"pid {pid} on {host} is stated as {said}: no rank taken from it")
+    return out
+
+
 def assign_ranks(alloc, events: Mapping[str, Event]) -> dict[str, Event]:
     """``events`` (event_id -> event) with the rank of every pid-bearing, rank-less event filled
     from :func:`pid_map` (same ids; unchanged events are the same objects)."""

@@ -404,7 +404,12 @@ def test_conflicting_statements_are_dropped(tmp_path: Path) -> None:
     conn = BundleConnector(bundle)
     alloc = Allocation.from_workload(conn.workload)
     assert (("node-a01", 647) not in pid_map(alloc, [])) and pid_map(alloc, [])[("node-a01", 648)] == 4
-    assert verdict(bundle).culprits.ranks == []
+    decided = verdict(bundle)
+    assert decided.culprits.ranks == []
+    # the verdict says why it names no rank
+    [said] = [line for line in decided.reasoning if line.startswith("pid 647 on node-a01")]
+    assert said.startswith("pid 647 on node-a01 is stated as rank 3 (scheduler/node-a01/scontrol-listpids.txt:")
+    assert said.endswith("and rank 5 (workload.yaml): no rank taken from it")
     # two snapshots of two steps in which pid 647 was different tasks: dropped too
     bundle2 = copy_bundle(tmp_path, name="b2")
     (bundle2 / "scheduler/node-a01").mkdir(parents=True)
