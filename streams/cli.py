@@ -417,7 +417,7 @@ def _run_ingest(settings: Any, kafka: Any, batch_size: int) -> None:
         signal.signal(sig, lambda *_: stop.set())
     try:
         stage.run(stop, on_ready=lambda: logging.getLogger("faultstream.ingest").info("[^Ingest]: Ready"))
-    except DeliveryFailed as exc:
+    except (DeliveryFailed, KafkaException) as exc:
         logging.getLogger("faultstream.ingest").error("%s: exiting without committing the batch", exc)
         raise typer.Exit(1)
 
