@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -21,10 +20,10 @@ from transport.kafka_settings import with_partitioner
 from tests.streams.test_stream import (  # noqa: F401 -- fixtures
     ROOT,
     SOURCES,
+    Worker,
     comparable,
     consume,
     final_for,
-    free_port,
     latest_verdicts,
     publish_all,
     replayed,
@@ -33,45 +32,13 @@ from tests.streams.test_stream import (  # noqa: F401 -- fixtures
 )
 
 
-class Stage:
+class Stage(Worker):
     """A ``faultstream worker --stage <stage>`` subprocess with its own log file."""
 
     READY = {"ingest": "[^Ingest]: Ready", "correlate": "[^Worker]: Ready"}
 
     def __init__(self, stage: str, env: dict[str, str], log: Path, *args: str) -> None:
-        self.stage, self.log, self.port = stage, log, free_port()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "worker", "--stage", stage, "--web-port", str(self.port),
-             "--loglevel", "info", *args],
-            cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.log.read_text(errors="replace")
-            if self.READY[self.stage] in text:
-                return
-            if self.proc.poll() is not None:
-                pytest.fail(f"{self.stage} stage exited with {self.proc.returncode}:\n{text[-3000:]}")
-            time.sleep(0.3)
-        pytest.fail(f"{self.stage} stage not ready after {timeout} s:\n{self.log.read_text(errors='replace')[-3000:]}")
-
-    def metrics(self) -> dict[str, float]:
-        import urllib.request
-
-        body = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5).read().decode()
-        return {name: float(value) for name, value in
-                (line.rsplit(" ", 1) for line in body.splitlines() if line and not line.startswith("#"))}
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        super().__init__(env, log, "--stage", stage, *args, ready=self.READY[stage])
 
 
 @pytest.fixture

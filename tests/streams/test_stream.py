@@ -43,13 +43,15 @@ def free_port() -> int:
 
 
 class Worker:
-    """A `faultstream worker` subprocess with its own log file."""
+    """A `faultstream worker` subprocess with its own log file; ``args``: more options (a
+    ``--stage``), ``ready``: the log line that says it is ready."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path, *args: str, ready: str = "[^Worker]: Ready") -> None:
         self.log = log
+        self.ready = ready
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "worker", "--web-port", str(self.port), "--loglevel", "info"],
+            [sys.executable, "-m", "streams.cli", "worker", "--web-port", str(self.port), "--loglevel", "info", *args],
             cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
         )
 
@@ -57,7 +59,7 @@ class Worker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.log.read_text(errors="replace")
-            if "[^Worker]: Ready" in text:
+            if self.ready in text:
                 return
             if self.proc.poll() is not None:
                 pytest.fail(f"worker exited with {self.proc.returncode}:\n{text[-3000:]}")
