@@ -73,6 +73,9 @@ HOST = "host:"  # a host window's key is host:<cluster>/<host>: events no worklo
 NODE_HISTORY_MAX = 256
 #: a host window keeps the spans of this many most recent workloads on the host
 MAX_CLAIMS = 64
+#: Most (host window, workload) interests an ingest remembers having sent; past it the cache is
+#: dropped (a resent interest changes nothing), so a long-running ingest stays bounded.
+INTEREST_CACHE_MAX = 100_000
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,12 @@ class Stores:
     fabric_events: MutableMapping[str, Any] = field(default_factory=dict)
     topology: MutableMapping[str, Any] = field(default_factory=dict)
     allocation: MutableMapping[str, Any] = field(default_factory=dict)
+
+
+def own_history(history: list[list[Any]], event: Event, wid: str) -> list[list[Any]]:
+    """A host window's history (``[[workload id | None, event data], ...]``) with ``event``
+    given to ``wid`` where it was kept without a workload."""
+    return [[wid if w is None and data["event_id"] == event.event_id else w, data] for w, data in history]
 
 
 def stored_event(value: Any) -> Event:
@@ -213,6 +222,8 @@ class Pipeline:
             elif wid and reads_host_facts(event):
                 window = f"{HOST}{host_key(cluster, event.host)}"
                 if (window, wid) not in self._interest:
+                    if len(self._interest) >= INTEREST_CACHE_MAX:
+                        self._interest.clear()
                     self._interest.add((window, wid))
                     out.append(Route("workload", window, InterestMessage(workload_id=wid)))
             if fabric_relevant(event):
@@ -375,8 +386,8 @@ class Pipeline:
                     waiting.discard(stored_key)
                     if reads_host_facts(event):
                         want(span.workload_id)
-                    history = [[span.workload_id if w is None and data["event_id"] == event.event_id else w, data]
-                               for w, data in history]  # as below, for an EventMessage
+                    if event.type == "gpu.xid":  # as below, for an EventMessage
+                        history = own_history(history, event, span.workload_id)
             notify = [entry] if span.workload_id in wants else []
         elif isinstance(message, EventMessage):
             event = message.event
@@ -388,9 +399,10 @@ class Pipeline:
                 return out
             out.append(Route("workload", target, message))
             # an XID kept as history before its workload was known is that workload's own
-            owned = [[target if w is None and data["event_id"] == event.event_id else w, data] for w, data in history]
-            fixed = owned != history
-            history = owned
+            fixed = False
+            if event.type == "gpu.xid":
+                owned = own_history(history, event, target)
+                fixed, history = owned != history, owned
             if not (reads_host_facts(event) and (want(target) or fixed)):
                 return out
             notify = claim_of(target)
