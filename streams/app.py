@@ -105,6 +105,16 @@ def decode_record(raw: bytes, limit: int | None) -> Observation | str:
         return f"{reason}: {reason_of(exc)}"
 
 
+def encode_effect(effect: Effect) -> tuple[str, bytes, bytes]:
+    """A pipeline effect as a Kafka record: (where -- the channel of a route, ``workload`` or
+    ``fabric``, or the public topic of a publication, ``events`` or ``attributions`` --, key,
+    value). Routes carry :func:`schemas.messages.message_json`, publications the record's
+    canonical JSON; keys are UTF-8."""
+    if isinstance(effect, Route):
+        return effect.channel, effect.key.encode(), message_json(effect.message)
+    return effect.topic, effect.key.encode(), canonical_json(effect.record).encode()
+
+
 class DataDirLocked(RuntimeError):
     """Another worker process holds the data directory (its RocksDB and chDB files)."""
 
@@ -332,11 +342,12 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         """Carry out the pipeline's effects: routes onto the internal topics, records onto
         the public ones."""
         for effect in effects:
+            where, key, value = encode_effect(effect)
             if isinstance(effect, Route):
-                await channels[effect.channel].send(key=effect.key.encode(), value=message_json(effect.message))
+                await channels[where].send(key=key, value=value)
                 continue
             record = effect.record
-            await public[effect.topic].send(key=effect.key.encode(), value=canonical_json(record).encode())
+            await public[where].send(key=key, value=value)
             if isinstance(record, Attribution):
                 kind = ("final" if record.final else "provisional") if record.scope.kind == "workload" else record.scope.kind
                 metrics.verdicts.labels(record.domain, kind).inc()

@@ -44,10 +44,9 @@ from prometheus_client import Histogram, start_http_server
 from correlators.config import EngineConfig, WindowPolicy
 from correlators.pipeline import Effect, Pipeline, Route
 from schemas.deadletter import DeadLetter
-from schemas.messages import message_json
 from schemas.records import Event, Position, canonical_json
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
-from streams.app import Metrics, decode_record
+from streams.app import Metrics, decode_record, encode_effect
 from streams.remediation_inputs import allocation_message
 from streams.settings import WorkerSettings
 from transport.kafka_settings import KafkaSettings, with_partitioner
@@ -120,10 +119,10 @@ class IngestStage:
 
     # -- one record -------------------------------------------------------------------------
 
-    def _produce(self, topic: str, key: str, value: bytes) -> None:
+    def _produce(self, topic: str, key: bytes, value: bytes) -> None:
         while True:
             try:
-                self.producer.produce(topic, key=key.encode(), value=value, on_delivery=self._delivered)
+                self.producer.produce(topic, key=key, value=value, on_delivery=self._delivered)
                 return
             except BufferError:  # the local queue is full: let deliveries drain it
                 self.producer.poll(0.1)
@@ -134,11 +133,9 @@ class IngestStage:
 
     def _effects(self, effects: list[Effect]) -> None:
         for effect in effects:
-            if isinstance(effect, Route):
-                self._produce(self.topics[effect.channel], effect.key, message_json(effect.message))
-                continue
-            self._produce(self.topics[effect.topic], effect.key, canonical_json(effect.record).encode())
-            if isinstance(effect.record, Event):
+            where, key, value = encode_effect(effect)
+            self._produce(self.topics[where], key, value)
+            if not isinstance(effect, Route) and isinstance(effect.record, Event):
                 self.metrics.events.labels(effect.record.type).inc()
 
     def _dead_letter(self, reason: str, msg: Message) -> None:
@@ -151,7 +148,7 @@ class IngestStage:
         self.metrics.dead_letters.labels(reason.split(":")[0]).inc()
         self._dead_lettered.inc()
         log.warning("dead letter at %s/%s/%s: %s", msg.topic(), msg.partition(), msg.offset(), reason)
-        self._produce(self.topics["deadletter"], SOURCE, canonical_json(letter).encode())
+        self._produce(self.topics["deadletter"], SOURCE.encode(), canonical_json(letter).encode())
 
     def handle(self, msg: Message) -> None:
         """One consumed record: its effects produced, or a dead letter. Never raises for a
@@ -175,7 +172,7 @@ class IngestStage:
             return
         self._effects(effects)
         if payload is not None:
-            self._produce(self.remediation_topic, payload["cluster"], json.dumps(payload, sort_keys=True).encode())
+            self._produce(self.remediation_topic, payload["cluster"].encode(), json.dumps(payload, sort_keys=True).encode())
         self.metrics.processed.inc()
         self._processed.inc()
 
