@@ -94,6 +94,7 @@ from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, 
 from connectors.timefmt import TIMESTAMP_HINT, LineClock, LineTime, TimeContext, parse_line_time
 from correlators.windows import WorkloadIndex
 from schemas.bundle import ExpectedSpec, TaskPid, TopologySpec, WorkloadSpec, to_ns
+from schemas.deadletter import reason_of
 from schemas.messages import Span
 from schemas.records import (
     TIME_QUALITY_INHERITED,
@@ -162,12 +163,7 @@ def _load_spec(path: Path, model: type[pydantic.BaseModel], required: bool) -> A
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            problems.append(f"field '{loc}': {msg}" if loc else msg)
-        raise BundleError(f"{name}: " + "; ".join(problems)) from None
+        raise BundleError(f"{name}: {reason_of(exc, most=None, width=None)}") from None
 
 
 # ---------------------------------------------------------------------------------------------

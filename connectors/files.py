@@ -33,7 +33,7 @@ since the cursor was created). The position is only valid for the file it was ta
 
 **Edge prefilter** (``prefilter=True``, ``connect files --prefilter``): after grouping, each
 whole record is tested with the rule pack's own keyword matcher
-(:func:`connectors.prefilter.keep`, i.e. :meth:`correlators.rules.RulePack.may_extract`, on
+(:meth:`connectors.prefilter.EdgePrefilter.keep`, i.e. :meth:`correlators.rules.RulePack.may_extract`, on
 the body as it would be published, cut included); a record no rule and no error-severity
 marker can match is counted and dropped instead of published. Its time is still read (it
 times the untimed lines after it) and its lines still count, so the kept records have the

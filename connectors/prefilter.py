@@ -3,8 +3,7 @@ an event, and counts the rest, so the stream's coverage stays exact.
 
 Contract::
 
-    keep(record_text) -> bool              # the default rule pack's verdict on one record
-    EdgePrefilter(pack=None).keep(text)    # the same with a given RulePack
+    EdgePrefilter(pack=None).keep(text)    # a RulePack's verdict on one record (default: the packaged one)
     EdgeTotals(...)                        # records / bytes read and published, one source or all
     EdgeTotals.summary() -> str            # "read 12.3 MB in 100000 records, published ..."
 
@@ -26,11 +25,10 @@ archive of every observation) see only the kept records: archival reads run with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from correlators.rules import RulePack, load_rule_pack
 
-__all__ = ["EdgePrefilter", "EdgeTotals", "keep"]
+__all__ = ["EdgePrefilter", "EdgeTotals"]
 
 
 class EdgePrefilter:
@@ -50,16 +48,6 @@ class EdgePrefilter:
         event or an unrecognised-error event; False when the rule pack extracts nothing from
         it. Pure."""
         return self.pack.may_extract(record_text)
-
-
-@lru_cache(maxsize=1)
-def _default() -> EdgePrefilter:
-    return EdgePrefilter()
-
-
-def keep(record_text: str) -> bool:
-    """:meth:`EdgePrefilter.keep` with the packaged rule pack (loaded once)."""
-    return _default().keep(record_text)
 
 
 def _size(n: int) -> str:

@@ -52,19 +52,21 @@ class DeadLetter(BaseModel):
         return self
 
 
-def reason_of(exc: BaseException, most: int = 3) -> str:
-    """The reason text of a dead letter for ``exc``, one line of at most 300 characters: for a
-    pydantic ``ValidationError`` ``field 'loc': message`` of its first ``most`` errors
-    (``; ``-joined, then ``(+N more)``), else the first line of ``str(exc)`` (the class name when
-    it has no message)."""
+def reason_of(exc: BaseException, most: int | None = 3, width: int | None = 300) -> str:
+    """The reason text for ``exc`` on one line of at most ``width`` characters (None: any):
+    for a pydantic ``ValidationError`` ``field 'loc': message`` of its first ``most`` errors
+    (None: all; ``; ``-joined, then ``(+N more)``), else the first line of ``str(exc)`` (the
+    class name when it has no message). Dead letters use the defaults."""
     if isinstance(exc, ValidationError):
         errors = exc.errors()
+        shown = errors if most is None else errors[:most]
         parts = []
-        for err in errors[:most]:
+        for err in shown:
             loc = ".".join(str(p) for p in err["loc"])
             msg = err["msg"].removeprefix("Value error, ")
             parts.append(f"field '{loc}': {msg}" if loc else msg)
-        more = f" (+{len(errors) - most} more)" if len(errors) > most else ""
-        return ("; ".join(parts) + more)[:300]
-    text = str(exc)
-    return text.splitlines()[0][:300] if text.strip() else type(exc).__name__
+        more = f" (+{len(errors) - len(shown)} more)" if len(errors) > len(shown) else ""
+        text = "; ".join(parts) + more
+    else:
+        text = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if width is None else text[:width]

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from connectors.bundle import BundleConnector
 from connectors.cursor import CursorStore
 from connectors.files import FilesConnector
-from connectors.prefilter import EdgePrefilter, keep
+from connectors.prefilter import EdgePrefilter
 from connectors.publish import workload_observation
 from correlators.config import EngineConfig
 from correlators.rules import load_rule_pack
@@ -31,6 +31,8 @@ from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_fact
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "incidents"
 PACK = load_rule_pack()
+#: the prefilter of the packaged rule pack
+keep = EdgePrefilter(PACK).keep
 
 
 def example_log_files() -> list[Path]:
