@@ -85,7 +85,9 @@ def pid_conflicts(alloc, events: Iterable[Event]) -> list[str]:
     as rank 3 (scheduler/node-a01/scontrol-listpids.txt:5) and rank 5 (...:19): no rank taken
     from it"``; sorted by host, pid."""
     events = list(events)
-    named = {(e.host, _pid(e.attributes.get("pid"))) for e in events if e.rank is None}
+    named = {(e.host, _pid(e.attributes.get("pid"))) for e in events if e.rank is None and "pid" in e.attributes}
+    if not named:
+        return []  # no rank-less event names a pid: nothing to explain
     stated: dict[tuple[str, int], dict[int, set[str]]] = {}
     for host, pid, rank, source in pid_statements(alloc, events):
         stated.setdefault((host, pid), {}).setdefault(rank, set()).add(source)
