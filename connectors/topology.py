@@ -173,14 +173,30 @@ def connect_topology_cli(
     bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
     topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's topology topic)")] = None,
     print_only: Annotated[bool, typer.Option("--print", help="print the merged topology as YAML and publish nothing")] = False,
+    delete: Annotated[bool, typer.Option("--delete", help="delete the cluster's topology: publish a tombstone for its key (no sources)")] = False,
 ) -> None:
     """Publish a cluster's fabric topology (ibnetdiscover, lldpctl -f json, hosts files, topology.yaml) as one record, key = cluster, on the compacted topology topic.
 
-    The sources are merged (a cable or address claimed differently by two sources is an error); with --print the merged topology.yaml is printed on stdout instead. Bad input or a Kafka error exits 2 with one line on stderr."""
+    The sources are merged (a cable or address claimed differently by two sources is an error); with --print the merged topology.yaml is printed on stdout instead; with --delete a tombstone for the cluster's key ends its topology (the worker forgets it, compaction removes it). Bad input or a Kafka error exits 2 with one line on stderr."""
     from connectors.registry import cli_fail, make_producer
     from connectors.runner import run
     from schemas.topics import catalogue
     from transport.kafka import KafkaProducerError
+
+    target = topic or catalogue()["topology"].name
+    if delete:
+        if ibnetdiscover or lldp or hosts or topology_yaml or print_only:
+            cli_fail("--delete takes no sources and no --print")
+        if not cluster.strip():
+            cli_fail("--delete needs a non-empty --cluster")
+        try:
+            with make_producer(bootstrap, target) as producer:
+                producer.send_tombstone(cluster, "Observation")
+                producer.flush()
+        except KafkaProducerError as exc:
+            cli_fail(str(exc))
+        typer.echo(f"deleted the topology of {cluster}: tombstone published to {target}", err=True)
+        return
 
     pairs: list[tuple[str, str]] = []
     for item in lldp or []:
@@ -216,7 +232,6 @@ def connect_topology_cli(
     if not spec.links and not spec.hosts:
         cli_fail("the sources give no cables and no host addresses; nothing published "
                  "(an empty record would replace the cluster's topology)")
-    target = topic or catalogue()["topology"].name
     try:
         with make_producer(bootstrap, target) as producer:
             run(conn, producer, topic=target)

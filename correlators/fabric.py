@@ -58,6 +58,7 @@ from schemas.bundle import Link
 from schemas.records import (
     Affected,
     Attribution,
+    Cable,
     Culprits,
     Event,
     EvidenceItem,
@@ -82,7 +83,7 @@ __all__ = [
     "port_events",
     "port_faults",
     "relevant",
-    "superseded",
+    "withdrawal",
     "workload_faults",
 ]
 
@@ -646,6 +647,23 @@ def workload_faults(faults: Sequence[Fault], nodes: Iterable[str], start_ns: int
 # --- fabric and incident verdicts ----------------------------------------------------------------
 
 
+def fault_cables(fault: Fault) -> list[Cable]:
+    """The cables of ``fault`` by role: for each member port fault with a cable the topology
+    knows, both ends; without one, the end the evidence names (a two-part id is a switch
+    side, a three-part id a host side). Sorted, no duplicates; none for a lost rack."""
+    if fault.level == "rack":
+        return []
+    cables: set[tuple[str | None, str | None]] = set()
+    for pf in fault.members:
+        if pf.link is not None:
+            cables.add((pf.link.port_id, host_port_id(pf.link)))
+        elif pf.port.count("/") == 1:
+            cables.add((pf.port, None))
+        else:
+            cables.add((None, pf.port))
+    return [Cable(switch_port=s, host_port=h) for s, h in sorted(cables, key=lambda c: (c[0] or "", c[1] or ""))]
+
+
 def assemble(faults: Sequence[Fault], verdicts: Sequence[Attribution], *, ruleset_version: str,
              policy: FabricPolicy | None = None) -> list[Attribution]:
     """The fabric verdict (scope ``fabric_port``: the port, or the switch; none for a lost
@@ -667,6 +685,7 @@ def assemble(faults: Sequence[Fault], verdicts: Sequence[Attribution], *, rulese
         ports = list(fault.ports)
         if fault.level == "port" and fault.members and fault.members[0].link is not None:
             ports.append(host_port_id(fault.members[0].link))
+        cables = fault_cables(fault)
         two_sided = len(set(fault.sides) - {"scheduler"}) > 1
         confidence = round(fault.weight * (1.0 if two_sided else 0.9), 4)
         quality = "definitive" if confidence >= 0.8 else "probable" if confidence >= 0.45 else "insufficient"
@@ -680,7 +699,7 @@ def assemble(faults: Sequence[Fault], verdicts: Sequence[Attribution], *, rulese
             outcome="failed" if fault.level != "port" or linked else "degraded",
             domain=fault.domain,
             root_cause=RootCause(code=fault.code, text=fault.text, event_id=event.event_id),
-            culprits=Culprits(hosts=sorted(fault.hosts), ports=sorted(ports)),
+            culprits=Culprits(hosts=sorted(fault.hosts), ports=sorted(ports), cables=cables),
             affected=Affected(hosts=hosts, workloads=workloads),
             symptoms=symptoms,
             evidence=evidence,
@@ -710,24 +729,27 @@ def assemble(faults: Sequence[Fault], verdicts: Sequence[Attribution], *, rulese
     return out
 
 
-def superseded(previous: Attribution, current: Sequence[Attribution]) -> Attribution:
+def withdrawal(previous: Attribution, current: Sequence[Attribution]) -> Attribution:
     """The revision that withdraws a fabric or incident verdict a stream worker emitted and the
     evidence no longer supports -- two ports first seen as port faults that turn out to be one
-    switch, or an episode whose start moved: root cause ``superseded`` naming the incidents
-    that replace it, no culprits (nothing to act on), quality ``insufficient``, final. The
+    switch, or an episode whose start moved: status ``withdrawn``, no root cause, no culprits
+    (nothing to act on), quality ``insufficient``, ``superseded_by`` the incidents of its
+    cluster that replace it (empty when none does), and one reasoning sentence saying so. The
     caller sets the revision. Replay never emits one: it sees all evidence at once."""
     same_cluster = sorted({a.incident_id for a in current
                            if a.scope.cluster == previous.scope.cluster and a.incident_id})
-    text = ("superseded: the evidence now points to " + ", ".join(same_cluster)) if same_cluster \
-        else "superseded: the evidence no longer shows this fault"
+    text = ("withdrawn: the evidence now points to " + ", ".join(same_cluster)) if same_cluster \
+        else "withdrawn: the evidence no longer shows this fault"
     return previous.model_copy(update={
         "outcome": "unknown",
         "domain": "unknown",
-        "root_cause": RootCause(code="superseded", text=text),
+        "root_cause": None,
         "culprits": Culprits(),
         "members": [],
         "confidence": 0.0,
         "quality": "insufficient",
         "alternatives": [],
-        "final": True,
+        "reasoning": [text],
+        "status": "withdrawn",
+        "superseded_by": same_cluster,
     })

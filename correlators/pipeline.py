@@ -97,7 +97,29 @@ class Publish:
     record: Union[Event, Attribution]
 
 
-Effect = Union[Route, Publish]
+@dataclass(frozen=True)
+class Tombstone:
+    """Publish a tombstone (null value) on public topic ``topic`` under ``key``, with the
+    headers of a ``schema`` record: the entity the key names has ended (on ``attributions``,
+    after a withdrawal, so compaction keeps no verdict for the scope)."""
+
+    topic: str
+    key: str
+    schema: str
+
+
+Effect = Union[Route, Publish, Tombstone]
+
+
+def publish_verdicts(verdicts: Iterable[Attribution]) -> list[Effect]:
+    """The publications of ``verdicts`` on ``attributions`` (key: the attribution id), each
+    withdrawal followed by the tombstone of its key."""
+    out: list[Effect] = []
+    for att in verdicts:
+        out.append(Publish("attributions", att.attribution_id, att))
+        if att.status == "withdrawn":
+            out.append(Tombstone("attributions", att.attribution_id, "Attribution"))
+    return out
 
 
 @dataclass
@@ -179,6 +201,11 @@ class Pipeline:
         self.deferred: set[str] = set()  # clusters with evidence not yet decided
 
     # -- ingest ----------------------------------------------------------------------------
+
+    def delete_topology(self, cluster: str) -> list[Effect]:
+        """A tombstone on the topology topic (key: ``cluster``): the cluster's topology is
+        deleted; its fabric verdicts are decided again without it."""
+        return [Route("fabric", cluster, TopologyMessage(topology=None))]
 
     def ingest(self, obs: Observation) -> list[Effect]:
         """One observation: its facts (workload spec, topology, coverage, GPU table) and its
@@ -517,9 +544,12 @@ class Pipeline:
                 self.stores.fabric_events[f"{cluster}{SEP}{message.event.event_id}"] = \
                     canonical_json(message.event).encode()
         elif isinstance(message, TopologyMessage):
-            TopologySpec.model_validate(message.topology)  # refused before it is stored
+            if message.topology is not None:
+                TopologySpec.model_validate(message.topology)  # refused before it is stored
             changed = fw.set_topology(message.topology)
-            if changed:
+            if changed and message.topology is None:
+                self.stores.topology.pop(cluster, None)
+            elif changed:
                 self.stores.topology[cluster] = message.topology
         elif isinstance(message, SpanMessage):
             changed = fw.add_span(message.span)
@@ -553,7 +583,7 @@ class Pipeline:
         verdicts = fw.publish(self.config)
         self.stores.fabric_meta[fw.cluster] = fw.to_state()
         out: list[Effect] = [Route("workload", wid, FaultsMessage(events=events)) for wid, events in routes.items()]
-        out += [Publish("attributions", att.attribution_id, att) for att in verdicts]
+        out += publish_verdicts(verdicts)
         return out
 
     def _defer(self, fw: FabricWindow) -> list[Effect]:
@@ -601,7 +631,7 @@ class InMemoryRouter:
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
         self.queue: collections.deque[Route] = collections.deque()
-        self.published: list[Publish] = []
+        self.published: list[Publish | Tombstone] = []
 
     def send(self, effects: Iterable[Effect]) -> None:
         """Queue routes, collect publications."""
@@ -646,6 +676,6 @@ class InMemoryRouter:
         self.drain()
         for cluster in sorted(p.fabric):
             fw = p.fabric[cluster]
-            self.send(Publish("attributions", a.attribution_id, a) for a in fw.publish(p.config))
+            self.send(publish_verdicts(fw.publish(p.config)))
             p.stores.fabric_meta[cluster] = fw.to_state()
-        return [e.record for e in self.published[start:] if e.topic == "attributions"]
+        return [e.record for e in self.published[start:] if isinstance(e, Publish) and e.topic == "attributions"]

@@ -152,8 +152,10 @@ class FabricIndex:
     def port_key(self, event: Event) -> str | None:
         """The canonical port id of the cable ``event`` is about: the switch end
         ``<switch>/<port>`` when the topology knows the cable, else what the line names
-        (``fabric_port``, ``<switch>/<port>`` for switch lines, ``<host>/<device>`` for host
-        lines), else None."""
+        (``fabric_port``; ``<switch>/<port>`` for switch lines; ``<host>/<device>/<port>`` for
+        host lines, ``device`` the RDMA device, PCI function or netdev the line names and
+        ``port`` its HCA port, 1 when the line names none: an mlx5 PCI function or netdev
+        is one port), else None (:class:`schemas.records.Cable`)."""
         link = self.link_of(event)
         if link is not None:
             return link.port_id
@@ -165,4 +167,4 @@ class FabricIndex:
         if (attrs.get("side") == "switch" or self.is_switch(event.host)) and port is not None:
             return f"{event.host}/{port}"
         device = attrs.get("device") or attrs.get("netdev") or attrs.get("hca")
-        return f"{event.host}/{device}" if device else None
+        return f"{event.host}/{device}/{port if port is not None else 1}" if device else None

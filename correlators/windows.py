@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from correlators.attribution import WorkloadInfo, decide, propose
 from correlators.config import EngineConfig, WindowPolicy
 from correlators.enrich import Allocation
-from correlators.fabric import PORT_EVENT_TYPES, Fault, assemble, correlate, superseded, workload_faults
+from correlators.fabric import PORT_EVENT_TYPES, Fault, assemble, correlate, withdrawal, workload_faults
 from correlators.topology import FabricIndex
 from schemas.bundle import TopologySpec, WorkloadSpec
 from schemas.messages import Span
@@ -247,14 +247,14 @@ class WorkloadWindow:
 
     def emit(self, config: EngineConfig, *, final: bool) -> Attribution | None:
         """The verdict to publish now, or None if it equals the last one published.
-        ``final`` closes the window; a provisional verdict has ``final`` false."""
+        ``final`` closes the window (status ``final``); else the verdict is ``provisional``."""
         att = self.verdict(config)
         if att is None:
             return None
         if final:
             self.closed = True
         else:
-            att = att.model_copy(update={"final": False})
+            att = att.model_copy(update={"status": "provisional"})
         digest = verdict_digest(att)
         if digest == self.digest:
             return None
@@ -325,8 +325,9 @@ class FabricWindow:
         self.events[event.event_id] = event
         return True
 
-    def set_topology(self, topology: dict[str, Any]) -> bool:
-        """Replace the topology (``TopologySpec`` JSON data); True if it changed."""
+    def set_topology(self, topology: dict[str, Any] | None) -> bool:
+        """Replace the topology (``TopologySpec`` JSON data; None: none known); True if it
+        changed."""
         if topology == self.topology:
             return False
         self.topology = topology
@@ -388,21 +389,23 @@ class FabricWindow:
     def publish(self, config: EngineConfig) -> list[Attribution]:
         """The fabric and incident verdicts of the last :meth:`refresh` over the
         workloads' latest verdicts, revisions set: those whose content changed, and a
-        withdrawal (:func:`correlators.fabric.superseded`) of each published one the evidence
-        no longer supports. A verdict is final when every workload verdict it links is."""
+        withdrawal (:func:`correlators.fabric.withdrawal`) of each published one the evidence
+        no longer supports. A verdict is final when every workload verdict it links is, else
+        provisional."""
         verdicts = [self.verdicts[k] for k in sorted(self.verdicts)]
         current = assemble(self.faults, verdicts, ruleset_version=config.ruleset_version, policy=config.fabric)
         out = []
         for att in current:
             linked_verdicts = [v for v in verdicts if v.incident_id == att.incident_id]
-            att = att.model_copy(update={"final": all(v.final for v in linked_verdicts)})
+            final = all(v.status == "final" for v in linked_verdicts)
+            att = att.model_copy(update={"status": "final" if final else "provisional"})
             published = self._publish(att)
             if published is not None:
                 self.live[att.attribution_id] = published
                 out.append(published)
         standing = {a.attribution_id for a in current}
         for att_id in sorted(set(self.live) - standing):
-            published = self._publish(superseded(self.live.pop(att_id), current))
+            published = self._publish(withdrawal(self.live.pop(att_id), current))
             if published is not None:
                 out.append(published)
         return out

@@ -24,12 +24,15 @@ Shape (``<t>`` is a topic's logical name, ``<M>`` its value model's class name):
     components:
       messages:
         <t>: {name: <M>, contentType: application/json,
+              headers: {type: object, required: [schema, schema_version, content-type], ...},
               payload: {$ref: '#/components/schemas/<M>'},          # absent: value not fixed yet
               bindings: {kafka: {key: {type: string, description: <catalogue key>}}}}
       schemas: {<M>: ..., <sub-model>: ...}                        # pydantic's JSON Schemas
 
 Operations are written from the faultstream worker's side: it *receives* the input topics
-(:data:`INPUT_TOPICS`) and *sends* the others; a consumer of verdicts does the opposite.
+(:data:`INPUT_TOPICS`: what connectors and people publish) and *sends* the others; a consumer
+of verdicts does the opposite. Each operation's description names the publishers and the
+consumers of its topic (the catalogue's), and when a tombstone appears on it.
 Payload schemas are pydantic's validation-mode JSON Schemas with every shared sub-model
 hoisted to ``components/schemas`` (``$ref: '#/components/schemas/Position'``), so the document
 is self-contained; the same schemas are exported one file per model under ``schemas/json``.
@@ -48,6 +51,7 @@ from pydantic.json_schema import models_json_schema
 from schemas.exported import EXPORTED_MODELS
 from schemas.records import SCHEMA_VERSION
 from schemas.topics import DEFAULT_PREFIX, TopicSpec, catalogue
+from schemas.wire import CONTENT_TYPE
 
 __all__ = ["ASYNCAPI_VERSION", "KAFKA_BINDING_VERSION", "INPUT_TOPICS", "LOCAL_BROKER",
            "asyncapi_document", "render_asyncapi"]
@@ -56,7 +60,7 @@ ASYNCAPI_VERSION = "3.0.0"
 #: Version of the AsyncAPI Kafka bindings used (channel, message, operation and server).
 KAFKA_BINDING_VERSION = "0.5.0"
 #: Topics the worker consumes (operation ``receive``); every other public topic is ``send``.
-INPUT_TOPICS = frozenset({"observations", "topology", "certifications"})
+INPUT_TOPICS = frozenset({"observations", "topology", "certifications", "remediation-commands"})
 #: The local broker of ``deploy/kafka`` (``python3 deploy/kafka/broker.py start``).
 LOCAL_BROKER = "localhost:9092"
 SCHEMA_REF = "#/components/schemas/{model}"
@@ -88,6 +92,20 @@ def _channel_binding(spec: TopicSpec) -> dict[str, Any]:
             "bindingVersion": KAFKA_BINDING_VERSION}
 
 
+def _headers_schema(spec: TopicSpec) -> dict[str, Any]:
+    """The Kafka headers of every record of ``spec``'s topic (:mod:`schemas.wire`)."""
+    schema = "Observation" if spec.value_schema == "TopologyObservation" else spec.value_schema
+    return {
+        "type": "object",
+        "required": ["schema", "schema_version", "content-type"],
+        "properties": {
+            "schema": {"type": "string", "const": schema, "description": "the record model"},
+            "schema_version": {"type": "string", "const": str(SCHEMA_VERSION)},
+            "content-type": {"type": "string", "const": CONTENT_TYPE},
+        },
+    }
+
+
 def _camel(logical: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in logical.split("_"))
 
@@ -114,6 +132,7 @@ def asyncapi_document(prefix: str = DEFAULT_PREFIX) -> dict[str, Any]:
             used[model.__name__] = model
             message["summary"] = " ".join((model.__doc__ or "").strip().split("\n\n")[0].split())
             message["payload"] = {"$ref": SCHEMA_REF.format(model=model.__name__)}
+            message["headers"] = _headers_schema(spec)
         message["bindings"] = {"kafka": {
             "key": {"type": "string", "description": f"record key: {spec.key} (UTF-8)"},
             "bindingVersion": KAFKA_BINDING_VERSION,
@@ -132,6 +151,9 @@ def asyncapi_document(prefix: str = DEFAULT_PREFIX) -> dict[str, Any]:
             "channel": {"$ref": f"#/channels/{logical}"},
             "summary": (f"the worker consumes {spec.name}" if action == "receive"
                         else f"the worker publishes to {spec.name}"),
+            "description": (f"published by {spec.publishers}; consumed by {spec.consumers}. "
+                            + (f"Tombstones (null value): {spec.tombstones}." if spec.tombstones
+                               else "No tombstones.")),
             "messages": [{"$ref": f"#/channels/{logical}/messages/{logical}"}],
         }
     return {
@@ -142,10 +164,14 @@ def asyncapi_document(prefix: str = DEFAULT_PREFIX) -> dict[str, Any]:
             "description": (
                 "Kafka topics of faultstream, streaming root-cause attribution for GPU clusters. "
                 "Values are the canonical JSON of the record models (schema_version "
-                f"{SCHEMA_VERSION}); keys are UTF-8 strings. Topic names carry the prefix "
+                f"{SCHEMA_VERSION}, a constant); keys are UTF-8 strings, as each message's "
+                "Kafka key binding says. Every time is an int64 of UTC nanoseconds with an "
+                "RFC 3339 twin <name>_utc; bytes are standard base64. Every record carries the "
+                "headers schema, schema_version and content-type. Topic names carry the prefix "
                 f"'{prefix}' (FAULTSTREAM_TOPIC_PREFIX). Compacted topics keep the latest "
-                "revision per key. Generated from schemas/topics.py and the pydantic models "
-                "by `faultstream schemas export`."
+                "revision per key; a tombstone ends the entity its key names. Contract "
+                "changes: docs/contract-changelog.md. Generated from schemas/topics.py and the "
+                "pydantic models by `faultstream schemas export`."
             ),
             "license": {"name": "Apache-2.0"},
         },

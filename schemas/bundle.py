@@ -34,7 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
-from schemas.records import Domain, Quality
+from schemas.records import Domain, Observation, Quality
 
 
 def to_ns(value: dt.datetime) -> int:
@@ -267,6 +267,25 @@ class TopologySpec(_Spec):
                 if owner.setdefault(ip, host) != host:
                     raise ValueError(f"hosts: address {ip} belongs to both {owner[ip]} and {host}")
         return self
+
+
+class TopologyAttributes(BaseModel):
+    """``attributes`` of a topology record: ``topology`` (the cluster's :class:`TopologySpec`)
+    and any other attributes a connector adds (its sources)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    topology: TopologySpec
+
+
+class TopologyObservation(Observation):
+    """The value of the ``topology`` topic: an :class:`schemas.records.Observation` of kind
+    ``topology`` whose ``attributes.topology`` is the cluster's :class:`TopologySpec`; the key
+    is the cluster. This model is the topic's JSON Schema; the worker reads the record as an
+    Observation and validates the topology when it applies it."""
+
+    kind: Literal["topology"]
+    attributes: TopologyAttributes
 
 
 class ExpectedIncident(_Spec):

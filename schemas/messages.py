@@ -124,10 +124,11 @@ class HostFactsMessage(_Message):
 
 
 class TopologyMessage(_Message):
-    """A cluster's topology (``schemas.bundle.TopologySpec`` as JSON data)."""
+    """A cluster's topology (``schemas.bundle.TopologySpec`` as JSON data); None: the cluster's
+    topology was deleted (a tombstone on the topology topic)."""
 
     kind: Literal["topology"] = "topology"
-    topology: dict[str, Any]
+    topology: dict[str, Any] | None
 
 
 class SpanMessage(_Message):

@@ -10,9 +10,16 @@ Four record types (see ``DESIGN.md`` § Records):
 Conventions shared by all of them:
 
 * Times are integers, **nanoseconds since the Unix epoch, UTC** (fields ``*_at``, ``start``,
-  ``end``). Durations carry their unit in the name (``timeout_ms``, ``ran_for_ms``).
-* Every record has ``schema_version`` and a deterministic id, a hash of its canonical content
-  (:func:`content_id`), so duplicates from at-least-once delivery collapse.
+  ``end``), each with a text twin ``<name>_utc`` holding the same instant as RFC 3339 UTC with
+  nine fractional digits (:mod:`schemas.utc`), for consumers whose JSON parser reads numbers as
+  doubles. The twin is derived: it is filled from the integer, kept in step when the integer
+  changes, and left out of every id and signature. An input may give either form; both given
+  and naming different instants is a validation error. Durations carry their unit in the name
+  (``timeout_ms``, ``ran_for_ms``).
+* Every record has ``schema_version`` (the constant :data:`SCHEMA_VERSION`) and a
+  deterministic id, a hash of its canonical content (:func:`content_id`; ``schema_version``
+  and the time twins are not part of it), so duplicates from at-least-once delivery
+  collapse.
 * Transport positions (Kafka topic/partition/offset) are never part of an id, so the same input
   read from a file or from Kafka yields the same ids.
 """
@@ -20,12 +27,17 @@ Conventions shared by all of them:
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 1
+from schemas.utc import format_utc, parse_utc, twin_name
+
+#: The version of every record schema (the contract's changelog: docs/contract-changelog.md).
+SCHEMA_VERSION = 2
+#: ``schema_version`` of a record: the constant :data:`SCHEMA_VERSION`, any other is refused.
+SchemaVersion = Literal[2]
 
 # -- bounds: every integer fits the ClickHouse column it is stored in (sinks/ddl.sql) -------
 
@@ -43,7 +55,10 @@ UInt16 = Annotated[int, Field(ge=0, le=2**16 - 1)]
 UInt32 = Annotated[int, Field(ge=0, le=2**32 - 1)]
 Int64 = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 #: A time, UTC ns since the epoch, within the range of ``DateTime64(9, 'UTC')``.
-TimeNs = Annotated[int, Field(ge=TIME_NS_MIN, le=TIME_NS_MAX)]
+TimeNs = Annotated[int, Field(ge=TIME_NS_MIN, le=TIME_NS_MAX,
+                              json_schema_extra={"format": "int64"})]
+#: The RFC 3339 twin of a :data:`TimeNs` field (:mod:`schemas.utc`).
+TimeText = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
 
 
 def check_json_value(value: Any, *, max_depth: int = MAX_ATTRIBUTE_DEPTH,
@@ -112,6 +127,7 @@ Domain = Literal[
 ]
 Quality = Literal["definitive", "probable", "ambiguous", "insufficient"]
 ScopeKind = Literal["workload", "fabric_port", "incident"]
+AttributionStatus = Literal["provisional", "final", "withdrawn"]
 CoverageStatus = Literal["present", "empty", "failed", "lagging"]
 EvidenceRole = Literal["cause", "symptom", "context"]
 ActionKind = Literal[
@@ -155,7 +171,7 @@ def canonical_json(data: Any) -> str:
 def _fields(value: Any) -> dict[str, Any]:
     # faultstream's records hold JSON-native values only, so their field dict is their JSON
     # form (and much cheaper to get); other models go through pydantic's JSON mode
-    if isinstance(value, _Record):
+    if isinstance(value, _Record) and value._json_native:
         return value.__dict__
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
@@ -188,6 +204,85 @@ class _Record(BaseModel):
     None, lists, dicts and other records), which :func:`canonical_json` relies on."""
 
     model_config = ConfigDict(extra="forbid", frozen=False)
+    #: False for a record holding values JSON cannot (bytes): :func:`canonical_json` then goes
+    #: through pydantic's JSON mode
+    _json_native: ClassVar[bool] = True
+
+
+class _Timed(_Record):
+    """Base of the records with time fields: every field ``X`` that has a field
+    :func:`schemas.utc.twin_name` ``(X)`` beside it is a time (int UTC ns, or None) whose twin
+    holds its RFC 3339 text.
+
+    On validation a twin given alone sets its time; both given must name one instant (else
+    ``ValueError``, so a producer whose JSON parser rounded the integer is caught); then the
+    twin is written in the canonical form. Setting a time attribute, or ``model_copy(update=)``
+    of one, rewrites its twin, so a twin is never stale."""
+
+    #: time field -> its twin, per class (filled when the class is made).
+    _twins: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls._twins = {name: twin_name(name) for name in cls.model_fields
+                      if twin_name(name) != name and twin_name(name) in cls.model_fields}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _time_from_twin(cls, data: Any) -> Any:
+        if type(data) is dict:
+            for name, twin in cls._twins.items():
+                if data.get(name) is None and data.get(twin) is not None:
+                    data = {**data, name: parse_utc(data[twin])}
+        return data
+
+    @model_validator(mode="after")
+    def _twin_from_time(self) -> "_Timed":
+        d = self.__dict__
+        for name, twin in self._twins.items():
+            ns, given = d[name], d[twin]
+            text = None if ns is None else format_utc(ns)
+            if given is not None and given != text and (ns is None or parse_utc(given) != ns):
+                raise ValueError(f"{name}={ns} and {twin}={given!r} name different instants "
+                                 "(was the integer read as a double?)")
+            d[twin] = text
+        return self
+
+    def _refresh_twins(self) -> None:
+        d = self.__dict__
+        for name, twin in self._twins.items():
+            d[twin] = None if d[name] is None else format_utc(d[name])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        twin = self._twins.get(name)
+        if twin is not None:
+            self.__dict__[twin] = None if value is None else format_utc(value)
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
+        """pydantic's ``model_copy``, with the twins of updated times rewritten."""
+        out = super().model_copy(update=update, deep=deep)
+        if update and not self._twins.keys().isdisjoint(update):
+            out._refresh_twins()
+        return out
+
+
+def record_data(record: _Record) -> dict[str, Any]:
+    """``record.model_dump()`` without its own time twins: the data to change some fields of
+    and validate again (a twin left beside a changed time would contradict it)."""
+    twins = getattr(record, "_twins", {})
+    return record.model_dump(exclude=set(twins.values()) or None)
+
+
+def _without_twins(record: "_Timed", *drop: str) -> dict[str, Any]:
+    """The fields of ``record`` for an id or a signature: its ``__dict__`` less the time twins,
+    ``schema_version`` (an id names the content, whatever the version of its envelope) and
+    the names in ``drop``."""
+    data = dict(record.__dict__)
+    for name in (*record._twins.values(), "schema_version", *drop):
+        del data[name]
+    return data
 
 
 class Source(_Record):
@@ -219,7 +314,7 @@ class Position(_Record):
     offset: Int64 | None = None
 
 
-class Observation(_Record):
+class Observation(_Timed):
     """One normalised input record.
 
     ``body`` holds the raw text of a log record (several physical lines joined with ``\\n``
@@ -229,11 +324,12 @@ class Observation(_Record):
     ``time_quality`` (0..1, see ``TIME_QUALITY_*``) how much to trust it.
     """
 
-    schema_version: UInt16 = SCHEMA_VERSION
+    schema_version: SchemaVersion = SCHEMA_VERSION
     observation_id: str = ""
     source: Source
     kind: ObservationKind
     observed_at: TimeNs
+    observed_at_utc: TimeText | None = None
     time_source: TimeSource
     time_quality: float = Field(ge=0.0, le=1.0)
     host: str
@@ -251,8 +347,7 @@ class Observation(_Record):
     def with_id(self) -> "Observation":
         """Fill ``observation_id`` from the content (origin position included, transport
         position excluded) and return self."""
-        data = dict(self.__dict__)
-        del data["observation_id"]
+        data = _without_twins(self, "observation_id")
         data["position"] = _origin(self.position)
         self.observation_id = content_id("obs", data)
         return self
@@ -265,7 +360,7 @@ class EvidenceRef(_Record):
     position: Position = Field(default_factory=Position)
 
 
-class Event(_Record):
+class Event(_Timed):
     """A typed fact extracted by a rule.
 
     ``type`` is dotted (``gpu.xid``, ``nccl.watchdog_timeout``, ...); ``at`` is when the fact
@@ -275,11 +370,13 @@ class Event(_Record):
     ``rule_id@version``.
     """
 
-    schema_version: UInt16 = SCHEMA_VERSION
+    schema_version: SchemaVersion = SCHEMA_VERSION
     event_id: str = ""
     type: str
     at: TimeNs
+    at_utc: TimeText | None = None
     began_at: TimeNs | None = None
+    began_at_utc: TimeText | None = None
     time_quality: float = Field(default=1.0, ge=0.0, le=1.0)
     host: str
     cluster: str = ""
@@ -294,8 +391,7 @@ class Event(_Record):
 
     def with_id(self) -> "Event":
         """Fill ``event_id`` from the content (transport positions excluded) and return self."""
-        data = dict(self.__dict__)
-        del data["event_id"]
+        data = _without_twins(self, "event_id")
         data["evidence"] = [
             {"observation_id": ref.observation_id, "position": _origin(ref.position)}
             for ref in self.evidence
@@ -311,19 +407,22 @@ class Event(_Record):
 
 class Scope(_Record):
     """What a verdict is about: a workload attempt (``id`` = workload id), a fabric port
-    (``id`` = ``switch/port``, or ``switch`` for a whole switch), or an incident (``id`` = the
-    incident id) that groups the verdicts of one fault across workloads."""
+    (``id`` = the switch side ``<switch>/<port>`` when the topology knows the cable, else the
+    end the evidence names in a :class:`Cable` form; a whole switch: its name), or an incident
+    (``id`` = the incident id) that groups the verdicts of one fault across workloads."""
 
     kind: ScopeKind
     id: str
     cluster: str = ""
 
 
-class Window(_Record):
+class Window(_Timed):
     """The event-time window a verdict was decided over, UTC ns, inclusive."""
 
     start: TimeNs
+    start_utc: TimeText | None = None
     end: TimeNs
+    end_utc: TimeText | None = None
 
 
 class RootCause(_Record):
@@ -335,13 +434,27 @@ class RootCause(_Record):
     event_id: str | None = None
 
 
+class Cable(_Record):
+    """One cable by its two ends, named by role: ``switch_port`` the switch side
+    ``<switch>/<port>`` (``leaf-01/Ethernet16``, ``leaf-02/17``), ``host_port`` the host side
+    ``<host>/<hca>/<port>`` (``node-a05/mlx5_0/1``: the RDMA device, or the PCI function or
+    netdev the line named when no topology maps it, and the 1-based HCA port). An end the
+    evidence and the topology do not name is None."""
+
+    switch_port: str | None = None
+    host_port: str | None = None
+
+
 class Culprits(_Record):
-    """What to act on. Ports are ``switch/port`` or ``host/hca/port``."""
+    """What to act on. ``ports`` are port ids in the canonical forms of :class:`Cable`
+    (``<switch>/<port>`` or ``<host>/<hca>/<port>``; a whole switch is its name in the scope
+    id, never here); ``cables`` the same ports grouped by cable, each end named by role."""
 
     hosts: list[str] = Field(default_factory=list)
     ranks: list[Int32] = Field(default_factory=list)
     gpus: list[GpuRef] = Field(default_factory=list)
     ports: list[str] = Field(default_factory=list)
+    cables: list[Cable] = Field(default_factory=list)
 
 
 class Affected(_Record):
@@ -352,11 +465,12 @@ class Affected(_Record):
     workloads: list[str] = Field(default_factory=list)
 
 
-class EvidenceItem(_Record):
+class EvidenceItem(_Timed):
     """One step of the evidence timeline, ordered by ``at`` (back-dated time for symptoms
     that carry one)."""
 
     at: TimeNs
+    at_utc: TimeText | None = None
     event_id: str
     type: str
     role: EvidenceRole
@@ -393,7 +507,7 @@ class CoverageEntry(_Record):
     detail: str = ""
 
 
-class UnrecognisedTemplate(_Record):
+class UnrecognisedTemplate(_Timed):
     """A group of error-severity lines no rule knows (``log.unrecognised`` events), mined
     into one ``template`` by drain3 (variable parts ``<*>``, ``<NUM>``, ``<HEX>``, ``<IP>``,
     ``<PCI>``): how many lines, on which hosts, the first one's time (UTC ns) and text, its
@@ -402,13 +516,14 @@ class UnrecognisedTemplate(_Record):
     template: str
     count: int
     hosts: list[str] = Field(default_factory=list)
-    first_at: int
+    first_at: TimeNs
+    first_at_utc: TimeText | None = None
     example: str
     severity: str = ""
     near_cause: bool = False
 
 
-class UnexplainedSymptoms(_Record):
+class UnexplainedSymptoms(_Timed):
     """Symptoms of one event type that the decided cause does not explain (wrong host, outside
     its time relation, or a type it cannot cause): how many, on which hosts and ranks, and the
     first one's effective time (UTC ns). A verdict that lists these explains only part of what
@@ -418,16 +533,25 @@ class UnexplainedSymptoms(_Record):
     count: int = Field(ge=1)
     hosts: list[str] = Field(default_factory=list)
     ranks: list[int] = Field(default_factory=list)
-    first_at: int
+    first_at: TimeNs
+    first_at_utc: TimeText | None = None
 
 
-class Attribution(_Record):
+class Attribution(_Timed):
     """The verdict for one scope.
 
-    ``attribution_id`` is stable per scope; ``revision`` increases when late evidence changes
-    the verdict. ``final`` is False for a provisional verdict a stream worker emitted while
-    the workload's window was still open (decisive evidence arrived early); a replayed
-    verdict is always final. ``decided_at`` is event time (the window's end), never wall-clock time, so the
+    ``attribution_id`` is stable per scope (:func:`content_id` ``("att", "workload", cluster,
+    workload_id)``, ``("att", "fabric_port", incident_id)`` or ``("att", "incident",
+    incident_id)``); ``revision`` increases when late evidence changes the verdict.
+
+    ``status`` is the verdict's lifecycle state: ``provisional`` while a stream worker's window
+    is still open (decisive evidence arrived early; later revisions may change it), ``final``
+    once the window closed (a replayed verdict is always final), ``withdrawn`` when a stream
+    worker takes back a fabric or incident verdict the evidence no longer supports (two port
+    faults that turned out to be one switch, an episode whose start moved). A withdrawal has no
+    ``root_cause`` (None), no culprits, quality ``insufficient``, and ``superseded_by`` lists the
+    incidents of the same cluster that replace it; on the compacted ``attributions`` topic it is
+    followed by a tombstone for its key. Replay never withdraws: it sees all evidence at once. ``decided_at`` is event time (the window's end), never wall-clock time, so the
     same events always give byte-identical verdicts.
 
     ``incident_id`` links verdicts of one fault across workloads (a flapping switch port that
@@ -441,14 +565,14 @@ class Attribution(_Record):
     cause leaves unexplained (empty when it explains them all).
     """
 
-    schema_version: UInt16 = SCHEMA_VERSION
+    schema_version: SchemaVersion = SCHEMA_VERSION
     attribution_id: str
     revision: UInt32 = 1
     scope: Scope
     window: Window
     outcome: Outcome
     domain: Domain
-    root_cause: RootCause
+    root_cause: RootCause | None
     culprits: Culprits = Field(default_factory=Culprits)
     affected: Affected = Field(default_factory=Affected)
     symptoms: list[str] = Field(default_factory=list)
@@ -462,10 +586,17 @@ class Attribution(_Record):
     reasoning: list[str] = Field(default_factory=list)
     incident_id: str | None = None
     members: list[str] = Field(default_factory=list)
-    final: bool = True
+    status: AttributionStatus = "final"
+    superseded_by: list[str] = Field(default_factory=list)
     ruleset_version: str
     engine_version: str
     decided_at: TimeNs
+    decided_at_utc: TimeText | None = None
+
+    @property
+    def cause_code(self) -> str:
+        """``root_cause.code``; ``""`` for a withdrawal (no root cause)."""
+        return self.root_cause.code if self.root_cause is not None else ""
 
 
 class RemediationTarget(_Record):
@@ -486,12 +617,13 @@ class GuardResult(_Record):
     detail: str = ""
 
 
-class Decision(_Record):
+class Decision(_Timed):
     """A person's (or a policy's) decision on an action: who, when (UTC ns, wall clock of the
     decision), why."""
 
     by: str
     at: TimeNs
+    at_utc: TimeText | None = None
     reason: str = ""
 
 
@@ -507,7 +639,7 @@ class CertificationGroup(_Record):
     reason: str = ""
 
 
-class RemediationAction(_Record):
+class RemediationAction(_Timed):
     """A remediation proposed for a verdict, and its lifecycle state.
 
     One record per state transition: ``action_id`` is stable for one (incident, target,
@@ -518,7 +650,7 @@ class RemediationAction(_Record):
     ``updated_at`` the time of this transition, ``expires_at`` when an unapproved proposal
     lapses."""
 
-    schema_version: UInt16 = SCHEMA_VERSION
+    schema_version: SchemaVersion = SCHEMA_VERSION
     action_id: str
     attribution_id: str
     incident_id: str | None = None
@@ -539,11 +671,14 @@ class RemediationAction(_Record):
     result: str = ""
     plan: list[CertificationGroup] = Field(default_factory=list)
     created_at: TimeNs
+    created_at_utc: TimeText | None = None
     updated_at: TimeNs = 0
+    updated_at_utc: TimeText | None = None
     expires_at: TimeNs | None = None
+    expires_at_utc: TimeText | None = None
 
 
-class RemediationCommand(_Record):
+class RemediationCommand(_Timed):
     """A person's command to the remediation engine (``faultstream remediation approve |
     reject | cancel | reset-breaker``), published on the ``remediation-commands`` topic.
     ``action_id`` is empty for ``reset_breaker``. ``at`` is UTC ns (wall clock): when it was
@@ -552,7 +687,7 @@ class RemediationCommand(_Record):
     JSON without ``signature``, and the id of the shared key it was made with
     (``streams.command_auth``); the worker rejects a command without a valid one."""
 
-    schema_version: UInt16 = SCHEMA_VERSION
+    schema_version: SchemaVersion = SCHEMA_VERSION
     command_id: str = ""
     command: Literal["approve", "reject", "cancel", "reset_breaker"]
     action_id: str | None = None
@@ -560,6 +695,7 @@ class RemediationCommand(_Record):
     by: str
     reason: str = ""
     at: TimeNs
+    at_utc: TimeText | None = None
     key_id: str = ""
     signature: str = ""
 
@@ -567,9 +703,7 @@ class RemediationCommand(_Record):
         """Fill ``command_id`` from the content (everything but ``command_id``, ``key_id`` and
         ``signature``: the same command signed with another key has the same id) and return
         self."""
-        data = dict(self.__dict__)
-        for name in ("command_id", "key_id", "signature"):
-            del data[name]
+        data = _without_twins(self, "command_id", "key_id", "signature")
         self.command_id = content_id("cmd", data)
         return self
 
@@ -583,11 +717,11 @@ class CertificationTest(_Record):
     detail: str = ""
 
 
-class Certification(_Record):
+class Certification(_Timed):
     """The result of certifying a host (NVCRE, ``dcgmi diag``, NCCL tests): whether it may
     return to service. ``finished_at`` is UTC ns. ``passed`` is False if any test failed."""
 
-    schema_version: UInt16 = SCHEMA_VERSION
+    schema_version: SchemaVersion = SCHEMA_VERSION
     certification_id: str = ""
     host: str
     cluster: str = ""
@@ -595,12 +729,12 @@ class Certification(_Record):
     passed: bool
     tests: list[CertificationTest] = Field(default_factory=list)
     finished_at: TimeNs
+    finished_at_utc: TimeText | None = None
     source: str = ""
 
     def with_id(self) -> "Certification":
         """Fill ``certification_id`` from the content and return self."""
-        data = dict(self.__dict__)
-        del data["certification_id"]
+        data = _without_twins(self, "certification_id")
         self.certification_id = content_id("cert", data)
         return self
 

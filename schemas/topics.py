@@ -3,24 +3,45 @@
 Public topics (logical name -> default full name; ``<prefix>`` is ``FAULTSTREAM_TOPIC_PREFIX``,
 default ``faultstream``):
 
-==============  ===========================  ==============  ==================  ====  ========  ==========
-logical         topic                        key             value               part  cleanup   retention
-==============  ===========================  ==============  ==================  ====  ========  ==========
-observations    <prefix>.observations        host            Observation         12    delete    7 days
-events          <prefix>.events              workload id     Event               12    delete    7 days
-attributions    <prefix>.attributions        attribution_id  Attribution         12    compact   (latest)
-remediations    <prefix>.remediations        action_id       RemediationAction   12    compact   (latest)
-rem-commands    <prefix>.remediation-commands action_id      RemediationCommand  3     delete    30 days
-deadletter      <prefix>.deadletter          source          DeadLetter          3     delete    30 days
-topology        <prefix>.topology            cluster         Observation         3     compact   (latest)
-certifications  <prefix>.certifications      host            Certification       12    delete    30 days
-==============  ===========================  ==============  ==================  ====  ========  ==========
+==============  ============================  ==============  ===================  ====  ========  ==========
+logical         topic                         key             value                part  cleanup   retention
+==============  ============================  ==============  ===================  ====  ========  ==========
+observations    <prefix>.observations         host            Observation          12    delete    7 days
+events          <prefix>.events               workload id     Event                12    delete    7 days
+attributions    <prefix>.attributions         attribution_id  Attribution          12    compact   (latest)
+remediations    <prefix>.remediations         action_id       RemediationAction    12    compact   (latest)
+rem-commands    <prefix>.remediation-commands action_id       RemediationCommand   3     delete    30 days
+deadletter      <prefix>.deadletter           source          DeadLetter           3     delete    30 days
+topology        <prefix>.topology             cluster         TopologyObservation  3     compact   (latest)
+certifications  <prefix>.certifications       host            Certification        12    delete    30 days
+==============  ============================  ==============  ===================  ====  ========  ==========
 
-Keys are UTF-8 strings. Values are the canonical JSON of the record model named in
-``value_schema`` (``schemas.records`` / ``sinks.deadletter``; JSON Schema files in
-``schemas/json``). The attribution id is the scope id, so a compacted consumer keeps the latest
-revision of every verdict. ``observations`` and ``deadletter`` accept records up to 10 MiB
+Keys are UTF-8 strings, exactly (each :class:`TopicSpec` ``key`` says the same):
+
+* observations: ``Observation.host`` (``node-a01``), so one host's lines stay in order;
+* events: the workload id the event was routed to (``Event.workload_id`` once attached);
+  ``host:<host>`` (``host:node-a01``) for an event no workload claims (yet);
+* attributions: ``attribution_id`` = ``att-`` + 24 hex digits of BLAKE2b-96 over the canonical
+  JSON of ``["workload", cluster, workload_id]``, ``["fabric_port", incident_id]`` or
+  ``["incident", incident_id]`` (:func:`schemas.records.content_id`), so a compacted consumer
+  keeps the latest revision of every verdict;
+* remediations: ``action_id`` = ``act-`` + BLAKE2b-96 over ``[cluster, incident, target,
+  action]`` (``incident`` the verdict's incident id, else its attribution id; ``target`` the
+  RemediationTarget as JSON; ``notify`` and ``recertify`` add a reason tag);
+* remediation-commands: the command's ``action_id``; the empty key for ``reset_breaker``;
+* deadletter: the rejecting component's ``source`` (``stage.ingest``, ``agent.remediation``);
+* topology: the cluster name; certifications: ``Certification.host``.
+
+Values are the canonical JSON of the record model named in ``value_schema`` (``schemas.records``
+/ ``schemas.deadletter``; JSON Schema files in ``schemas/json``), with the headers of
+:mod:`schemas.wire`. ``observations`` and ``deadletter`` accept records up to 10 MiB
 (``max.message.bytes``) so oversized bad input still reaches the dead-letter path.
+
+Tombstones (a null value under a key; :attr:`TopicSpec.tombstones` says when, per topic):
+``attributions`` -- right after a withdrawn verdict (status ``withdrawn``) of that key;
+``topology`` -- ``faultstream connect topology --delete`` ends a cluster's topology. No other
+topic carries them; one there is dead-lettered (``original: null``). Remediations are never
+tombstoned: the terminal state of an action is its audit record.
 
 The prefix exists so tests (and several deployments on one cluster) can use their own names:
 ``catalogue(prefix="t-1234")`` gives ``t-1234.observations`` etc. :data:`TOPICS` is the
@@ -52,10 +73,12 @@ DEAD_LETTER_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 class TopicSpec(BaseModel):
-    """One topic: full ``name``; ``key`` (what the record key holds, in words); ``value_schema``
+    """One topic: full ``name``; ``key`` (what the record key holds, exactly); ``value_schema``
     (the record model's class name, or None when the value format is not fixed yet);
     ``partitions``; ``cleanup_policy``; ``retention_ms`` (milliseconds, None = broker default /
-    irrelevant for compacted topics); ``description``; ``extra_config`` (other topic configs)."""
+    irrelevant for compacted topics); ``description``; ``publishers`` and ``consumers`` (who
+    writes and who reads it, in words); ``tombstones`` (when a null value appears, "" never);
+    ``extra_config`` (other topic configs)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -66,6 +89,9 @@ class TopicSpec(BaseModel):
     cleanup_policy: Literal["delete", "compact"]
     retention_ms: int | None = None
     description: str = ""
+    publishers: str = ""
+    consumers: str = ""
+    tombstones: str = ""
     extra_config: dict[str, str] = Field(default_factory=dict)
 
     def topic_config(self) -> dict[str, str]:
@@ -104,53 +130,79 @@ def catalogue(prefix: str | None = None) -> dict[str, TopicSpec]:
     large = {"max.message.bytes": str(LARGE_MESSAGE_BYTES)}
     specs = [
         ("observations", TopicSpec(
-            name=topic_name("observations", p), key="host", value_schema="Observation",
+            name=topic_name("observations", p), key="the observation's host (node-a01)",
+            value_schema="Observation",
             partitions=12, cleanup_policy="delete", retention_ms=7 * DAY_MS, extra_config=large,
             description="normalised inputs from every connector; keyed by host so one host's "
                         "lines stay in order",
+            publishers="connectors (faultstream connect ...)", consumers="the worker (ingest)",
         )),
         ("events", TopicSpec(
-            name=topic_name("events", p), key="workload id", value_schema="Event",
+            name=topic_name("events", p),
+            key="the workload id the event is routed to; host:<host> (host:node-a01) when no "
+                "workload claims it",
+            value_schema="Event",
             partitions=12, cleanup_policy="delete", retention_ms=7 * DAY_MS,
-            description="typed facts extracted by rules and enriched with allocation/topology; "
-                        "keyed by workload id (empty key: not attached to a workload)",
+            description="typed facts extracted by rules, as extracted (before enrichment)",
+            publishers="the worker (ingest)", consumers="dashboards, the ClickHouse sink",
         )),
         ("attributions", TopicSpec(
-            name=topic_name("attributions", p), key="attribution_id (scope id)",
+            name=topic_name("attributions", p),
+            key="attribution_id: att- + 24 hex of BLAKE2b-96 over the canonical JSON of "
+                "[\"workload\", cluster, workload_id], [\"fabric_port\", incident_id] or "
+                "[\"incident\", incident_id]",
             value_schema="Attribution", partitions=12, cleanup_policy="compact",
-            description="verdicts; every revision is published, compaction keeps the latest "
-                        "per scope",
+            description="verdicts; every revision is published (status provisional, final or "
+                        "withdrawn), compaction keeps the latest per scope",
+            publishers="the worker (correlate)", consumers="the worker (remediation), "
+                        "remediation systems, dashboards",
+            tombstones="right after a withdrawn verdict of the key: the scope has no verdict",
         )),
         ("remediations", TopicSpec(
-            name=topic_name("remediations", p), key="action_id",
+            name=topic_name("remediations", p),
+            key="action_id: act- + 24 hex of BLAKE2b-96 over [cluster, incident, target, action]",
             value_schema="RemediationAction", partitions=12, cleanup_policy="compact",
             description="remediation actions, one record per lifecycle transition (sequence "
-                        "increases); compaction keeps the latest state of every action",
+                        "increases, updated_at never decreases); compaction keeps the latest "
+                        "state of every action",
+            publishers="the worker (remediation)", consumers="executors, the CLI, dashboards",
         )),
         ("remediation-commands", TopicSpec(
-            name=topic_name("remediation-commands", p), key="action_id (empty: breaker reset)",
+            name=topic_name("remediation-commands", p),
+            key="the command's action_id; the empty key for reset_breaker",
             value_schema="RemediationCommand", partitions=3, cleanup_policy="delete",
             retention_ms=30 * DAY_MS,
             description="approve / reject / cancel / reset-breaker decisions of people "
-                        "(faultstream remediation ...), with who, when and why",
+                        "(faultstream remediation ...), with who, when and why, signed",
+            publishers="people, through faultstream remediation (the CLI)",
+            consumers="the worker (remediation)",
         )),
         ("deadletter", TopicSpec(
-            name=topic_name("deadletter", p), key="source", value_schema="DeadLetter",
+            name=topic_name("deadletter", p),
+            key="the rejecting component's source (stage.ingest, agent.remediation, ...)",
+            value_schema="DeadLetter",
             partitions=3, cleanup_policy="delete", retention_ms=30 * DAY_MS,
             extra_config={"max.message.bytes": str(DEAD_LETTER_MESSAGE_BYTES)},
             description="input that could not be processed, with the reason and the original "
-                        "bytes (sinks/deadletter.py)",
+                        "bytes (schemas/deadletter.py)",
+            publishers="the worker, connectors", consumers="operators, the ClickHouse sink",
         )),
         ("topology", TopicSpec(
-            name=topic_name("topology", p), key="cluster", value_schema="Observation",
+            name=topic_name("topology", p), key="the cluster name",
+            value_schema="TopologyObservation",
             partitions=3, cleanup_policy="compact",
             description="the fabric topology of a cluster (an Observation of kind 'topology' "
                         "whose attributes.topology is a TopologySpec), latest per cluster",
+            publishers="faultstream connect topology", consumers="the worker (every process)",
+            tombstones="faultstream connect topology --delete: the cluster's topology ends",
         )),
         ("certifications", TopicSpec(
-            name=topic_name("certifications", p), key="host", value_schema="Certification",
+            name=topic_name("certifications", p), key="the certified host (node-a01)",
+            value_schema="Certification",
             partitions=12, cleanup_policy="delete", retention_ms=30 * DAY_MS,
-            description="certification / re-validation results per host (NVCRE, dcgmi diag)",
+            description="certification / re-validation results per host (NVCRE, dcgmi diag); "
+                        "one that cannot apply is dead-lettered with the reason",
+            publishers="faultstream connect certifications", consumers="the worker (remediation)",
         )),
     ]
     return dict(specs)

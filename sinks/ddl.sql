@@ -110,6 +110,7 @@ CREATE TABLE IF NOT EXISTS {database}.attributions
     symptom_count       UInt32,
     confidence          Float64,
     quality             LowCardinality(String),
+    status              LowCardinality(String),
     alternative_codes   Array(String),
     coverage_problems   Array(String),
     incident_id         Nullable(String),
@@ -125,6 +126,10 @@ CREATE TABLE IF NOT EXISTS {database}.attributions
 ENGINE = ReplacingMergeTree(revision)
 ORDER BY (attribution_id)
 SETTINGS non_replicated_deduplication_window = 10000
+;
+-- the verdict's lifecycle state (provisional | final | withdrawn), for tables made before it
+ALTER TABLE {database}.attributions
+    ADD COLUMN IF NOT EXISTS status LowCardinality(String) AFTER quality
 ;
 CREATE TABLE IF NOT EXISTS {database}.remediations
 (

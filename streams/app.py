@@ -43,9 +43,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from pydantic import ValidationError
 
 from correlators.config import EngineConfig, WindowPolicy
-from correlators.pipeline import Effect, Pipeline, Route, Stores
+from correlators.pipeline import Effect, Pipeline, Route, Stores, Tombstone
 from schemas.messages import message_json, parse_fabric_message, parse_workload_message
-from schemas.records import SCHEMA_VERSION, Attribution, Observation, Position, canonical_json
+from schemas.records import SCHEMA_VERSION, Attribution, Observation, Position
+from schemas.wire import Headers, encode_record, headers_for
 from schemas.deadletter import DeadLetter, reason_of
 from sinks.kafka_settings import KafkaSettings
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
@@ -105,14 +106,19 @@ def decode_record(raw: bytes, limit: int | None) -> Observation | str:
         return f"{reason}: {reason_of(exc)}"
 
 
-def encode_effect(effect: Effect) -> tuple[str, bytes, bytes]:
+def encode_effect(effect: Effect) -> tuple[str, bytes, bytes | None, Headers | None]:
     """A pipeline effect as a Kafka record: (where -- the channel of a route, ``workload`` or
-    ``fabric``, or the public topic of a publication, ``events`` or ``attributions`` --, key,
-    value). Routes carry :func:`schemas.messages.message_json`, publications the record's
-    canonical JSON; keys are UTF-8."""
+    ``fabric``, or the public topic of a publication or tombstone, ``events`` or
+    ``attributions`` --, key, value, headers). Routes carry
+    :func:`schemas.messages.message_json` and no headers; publications the record's canonical
+    JSON and the contract's headers (:mod:`schemas.wire`); a tombstone a None value and the
+    headers of its schema. Keys are UTF-8."""
     if isinstance(effect, Route):
-        return effect.channel, effect.key.encode(), message_json(effect.message)
-    return effect.topic, effect.key.encode(), canonical_json(effect.record).encode()
+        return effect.channel, effect.key.encode(), message_json(effect.message), None
+    if isinstance(effect, Tombstone):
+        return effect.topic, effect.key.encode(), None, headers_for(effect.schema)
+    value, headers = encode_record(effect.record)
+    return effect.topic, effect.key.encode(), value, headers
 
 
 class DataDirLocked(RuntimeError):
@@ -324,7 +330,6 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     hooks = SimpleNamespace(workload_seen=None)
 
     async def dead_letter(source: str, reason: str, original: bytes | None, message: Any) -> None:
-        original = original or b""
         letter = DeadLetter(
             source=source,
             reason=reason,
@@ -336,23 +341,26 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         metrics.dead_letters.labels(reason.split(":")[0]).inc()
         log.warning("dead letter from %s at %s/%s/%s: %s", source, message.topic, message.partition,
                     message.offset, reason)
-        await dead_letters.send(key=source.encode(), value=canonical_json(letter).encode())
+        value, headers = encode_record(letter)
+        await dead_letters.send(key=source.encode(), value=value, headers=headers)
 
     async def run(effects: list[Effect]) -> None:
         """Carry out the pipeline's effects: routes onto the internal topics, records onto
         the public ones."""
         for effect in effects:
-            where, key, value = encode_effect(effect)
+            where, key, value, headers = encode_effect(effect)
             if isinstance(effect, Route):
                 await channels[where].send(key=key, value=value)
                 continue
+            await public[where].send(key=key, value=value, headers=headers)
+            if isinstance(effect, Tombstone):
+                continue
             record = effect.record
-            await public[where].send(key=key, value=value)
             if isinstance(record, Attribution):
-                kind = ("final" if record.final else "provisional") if record.scope.kind == "workload" else record.scope.kind
+                kind = record.status if record.scope.kind == "workload" else record.scope.kind
                 metrics.verdicts.labels(record.domain, kind).inc()
                 log.info("verdict %s %s rev %d %s %s %s", record.scope.kind, record.scope.id, record.revision,
-                         record.root_cause.code, record.quality, kind)
+                         record.cause_code or record.status, record.quality, kind)
             else:
                 metrics.events.labels(record.type).inc()
 
@@ -395,9 +403,18 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     @app.agent(topology_in)
     async def topology_records(stream: Any) -> None:
         async for item in stream.events():
-            raw: bytes = item.value or b""
+            raw: bytes | None = item.value
+            if raw is None:  # a tombstone deletes the topology of the cluster its key names
+                cluster = (item.key or b"").decode("utf-8", "replace").strip()
+                if not cluster:
+                    await dead_letter("agent.topology", "topology tombstone without a cluster key", None, item.message)
+                    metrics.inputs.labels("topology", "dead_lettered").inc()
+                    continue
+                await run(pipeline.delete_topology(cluster))
+                metrics.inputs.labels("topology", "processed").inc()
+                continue
             # a fleet's topology may be larger than an observation: no size limit here
-            obs = decode_observation(raw, None) if item.value is not None else "tombstone: no value"
+            obs = decode_observation(raw, None)
             if not isinstance(obs, str) and obs.kind != "topology":
                 obs = f"invalid record: expected kind 'topology', got {obs.kind!r}"
             if isinstance(obs, str):

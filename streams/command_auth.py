@@ -5,9 +5,11 @@ cluster's nodes, so the worker applies only commands signed with a key it holds.
 (``faultstream remediation ...``) signs every command it sends; the worker's command agent
 checks each one and dead-letters the rest with the reason (:func:`authenticate`).
 
-**Signature.** ``signature = HMAC-SHA256(key, b"faultstream-remediation-command-v1\\n" +
-canonical JSON of the command without "signature")`` as lower-case hex (Python's ``hmac`` and
-``hashlib``; compared with ``hmac.compare_digest``). The signed JSON includes ``key_id``,
+**Signature.** ``signature = HMAC-SHA256(key, b"faultstream-remediation-command-v2\\n" +
+canonical JSON of the command without "signature" and without the time twin "at_utc")`` as
+lower-case hex (Python's ``hmac`` and ``hashlib``; compared with ``hmac.compare_digest``).
+Canonical JSON: keys sorted, no spaces, UTF-8 (:func:`schemas.records.canonical_json`); a
+signer in another language writes the same bytes. The signed JSON includes ``key_id``,
 ``command_id``, ``by``, ``reason``, ``cluster``, ``action_id`` and ``at``: none can be changed
 without the key. ``command_id`` must be the command's content id
 (:meth:`schemas.records.RemediationCommand.with_id`), so a replayed command is a duplicate.
@@ -68,7 +70,7 @@ __all__ = [
 NS = 1_000_000_000
 #: Shortest secret accepted, characters.
 MIN_SECRET = 32
-_DOMAIN = b"faultstream-remediation-command-v1\n"
+_DOMAIN = b"faultstream-remediation-command-v2\n"
 _KEY_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -162,9 +164,8 @@ class CommandKeySettings(BaseSettings):
 
 def signing_payload(cmd: RemediationCommand) -> bytes:
     """The bytes a command's signature covers: a fixed domain prefix and the canonical JSON
-    of every field but ``signature``."""
-    data = cmd.model_dump(mode="json")
-    data.pop("signature", None)
+    of every field but ``signature`` and the time twin ``at_utc``."""
+    data = cmd.model_dump(mode="json", exclude={"signature", "at_utc"})
     return _DOMAIN + canonical_json(data).encode("utf-8")
 
 

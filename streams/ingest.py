@@ -42,9 +42,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from prometheus_client import Histogram, start_http_server
 
 from correlators.config import EngineConfig, WindowPolicy
-from correlators.pipeline import Effect, Pipeline, Route
+from correlators.pipeline import Effect, Pipeline, Publish
 from schemas.deadletter import DeadLetter
-from schemas.records import Event, Position, canonical_json
+from schemas.records import Event, Position
+from schemas.wire import Headers, encode_record
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
 from streams.app import Metrics, decode_record, encode_effect
 from streams.remediation_inputs import allocation_message
@@ -119,10 +120,10 @@ class IngestStage:
 
     # -- one record -------------------------------------------------------------------------
 
-    def _produce(self, topic: str, key: bytes, value: bytes) -> None:
+    def _produce(self, topic: str, key: bytes, value: bytes | None, headers: Headers | None = None) -> None:
         while True:
             try:
-                self.producer.produce(topic, key=key, value=value, on_delivery=self._delivered)
+                self.producer.produce(topic, key=key, value=value, headers=headers, on_delivery=self._delivered)
                 return
             except BufferError:  # the local queue is full: let deliveries drain it
                 self.producer.poll(0.1)
@@ -133,14 +134,14 @@ class IngestStage:
 
     def _effects(self, effects: list[Effect]) -> None:
         for effect in effects:
-            where, key, value = encode_effect(effect)
-            self._produce(self.topics[where], key, value)
-            if not isinstance(effect, Route) and isinstance(effect.record, Event):
+            where, key, value, headers = encode_effect(effect)
+            self._produce(self.topics[where], key, value, headers)
+            if isinstance(effect, Publish) and isinstance(effect.record, Event):
                 self.metrics.events.labels(effect.record.type).inc()
 
     def _dead_letter(self, reason: str, msg: Message) -> None:
         letter = DeadLetter(
-            source=SOURCE, reason=reason, original=msg.value() or b"",
+            source=SOURCE, reason=reason, original=msg.value(),
             original_key=msg.key(),
             position=Position(topic=msg.topic(), partition=msg.partition(), offset=msg.offset()),
             at_ns=time.time_ns(),
@@ -148,7 +149,7 @@ class IngestStage:
         self.metrics.dead_letters.labels(reason.split(":")[0]).inc()
         self._dead_lettered.inc()
         log.warning("dead letter at %s/%s/%s: %s", msg.topic(), msg.partition(), msg.offset(), reason)
-        self._produce(self.topics["deadletter"], SOURCE.encode(), canonical_json(letter).encode())
+        self._produce(self.topics["deadletter"], SOURCE.encode(), *encode_record(letter))
 
     def handle(self, msg: Message) -> None:
         """One consumed record: its effects produced, or a dead letter. Never raises for a

@@ -87,6 +87,7 @@ from correlators.remediation import Policy, RemediationEngine, load_policy
 from correlators.remediation.guards import GuardSettings
 from schemas.bundle import TopologySpec
 from schemas.records import Attribution, Certification, RemediationAction, RemediationCommand, canonical_json
+from schemas.wire import encode_record
 from sinks.executors import ExecutionResult, ExecutorSettings
 from streams.command_auth import CommandKeySettings
 from schemas.deadletter import reason_of
@@ -173,7 +174,7 @@ def remediation_topic_spec(settings: Any) -> Any:
 
 
 
-DeadLetterFn = Callable[[str, str, bytes, Any], Awaitable[None]]
+DeadLetterFn = Callable[[str, str, bytes | None, Any], Awaitable[None]]
 
 
 def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead_letter: DeadLetterFn,
@@ -283,7 +284,8 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
     async def publish(records: list[RemediationAction]) -> None:
         for record in records:
             m_records.labels(record.state).inc()
-            await remediations_out.send(key=record.action_id.encode(), value=canonical_json(record).encode())
+            value, headers = encode_record(record)
+            await remediations_out.send(key=record.action_id.encode(), value=value, headers=headers)
             log.info("remediation %s %s %s seq %d -> %s%s", record.action_id, record.action,
                      record.target.host or record.target.port or ",".join(record.target.hosts),
                      record.sequence, record.state, f" ({record.result})" if record.result else "")
@@ -350,7 +352,13 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
             return runner.handle_workload(cluster, str(payload["workload_id"]), list(payload["nodes"]),
                                           int(payload["at"]))
         if kind == "certification":
-            return runner.handle_certification(Certification.model_validate(payload["certification"]))
+            cert = Certification.model_validate(payload["certification"])
+            stale: list[str] = []
+            records = runner.handle_certification(cert, stale)
+            for reason in stale:
+                await dead_letter("agent.remediation", f"certification not applied: {reason}",
+                                  canonical_json(cert).encode(), message)
+            return records
         if kind == "executed":
             running.discard((cluster, payload["action_id"]))
             result = ExecutionResult.model_validate(payload["result"])
@@ -397,7 +405,9 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
     @app.agent(attributions_topic)
     async def remediation_attributions(stream: Any) -> None:
         async for item in stream.events():
-            original: bytes = item.value or b""
+            if item.value is None:
+                continue  # the tombstone after a withdrawal, which the engine has already seen
+            original: bytes = item.value
             try:
                 att = Attribution.model_validate_json(original)
             except (ValueError, ValidationError) as exc:
@@ -408,7 +418,10 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
     @app.agent(commands_in)
     async def remediation_commands(stream: Any) -> None:
         async for item in stream.events():
-            original: bytes = item.value or b""
+            if item.value is None:
+                await dead_letter("agent.remediation", "tombstone: a command needs a value", None, item.message)
+                continue
+            original: bytes = item.value
             now = time.time_ns()
             try:
                 cmd = decode_command(original, keyring, now, max_age_s=auth.max_age_s, max_skew_s=auth.max_skew_s)
@@ -431,7 +444,10 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
     @app.agent(certifications_in)
     async def remediation_certifications(stream: Any) -> None:
         async for item in stream.events():
-            original: bytes = item.value or b""
+            if item.value is None:
+                await dead_letter("agent.remediation", "tombstone: a certification needs a value", None, item.message)
+                continue
+            original: bytes = item.value
             try:
                 cert = Certification.model_validate_json(original)
                 if not cert.cluster:

@@ -264,13 +264,15 @@ class RemediationRunner:
         """Commands waiting for their action, oldest first."""
         return [p.command for p in sorted(self._parked.values(), key=lambda p: p.received_at)]
 
-    def handle_certification(self, cert: Certification) -> list[RemediationAction]:
+    def handle_certification(self, cert: Certification, stale: list[str] | None = None) -> list[RemediationAction]:
         """Feed a certification to the engine. Progress records (certification failed: the node
         stays out) are returned; a ``done`` record that returns a node to service
         (:meth:`RemediationEngine.resume_host`) is held until the node was resumed
-        (:meth:`run_due`, or :meth:`due_resumes` + :meth:`finish_resume`)."""
+        (:meth:`run_due`, or :meth:`due_resumes` + :meth:`finish_resume`). ``stale`` receives
+        why it could not apply to an action awaiting it
+        (:meth:`RemediationEngine.on_certification`)."""
         out: list[RemediationAction] = []
-        for record in self.engine.on_certification(cert):
+        for record in self.engine.on_certification(cert, stale):
             host = self.engine.resume_host(record)
             if host:
                 self._resumes[record.action_id] = {

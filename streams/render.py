@@ -110,7 +110,7 @@ def _header(att: Attribution) -> Panel:
                                              att.root_cause.text))
     _row(grid, "Quality", Text(att.quality, style=f"bold {style}"))
     _row(grid, "Confidence", f"{att.confidence:.2f}")
-    _row(grid, "Revision", f"{att.revision} ({'final' if att.final else 'provisional: the window is still open'})")
+    _row(grid, "Revision", f"{att.revision} ({'provisional: the window is still open' if att.status == 'provisional' else att.status})")
     _row(grid, "Window", f"{format_ns(att.window.start)} .. {format_ns(att.window.end)} UTC")
     if att.incident_id:
         _row(grid, "Incident", att.incident_id)

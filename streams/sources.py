@@ -576,7 +576,7 @@ def verdict_key(att: Attribution) -> dict[str, Any]:
     c = att.culprits
     return {
         "domain": att.domain,
-        "root_cause": att.root_cause.code,
+        "root_cause": att.cause_code,
         "quality": att.quality,
         "culprits": {"hosts": sorted(c.hosts), "ranks": sorted(c.ranks),
                      "gpus": sorted(_gpu_label(g) for g in c.gpus), "ports": sorted(c.ports)},

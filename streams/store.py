@@ -33,8 +33,8 @@ from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from schemas.deadletter import DeadLetter, reason_of
-from schemas.records import (Attribution, Certification, Event, Observation, Position, RemediationAction,
-                             canonical_json)
+from schemas.records import Attribution, Certification, Event, Observation, Position, RemediationAction
+from schemas.wire import encode_record
 from streams.settings import WorkerSettings
 
 log = logging.getLogger("faultstream.worker")
@@ -43,14 +43,15 @@ log = logging.getLogger("faultstream.worker")
 def valid(model: type[BaseModel], batch: list[Any], skipped: Any,
           rejected: list[tuple[Any, str]] | None = None) -> list[tuple[BaseModel, Any]]:
     """The records of ``batch`` (Faust events whose values are raw JSON) that validate as
-    ``model``, each with its event; the others (tombstones included) are logged, counted in
-    ``skipped`` and, when ``rejected`` is given, appended to it as ``(event, reason)``."""
+    ``model``, each with its event; the others are logged, counted in ``skipped`` and, when
+    ``rejected`` is given, appended to it as ``(event, reason)``. Tombstones are left out
+    silently: one ends an entity whose records before it are stored."""
     out = []
     for event in batch:
         value = event.value
+        if value is None:
+            continue
         try:
-            if value is None:
-                raise ValueError("tombstone (no value)")
             out.append((model.model_validate_json(value), event))
         except (ValueError, ValidationError, RecursionError) as exc:
             reason = f"invalid {model.__name__.lower()}: {reason_of(exc)}"
@@ -103,12 +104,13 @@ def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Any, *,
     async def dead_letter(table: str, event: Any, reason: str) -> None:
         message = event.message
         letter = DeadLetter(
-            source=f"sink.clickhouse.{table}", reason=reason, original=event.value or b"",
+            source=f"sink.clickhouse.{table}", reason=reason, original=event.value,
             original_key=message.key,
             position=Position(topic=message.topic, partition=message.partition, offset=message.offset),
             at_ns=time.time_ns(),
         ).with_id()
-        await dead_letters.send(key=letter.source.encode(), value=canonical_json(letter).encode())
+        value, headers = encode_record(letter)
+        await dead_letters.send(key=letter.source.encode(), value=value, headers=headers)
 
     async def store(table: str, batch: list[Any], model: type[BaseModel], own_input: bool) -> None:
         invalid: list[tuple[Any, str]] = []

@@ -6,8 +6,9 @@ connector and sink publishes with, and the consumer configuration every reader s
 * value: ``schemas.records.canonical_json(record)`` encoded as UTF-8 (the same bytes ids are
   computed from);
 * key: the caller's key (``Observation.host`` for observations), UTF-8;
-* headers: ``schema`` (the model's class name, e.g. ``Observation``) and ``schema_version``
-  (the record's ``schema_version`` field, or ``SCHEMA_VERSION``);
+* headers: ``schema`` (the model's class name, e.g. ``Observation``), ``schema_version`` and
+  ``content-type`` (:func:`schemas.wire.headers_for`), on tombstones too
+  (:meth:`RecordProducer.send_tombstone`);
 * partition: ``(murmur2(key) & 0x7fffffff) % partitions``, the partition Kafka's Java producer
   and the worker (Faust/aiokafka) choose for the same key (librdkafka ``partitioner`` =
   ``murmur2_random``, from :func:`transport.kafka_settings.with_partitioner`; extra
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import BaseModel
 
-from schemas.records import SCHEMA_VERSION, canonical_json
+from schemas.wire import encode_record, headers_for
 from transport.kafka_settings import with_partitioner
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -172,11 +173,17 @@ class RecordProducer:
         ``TypeError`` if the record is not JSON-serialisable, and
         :class:`KafkaProducerError` for a message librdkafka refuses outright (e.g. larger
         than ``message.max.bytes``)."""
-        value = canonical_json(record).encode("utf-8")
-        version = getattr(record, "schema_version", SCHEMA_VERSION)
-        headers = [("schema", type(record).__name__.encode()), ("schema_version", str(version).encode())]
+        value, headers = encode_record(record)
+        self._produce(topic or self.topic, key, value, headers)
+
+    def send_tombstone(self, key: str, schema: str, *, topic: str | None = None) -> None:
+        """Enqueue a tombstone (null value) under ``key``, with the headers of a ``schema``
+        record (a model class name, e.g. ``"Observation"`` on the topology topic): on a
+        compacted topic it ends the entity the key names. Raises as :meth:`send`."""
+        self._produce(topic or self.topic, key, None, headers_for(schema))
+
+    def _produce(self, target: str, key: str, value: bytes | None, headers: list[tuple[str, bytes]]) -> None:
         kbytes = key.encode("utf-8")
-        target = topic or self.topic
         deadline: float | None = None
         while True:  # back-pressure only: wait for room in the local queue
             try:

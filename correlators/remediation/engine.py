@@ -76,6 +76,7 @@ from correlators.remediation.bisection import plan_screen
 from correlators.remediation.guards import CircuitBreaker, FailureDomains, GuardSettings
 from correlators.remediation.lifecycle import TERMINAL, LifecycleError, advance
 from correlators.remediation.policy import DISRUPTIVE, SEVERITY, Policy, PolicyAction, Rule, verdict_facts
+from schemas.utc import format_utc
 from correlators.remediation.targets import KnownNodes, port_problem, shown, valid_node_name
 from correlators.timetext import NS
 from schemas.bundle import TopologySpec
@@ -99,8 +100,6 @@ class UnknownActionError(LookupError):
     """A command or executor report names an action the engine does not hold."""
 
 
-#: The root-cause code of a withdrawn verdict (:func:`correlators.fabric.superseded`).
-SUPERSEDED = "superseded"
 
 class TrackedAction(BaseModel):
     """The engine's view of one action: its latest record plus what the record does not say.
@@ -256,7 +255,7 @@ class RemediationEngine:
         if seen is not None and att.revision <= seen.revision:
             return []
         self._attributions[att.attribution_id] = SeenAttribution(
-            revision=att.revision, at=att.decided_at, cause=att.root_cause.code
+            revision=att.revision, at=att.decided_at, cause=att.cause_code
         )
         at = att.decided_at
         cluster = att.scope.cluster
@@ -312,7 +311,7 @@ class RemediationEngine:
             if t.action_id not in superseded and t.state == "proposed":
                 why = (
                     f"cause cleared: revision {att.revision} of {att.attribution_id} says "
-                    f"{att.root_cause.code} ({att.outcome}, {att.quality})"
+                    f"{att.cause_code or 'withdrawn'} ({att.outcome}, {att.quality})"
                 )
                 out += self._end(t, "expired", at, reason=why)
 
@@ -374,11 +373,13 @@ class RemediationEngine:
         t.commands.append(cid)
         return out
 
-    def on_certification(self, cert: Certification) -> list[RemediationAction]:
+    def on_certification(self, cert: Certification, stale: list[str] | None = None) -> list[RemediationAction]:
         """Release (``done``) or keep out (progress record) the actions awaiting a
         certification of ``cert.host``. A passing certification also makes the host a
-        known-healthy candidate for bisection padding. Certifications that finished before the
-        action's chain started are ignored; a repeated certification returns []; one without a
+        known-healthy candidate for bisection padding. A certification that finished before an
+        awaiting action's chain started cannot vouch for the node after it: it moves nothing,
+        and when ``stale`` is given one line per such action is appended to it (the reason a
+        driver dead-letters it with). A repeated certification returns []; one without a
         cluster matches the host in any cluster."""
         cid = cert.certification_id or cert.model_copy().with_id().certification_id
         if cert.passed:
@@ -396,6 +397,10 @@ class RemediationEngine:
             chain = self._chain(t)
             floor = max(c.started_at for c in chain if c.started_at is not None)
             if cert.finished_at <= floor:
+                if stale is not None:
+                    stale.append(
+                        f"certification {cert.suite} ({cid}) of {cert.host} finished at {format_utc(cert.finished_at)}, "
+                        f"not after {a.action} {a.action_id} started at {format_utc(floor)}: it cannot return the node")
                 continue
             t.certifications.append(cid)
             # steps still to run (a started recertify is the certification itself: not waiting)
@@ -552,8 +557,8 @@ class RemediationEngine:
     # --- proposal ---------------------------------------------------------------------------
 
     def _specs(self, att: Attribution, incident: str) -> list[_Spec]:
-        if att.root_cause.code == SUPERSEDED:
-            # a stream worker withdrew this fabric/incident verdict (correlators.fabric.superseded):
+        if att.status == "withdrawn":
+            # a stream worker withdrew this fabric/incident verdict (correlators.fabric.withdrawal):
             # what it called for lapses like a cleared cause; it is no ambiguous verdict to recertify
             return []
         facts = verdict_facts(att, self._note_xid(att))

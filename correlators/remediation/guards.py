@@ -173,7 +173,7 @@ class FailureDomains:
 
 def check_final(att: Attribution) -> GuardResult:
     """Pass for a final verdict; fail for a provisional one (proposed, never executed)."""
-    if att.final:
+    if att.status == "final":
         return GuardResult(guard=VERDICT_FINAL, passed=True, detail="final verdict")
     return GuardResult(
         guard=VERDICT_FINAL,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-from schemas.records import ActionState, RemediationAction
+from schemas.records import ActionState, RemediationAction, record_data
 
 TERMINAL: frozenset[str] = frozenset({"done", "failed", "rejected", "expired", "cancelled"})
 
@@ -71,14 +71,17 @@ def reachable(from_state: str, to_state: str) -> bool:
 
 
 def advance(action: RemediationAction, to_state: ActionState, *, at: int, **changes: object) -> RemediationAction:
-    """The next record of ``action``: state ``to_state``, ``sequence + 1``, ``updated_at = at``
-    (UTC ns) and any other field ``changes`` (``reason``, ``decision``, ``result``, ...).
-    Raises :class:`LifecycleError` if the transition is not in :data:`TRANSITIONS`."""
+    """The next record of ``action``: state ``to_state``, ``sequence + 1``, ``updated_at`` the
+    later of ``at`` (UTC ns) and the held record's, so it never decreases with ``sequence``
+    (transitions are timed by event time and by the wall clock of people's commands and
+    executors, which need not agree), and any other field ``changes`` (``reason``,
+    ``decision``, ``result``, ...). Raises :class:`LifecycleError` if the transition is not in
+    :data:`TRANSITIONS`."""
     if not can_transition(action.state, to_state):
         raise LifecycleError(action.action_id, action.state, to_state)
-    data = action.model_dump()
+    data = record_data(action)
     data.update(changes)
-    data.update(state=to_state, sequence=action.sequence + 1, updated_at=at)
+    data.update(state=to_state, sequence=action.sequence + 1, updated_at=max(at, action.updated_at))
     return RemediationAction.model_validate(data)
 
 

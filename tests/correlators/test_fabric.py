@@ -30,7 +30,7 @@ from correlators.fabric import (
     port_events,
     port_faults,
     relevant,
-    superseded,
+    withdrawal,
 )
 from correlators.topology import FabricIndex
 from schemas.bundle import TopologySpec, to_ns
@@ -625,10 +625,14 @@ def test_without_topology_the_flapping_port_is_still_found_by_its_host_side_name
     result = replay_bundle(fabric_bundle(tmp_path / "fab", topology=False))
     (fault,) = result.faults
     assert (fault.level, fault.key, fault.kind, fault.hosts) == (
-        "port", f"node-a03/{PCI}", "flapping", ("node-a03",))
+        "port", f"node-a03/{PCI}/1", "flapping", ("node-a03",))
     verdict = result.attribution
     assert (verdict.domain, verdict.root_cause.code, verdict.culprits.hosts) == (
         "fabric", "fabric.port.flapping", ["node-a03"])
+    (fabric,) = verdicts_by_kind(result)["fabric_port"]
+    # no topology: only the host side of the cable is known, in the three-part form
+    assert [c.model_dump() for c in fabric.culprits.cables] == [
+        {"switch_port": None, "host_port": f"node-a03/{PCI}/1"}]
 
 
 def test_both_ends_of_one_link_down_meet_on_the_switch_port_and_stay_one_transition(tmp_path):
@@ -726,6 +730,10 @@ def test_a_port_flapping_during_two_jobs_is_one_incident_naming_both(tmp_path):
     assert [v.root_cause.code for v in kinds["workload"]] == ["fabric.port.flapping"] * 2
     assert fabric.affected.workloads == ["job-a", "job-b"]
     assert incident.members == sorted([fabric.attribution_id] + [v.attribution_id for v in kinds["workload"]])
+    # the topology knows the cable: both ends, by role, and both in ports
+    (cable,) = fabric.culprits.cables
+    assert cable.switch_port == fabric.scope.id and cable.host_port.startswith("node-a03/mlx5_")
+    assert fabric.culprits.ports == sorted([cable.switch_port, cable.host_port])
 
 
 def test_a_port_that_went_down_before_the_job_and_flaps_during_it_is_the_jobs_incident(tmp_path):
@@ -819,13 +827,15 @@ def test_a_withdrawn_verdict_names_its_successor_and_leaves_nothing_to_act_on(tm
     (incident,) = verdicts_by_kind(result)["incident"]
     early = incident.model_copy(update={"incident_id": "inc-000000000000000000000000",
                                         "attribution_id": "att-000000000000000000000000"})
-    withdrawn = superseded(early, result.attributions)
+    withdrawn = withdrawal(early, result.attributions)
     assert withdrawn.attribution_id == early.attribution_id and withdrawn.scope == early.scope
-    assert withdrawn.root_cause.code == "superseded"
-    assert withdrawn.root_cause.text == f"superseded: the evidence now points to {incident.incident_id}"
+    assert (withdrawn.status, withdrawn.root_cause, withdrawn.cause_code) == ("withdrawn", None, "")
+    assert withdrawn.superseded_by == [incident.incident_id]
+    assert withdrawn.reasoning == [f"withdrawn: the evidence now points to {incident.incident_id}"]
     assert withdrawn.culprits.hosts == [] and withdrawn.culprits.ports == [] and withdrawn.members == []
-    assert (withdrawn.quality, withdrawn.confidence, withdrawn.final) == ("insufficient", 0.0, True)
-    assert superseded(early, []).root_cause.text == "superseded: the evidence no longer shows this fault"
+    assert (withdrawn.quality, withdrawn.confidence) == ("insufficient", 0.0)
+    alone = withdrawal(early, [])
+    assert alone.superseded_by == [] and alone.reasoning == ["withdrawn: the evidence no longer shows this fault"]
 
 
 @pytest.mark.parametrize("change, message", [

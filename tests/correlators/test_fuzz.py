@@ -314,7 +314,7 @@ def test_worker_agents_survive_fuzzed_records_and_every_sink_progresses(stream_e
     assert producer.flush(30) == 0
 
     def verdict(ms: list[Any]) -> bool:
-        return any(v["scope"]["cluster"] == bundle.name and v["scope"]["kind"] == "workload" and v["final"]
+        return any(v["scope"]["cluster"] == bundle.name and v["scope"]["kind"] == "workload" and v["status"] == "final"
                    for v in latest_verdicts(ms).values())
 
     latest = latest_verdicts(consume(kafka_bootstrap, f"{prefix}.attributions", until=verdict, timeout=120))

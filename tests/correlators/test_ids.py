@@ -236,4 +236,4 @@ def test_fabric_index_matches_a_pci_function_in_any_spelling():
     assert index.port_key(_host_event("01:00.0")) == "leaf-01/1"
     assert index.port_key(_host_event("0000:01:00.1")) == "leaf-01/2"
     assert index.port_key(_host_event("MLX5_1")) == "leaf-01/2"
-    assert index.port_key(_host_event("0000:02:00.0")) == "node-a01/0000:02:00.0"  # no such cable
+    assert index.port_key(_host_event("0000:02:00.0")) == "node-a01/0000:02:00.0/1"  # no such cable

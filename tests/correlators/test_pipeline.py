@@ -17,7 +17,7 @@ import pytest
 
 from connectors.publish import bundle_records
 from correlators.config import EngineConfig, WindowPolicy
-from correlators.pipeline import HOST, InMemoryRouter, Pipeline, Publish, Route, Stores
+from correlators.pipeline import HOST, InMemoryRouter, Pipeline, Publish, Route, Stores, Tombstone
 from correlators.windows import FabricWindow, WorkloadIndex, WorkloadWindow
 from schemas.bundle import WorkloadSpec
 from schemas.messages import (
@@ -71,7 +71,16 @@ def live_run(records: list[Observation], config: EngineConfig = LIVE, stores: St
         drain()
     else:
         pytest.fail("the pipeline did not settle within 50 timer rounds")
-    published = [e.record for e in router.published if e.topic == "attributions"]
+    effects = [e for e in router.published if e.topic == "attributions"]
+    # each withdrawal is followed at once by the tombstone of its key, and only a withdrawal is
+    for i, e in enumerate(effects):
+        if isinstance(e, Tombstone):
+            before = effects[i - 1]
+            assert isinstance(before, Publish) and before.key == e.key and before.record.status == "withdrawn"
+            assert e.schema == "Attribution"
+        elif e.record.status == "withdrawn":
+            assert isinstance(effects[i + 1], Tombstone) and effects[i + 1].key == e.key
+    published = [e.record for e in effects if isinstance(e, Publish)]
     latest: dict[str, Attribution] = {}
     for att in published:
         if att.attribution_id not in latest or att.revision > latest[att.attribution_id].revision:
@@ -87,8 +96,8 @@ def content(att: Attribution) -> str:
 
 
 def standing(latest: dict[str, Attribution]) -> dict[str, str]:
-    """The verdicts still standing (a withdrawal's root cause is ``superseded``), as bytes."""
-    return {k: content(v) for k, v in sorted(latest.items()) if v.root_cause.code != "superseded"}
+    """The verdicts still standing (not withdrawn), as bytes."""
+    return {k: content(v) for k, v in sorted(latest.items()) if v.status != "withdrawn"}
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=lambda p: p.name)
@@ -102,7 +111,7 @@ def test_shuffled_arrival_gives_the_replay_verdicts(bundle: Path) -> None:
         latest, _ = live_run(order)
         got = standing(latest)
         assert got == replayed, f"{bundle.name}: order {seed} differs from replay"
-        assert all(v.final for v in latest.values()), f"{bundle.name}: a verdict was left provisional"
+        assert all(v.status != "provisional" for v in latest.values()), f"{bundle.name}: a verdict was left provisional"
         seen.add(json.dumps(got, sort_keys=True))
     assert len(seen) == 1
 
@@ -196,7 +205,7 @@ def test_window_state_round_trips_and_a_resent_spec_keeps_a_final_verdict_final(
     assert w.add_event(xid_event("node-a01", T0 + 60 * S))
     assert not w.add_event(xid_event("node-a01", T0 + 60 * S))  # a duplicate
     att = w.emit(config, final=True)
-    assert att is not None and att.final and att.revision == 1 and att.root_cause.code.startswith("gpu.xid.79")
+    assert att is not None and att.status == "final" and att.revision == 1 and att.root_cause.code.startswith("gpu.xid.79")
     assert w.closed
     assert not w.set_spec(spec("job-1", ["node-a01", "node-a02"], T0, T0 + 600 * S))  # the same record again
     again = WorkloadWindow.from_state(json.loads(json.dumps(w.to_state())), list(w.events.values()))
@@ -210,11 +219,11 @@ def test_pipeline_resent_scheduler_record_does_not_reopen_a_closed_window() -> N
     s = spec("job-1", ["node-a01"], T0, T0 + 600 * S)
     p.apply("workload", "job-1", SpecMessage(spec=s))
     out = p.apply("workload", "job-1", EventMessage(event=xid_event("node-a01", T0 + 60 * S)))
-    assert [e.record.final for e in out if isinstance(e, Publish)] == [False]  # decisive: provisional
+    assert [e.record.status for e in out if isinstance(e, Publish)] == ["provisional"]  # decisive
     closes = p.idle(100.0)
     assert [r.key for r in closes] == ["job-1"]
     final = p.apply("workload", "job-1", closes[0].message, now=100.0)
-    assert [e.record.final for e in final if isinstance(e, Publish)] == [True]
+    assert [e.record.status for e in final if isinstance(e, Publish)] == ["final"]
     assert p.apply("workload", "job-1", SpecMessage(spec=s), now=101.0) == []
     assert p.windows["job-1"].closed and p.idle(500.0) == []
 
@@ -404,7 +413,7 @@ def test_fabric_window_publishes_a_revision_only_when_content_changes() -> None:
     # the evidence gone: each standing verdict is withdrawn by a new revision
     copy.events.clear()
     _, withdrawn = copy.decide(config)
-    assert withdrawn and {a.root_cause.code for a in withdrawn} == {"superseded"}
+    assert withdrawn and {(a.status, a.root_cause) for a in withdrawn} == {("withdrawn", None)}
     assert all(a.revision == fw.emitted[a.attribution_id][0] + 1 for a in withdrawn)
 
 
@@ -468,8 +477,8 @@ def test_live_fabric_verdicts_wait_for_a_settled_shape(bundle: Path) -> None:
     records, _ = bundle_records(bundle)
     replayed = {a.attribution_id: a for a in replay_bundle(bundle).attributions}
     _, published = live_run(records)
-    assert [a.scope.id for a in published if a.root_cause.code == "superseded"] == []
-    finals = [a for a in published if a.scope.kind == "workload" and a.final]
+    assert [a.scope.id for a in published if a.status == "withdrawn"] == []
+    finals = [a for a in published if a.scope.kind == "workload" and a.status == "final"]
     assert finals
     for att in finals:
         assert att.root_cause.code == replayed[att.attribution_id].root_cause.code, att.scope.id

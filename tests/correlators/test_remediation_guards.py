@@ -69,7 +69,7 @@ def verdict(code: str, host: str, att_id: str, at: int = T0, *, workload: str | 
         scope=Scope(kind="workload", id=workload or f"job-{att_id}", cluster=cluster),
         window=Window(start=at - 600 * NS, end=at), outcome="failed", domain="gpu_hardware",
         root_cause=RootCause(code=code, text=f"{code} on {host}"), culprits=Culprits(hosts=[host]),
-        confidence=0.9, quality=quality, final=final, ruleset_version="t", engine_version="t", decided_at=at,
+        confidence=0.9, quality=quality, status="final" if final else "provisional", ruleset_version="t", engine_version="t", decided_at=at,
     )
 
 

@@ -474,7 +474,7 @@ def test_a_pending_proposal_takes_the_cause_of_the_final_verdict():
     result = replay_bundle(bundle)
     final = result.attribution
     provisional = final.model_copy(update={
-        "revision": 1, "final": False,
+        "revision": 1, "status": "provisional",
         "root_cause": final.root_cause.model_copy(update={"code": "fabric.port.link_down"})})
     engine = RemediationEngine(load_policy(), fleet_size=100, topology=bundle_topology(bundle))
     first = engine.on_attribution(provisional)
@@ -486,9 +486,9 @@ def test_a_pending_proposal_takes_the_cause_of_the_final_verdict():
 
 def test_a_withdrawn_fabric_verdict_lets_its_proposals_lapse_and_proposes_no_recertification():
     """The stream withdraws a port's verdict when the evidence turns out to be a switch fault
-    (root cause 'superseded', quality insufficient): its proposals expire; no recertify of its
-    hosts is proposed, as it would be for a verdict that is merely insufficient."""
-    from correlators.fabric import superseded
+    (status withdrawn, no root cause, quality insufficient): its proposals expire; no recertify
+    of its hosts is proposed, as it would be for a verdict that is merely insufficient."""
+    from correlators.fabric import withdrawal
     from streams.replay import replay_bundle
     from correlators.remediation import RemediationEngine, load_policy
 
@@ -497,7 +497,8 @@ def test_a_withdrawn_fabric_verdict_lets_its_proposals_lapse_and_proposes_no_rec
     fabric = next(a for a in result.attributions if a.scope.kind == "fabric_port")
     engine = RemediationEngine(load_policy(), fleet_size=100, topology=bundle_topology(bundle))
     (proposed,) = engine.on_attribution(fabric)
-    withdrawn = superseded(fabric, []).model_copy(update={"revision": 2})
+    withdrawn = withdrawal(fabric, []).model_copy(update={"revision": 2})
     records = engine.on_attribution(withdrawn)
     assert [(r.action_id, r.state) for r in records] == [(proposed.action_id, "expired")]
-    assert "superseded" in records[0].reason
+    assert records[0].reason == (f"cause cleared: revision 2 of {fabric.attribution_id} says withdrawn "
+                                 "(unknown, insufficient)")

@@ -96,7 +96,7 @@ def all_verdict(tmp_path: Path) -> tuple[Attribution, WorkloadSpec]:
 def test_the_verdict_of_a_line_naming_host_all_proposes_no_action_on_all(tmp_path):
     att, spec = all_verdict(tmp_path)
     # the correlator does take the host from the line: the culprit is "ALL"
-    assert (att.root_cause.code, att.culprits.hosts, att.final) == ("gpu.xid.79", ["ALL"], True)
+    assert (att.root_cause.code, att.culprits.hosts, att.status) == ("gpu.xid.79", ["ALL"], "final")
     eng = RemediationEngine(load_policy(), fleet_size=64)
     eng.on_workload(spec.cluster, spec.workload_id, spec.nodes, spec.end_ns)
     out = eng.on_attribution(att)

@@ -122,7 +122,7 @@ def test_port_key_is_the_switch_end_when_the_topology_knows_the_cable(index):
     assert index.port_key(ev("leaf-01", port=3)) == "leaf-01/3"
     assert index.port_key(ev("x", fabric_port="node-a03/mlx5_0/1")) == "leaf-01/3"
     # an unknown cable falls back to what the line names
-    assert index.port_key(ev("node-z99", device="0000:0c:00.0")) == "node-z99/0000:0c:00.0"
+    assert index.port_key(ev("node-z99", device="0000:0c:00.0")) == "node-z99/0000:0c:00.0/1"
     # a known switch's own line about a port no host is cabled to (an uplink) is that port
     assert index.port_key(ev("leaf-01", type_="fabric.port_state", port=33, state="DOWN")) == "leaf-01/33"
     assert index.port_key(ev("spine-01", type_="fabric.port_state", port=1, state="DOWN")) == "spine-01/1"
@@ -193,9 +193,9 @@ def test_switches_include_uplink_ends(index):
 def test_without_topology_port_keys_fall_back_to_the_line():
     idx = FabricIndex(None)
     assert idx.link_of(ev("node-a03", device="0000:0c:00.0")) is None
-    assert idx.port_key(ev("node-a03", device="0000:0c:00.0", netdev="ibp12s0")) == "node-a03/0000:0c:00.0"
-    assert idx.port_key(ev("node-a03", netdev="ibp12s0")) == "node-a03/ibp12s0"
-    assert idx.port_key(ev("node-a03", type_="nccl.ib_async_event", device="mlx5_2", port=1)) == "node-a03/mlx5_2"
+    assert idx.port_key(ev("node-a03", device="0000:0c:00.0", netdev="ibp12s0")) == "node-a03/0000:0c:00.0/1"
+    assert idx.port_key(ev("node-a03", netdev="ibp12s0")) == "node-a03/ibp12s0/1"
+    assert idx.port_key(ev("node-a03", type_="nccl.ib_async_event", device="mlx5_2", port=1)) == "node-a03/mlx5_2/1"
     assert idx.port_key(ev("leaf-01", type_="fabric.port_state", side="switch", port=7, state="DOWN")) == "leaf-01/7"
     assert idx.port_key(ev("x", type_="fabric.port_errors", fabric_port="node-a03/mlx5_0/1")) == "node-a03/mlx5_0/1"
     assert idx.port_key(ev("node-a03", type_="nccl.ib_async_event", event="port error")) is None

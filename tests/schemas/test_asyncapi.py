@@ -103,7 +103,7 @@ def test_required_asyncapi_3_fields_and_object_shapes(doc: dict[str, Any]) -> No
     assert set(doc) <= TOP_LEVEL
     assert set(doc["info"]) <= INFO
     assert isinstance(doc["info"]["title"], str) and doc["info"]["title"]
-    assert isinstance(doc["info"]["version"], str) and doc["info"]["version"] == "1"
+    assert isinstance(doc["info"]["version"], str) and doc["info"]["version"] == "2"
     assert doc["defaultContentType"] == "application/json"
 
     assert list(doc["servers"]) == ["local"]
@@ -195,6 +195,18 @@ def test_one_channel_per_catalogue_topic_with_its_kafka_bindings(doc: dict[str, 
     assert dl["partitions"] == 3 and dl["topicConfiguration"]["retention.ms"] == 30 * DAY_MS
     assert doc["operations"]["receiveObservations"]["action"] == "receive"
     assert doc["operations"]["sendAttributions"]["action"] == "send"
+    # people publish commands through the CLI and the worker consumes them
+    commands = doc["operations"]["receiveRemediation-commands"]
+    assert commands["action"] == "receive"
+    assert commands["description"].startswith("published by people, through faultstream remediation")
+    assert "Tombstones (null value): right after a withdrawn verdict" in doc["operations"]["sendAttributions"]["description"]
+    # every message declares the three headers, the topology topic's as Observation records
+    for logical, message in doc["components"]["messages"].items():
+        props = message["headers"]["properties"]
+        assert message["headers"]["required"] == ["schema", "schema_version", "content-type"]
+        assert props["schema_version"]["const"] == "2" and props["content-type"]["const"] == "application/json"
+        want = "Observation" if logical == "topology" else message["name"]
+        assert props["schema"]["const"] == want, logical
 
 
 def test_the_prefix_names_the_addresses() -> None:

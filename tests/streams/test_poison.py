@@ -392,7 +392,7 @@ def test_resent_scheduler_record_changes_no_final_verdict(stream_env, kafka_boot
             [(r.host.encode(), canonical_json(r).encode()) for r in records])
 
     def final(ms: list[Any]) -> bool:
-        return any(v["scope"]["kind"] == "workload" and v["final"] for v in latest_verdicts(ms).values())
+        return any(v["scope"]["kind"] == "workload" and v["status"] == "final" for v in latest_verdicts(ms).values())
 
     before = consume(kafka_bootstrap, f"{prefix}.attributions", until=final, timeout=120)
     workload = next(r for r in records if r.format == "workload_yaml")
@@ -402,7 +402,7 @@ def test_resent_scheduler_record_changes_no_final_verdict(stream_env, kafka_boot
     assert len(after) == len(before)  # no new revision of anything
     assert latest_verdicts(after) == latest_verdicts(before)
     job = [v for v in latest_verdicts(after).values() if v["scope"]["kind"] == "workload"]
-    assert job and all(v["final"] for v in job)
+    assert job and all(v["status"] == "final" for v in job)
 
 
 def test_verdicts_skips_bad_records_and_tombstones(stream_env, kafka_bootstrap):

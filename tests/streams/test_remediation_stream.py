@@ -99,7 +99,7 @@ def gpu_verdict(host: str, cluster: str, *, at: int = T0, final: bool = True, at
         window=Window(start=at - 600 * NS, end=at), outcome="failed", domain="gpu_hardware",
         root_cause=RootCause(code="gpu.xid.79", text=f"GPU 3 of {host} fell off the bus (XID 79)"),
         culprits=Culprits(hosts=[host], gpus=[GpuRef(index=3)]), confidence=0.95, quality="definitive",
-        final=final, ruleset_version="t", engine_version="t", decided_at=at,
+        status="final" if final else "provisional", ruleset_version="t", engine_version="t", decided_at=at,
     )
 
 

@@ -167,11 +167,11 @@ def scope_key(att: dict) -> str:
 
 def standing(verdicts: dict[str, Any]) -> set[str]:
     """The attribution ids of the verdicts left standing: the stream may withdraw fabric or
-    incident verdicts it emitted early (root cause ``superseded``: what all the evidence shows
+    incident verdicts it emitted early (status ``withdrawn``: what all the evidence shows
     replaced them); every verdict it leaves standing must be one replay gives."""
-    def code(v: Any) -> str:
-        return v["root_cause"]["code"] if isinstance(v, dict) else v.root_cause.code
-    return {k for k, v in verdicts.items() if code(v) != "superseded"}
+    def status(v: Any) -> str:
+        return v["status"] if isinstance(v, dict) else v.status
+    return {k for k, v in verdicts.items() if status(v) != "withdrawn"}
 
 
 def named(att: dict) -> str:
@@ -473,6 +473,6 @@ def test_a_topology_from_the_topology_connector_names_the_port_in_the_stream(str
     assert [a["scope"]["kind"] for a in expected.values()] == ["workload", "fabric_port", "incident"]
     messages = consume(kafka_bootstrap, f"{prefix}.attributions", until=final_for(expected), timeout=120)
     latest = latest_verdicts(messages)
-    fabric = next(a for a in latest.values() if a["scope"]["kind"] == "fabric_port" and a["root_cause"]["code"] != "superseded")
+    fabric = next(a for a in latest.values() if a["scope"]["kind"] == "fabric_port" and a["status"] != "withdrawn")
     assert fabric["scope"]["id"] == "leaf-01/Ethernet16"
     assert fabric["culprits"]["ports"] == ["leaf-01/Ethernet16", "node-a03/mlx5_0/1"]
