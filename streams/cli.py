@@ -434,8 +434,9 @@ def verdicts(
 ) -> None:
     """Print the verdicts on the attributions topic (every revision, in topic order).
 
-    A record that is not a verdict (a tombstone, bad JSON, another schema) is skipped with a
-    warning on stderr; a broker that does not answer within --connect-timeout seconds exits 2
+    A tombstone (the null value after a withdrawn verdict, already printed) prints nothing; a
+    record that is not a verdict (bad JSON, another schema) is skipped with a warning on
+    stderr; a broker that does not answer within --connect-timeout seconds exits 2
     with a message."""
     import uuid
 
@@ -479,9 +480,9 @@ def verdicts(
                 raise KafkaException(msg.error())
             idle_since = _time.monotonic()
             where = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
+            if msg.value() is None:
+                continue
             try:
-                if msg.value() is None:
-                    raise ValueError("tombstone (no value)")
                 att = Attribution.model_validate_json(msg.value())
             except (ValueError, ValidationError, RecursionError) as exc:
                 skipped += 1

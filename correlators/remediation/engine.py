@@ -400,7 +400,8 @@ class RemediationEngine:
                 if stale is not None:
                     stale.append(
                         f"certification {cert.suite} ({cid}) of {cert.host} finished at {format_utc(cert.finished_at)}, "
-                        f"not after {a.action} {a.action_id} started at {format_utc(floor)}: it cannot return the node")
+                        f"not after {format_utc(floor)}, when the last started step of the chain of {a.action} "
+                        f"{a.action_id} started: it cannot return the node")
                 continue
             t.certifications.append(cid)
             # steps still to run (a started recertify is the certification itself: not waiting)

@@ -212,7 +212,7 @@ def garbage(records: list[dict]) -> Any:
         st.just(None),  # tombstone
         st.just(b"[" * 100_000),
         st.builds(lambda d: json.dumps(d).encode(), json_values),
-        st.sampled_from([b'{"schema_version": 1, "kind": "topology"}', b"1" * 5000, b'{"kind": "event"}']),
+        st.sampled_from([b'{"schema_version": 2, "kind": "topology"}', b"1" * 5000, b'{"kind": "event"}']),
     )
 
 
@@ -239,7 +239,7 @@ def test_worker_agents_survive_fuzzed_records_and_every_sink_progresses(stream_e
     worker = stream_env["start"](FAULTSTREAM_CLICKHOUSE=f"chdb://{ch_dir}")
     observations, messages = real_records()
     topology = [o for o in observations if o["kind"] == "topology"] or observations[:1]
-    command = {"schema_version": 1, "command_id": "", "command": "approve", "action_id": "act-0", "cluster": "c1",
+    command = {"schema_version": 2, "command_id": "", "command": "approve", "action_id": "act-0", "cluster": "c1",
                "by": "alice", "reason": "ok", "at": 1_796_001_664_123_000_000, "key_id": "", "signature": ""}
     topics = {
         f"{prefix}.observations": garbage(observations),

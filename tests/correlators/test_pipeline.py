@@ -28,6 +28,7 @@ from schemas.messages import (
     InterestMessage,
     Span,
     SpecMessage,
+    TopologyMessage,
     parse_fabric_message,
     parse_workload_message,
     message_json,
@@ -483,3 +484,35 @@ def test_live_fabric_verdicts_wait_for_a_settled_shape(bundle: Path) -> None:
     for att in finals:
         assert att.root_cause.code == replayed[att.attribution_id].root_cause.code, att.scope.id
     assert {a.attribution_id for a in published} <= set(replayed)
+
+
+def test_a_topology_tombstone_deletes_the_clusters_topology_and_its_fabric_verdicts_follow() -> None:
+    """``faultstream connect topology --delete``: the stream forgets the topology; the port
+    verdict is decided again without it, on the host side of the cable the logs name."""
+    bundle = EXAMPLES / "fabric-port-flap-host-side-only"
+    records, _ = bundle_records(bundle)
+    stores = Stores()
+    latest, _ = live_run(records, stores=stores)
+    (cluster,) = {r.cluster for r in records if r.kind == "topology"}
+    assert cluster in stores.topology
+    before = next(a for a in latest.values() if a.scope.kind == "fabric_port")
+    assert before.scope.id == "leaf-01/Ethernet16"
+    p = Pipeline(LIVE, stores)
+    (route,) = p.delete_topology(cluster)
+    assert (route.channel, route.key, route.message) == ("fabric", cluster, TopologyMessage(topology=None))
+    effects = p.apply(route.channel, route.key, route.message, now=1e6)
+    for now in (1e6 + 60, 1e6 + 120):  # the fabric flushes: the new shape settles, then is sent
+        for flush in p.due_flushes(now):
+            effects += p.apply(flush.channel, flush.key, flush.message, now=now)
+    assert cluster not in stores.topology and p.fabric[cluster].topology is None
+    published = [e for e in effects if isinstance(e, (Publish, Tombstone)) and e.topic == "attributions"]
+    # without the cable map the port is the host side the logs name: a new fabric verdict, and
+    # the switch-side one withdrawn and tombstoned
+    (now_fabric,) = [e.record for e in published if isinstance(e, Publish)
+                     and e.record.scope.kind == "fabric_port" and e.record.status != "withdrawn"]
+    assert now_fabric.scope.id == "node-a03/0000:0c:00.0/1"
+    assert [c.model_dump() for c in now_fabric.culprits.cables] == [
+        {"switch_port": None, "host_port": "node-a03/0000:0c:00.0/1"}]
+    withdrawn = next(e.record for e in published if isinstance(e, Publish) and e.key == before.attribution_id)
+    assert withdrawn.status == "withdrawn" and withdrawn.superseded_by
+    assert any(isinstance(e, Tombstone) and e.key == before.attribution_id for e in published)

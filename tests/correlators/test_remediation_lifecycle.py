@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from schemas.utc import format_utc
+
 from correlators.remediation import (
     TERMINAL,
     TRANSITIONS,
@@ -281,15 +283,23 @@ def test_node_returns_to_service_only_after_a_passing_certification():
     assert eng.on_execution(drain, ok=True, detail="State=DRAIN", executor="slurm", at=T0 + 2 * MIN) == []
     assert [a.action_id for a in eng.executable()] == [reboot]
 
-    # a certification from before the remediation says nothing about it
-    assert eng.on_certification(cert(True, T0 - MIN)) == []
+    # a certification from before the remediation says nothing about it, and says why
+    stale: list[str] = []
+    before = cert(True, T0 - MIN)
+    assert eng.on_certification(before, stale) == []
+    assert stale == [
+        f"certification nvcre ({before.certification_id}) of node-1 finished at {format_utc(T0 - MIN)}, "
+        f"not after {format_utc(T0 + MIN)}, when the last started step of the chain of drain {drain} started: "
+        "it cannot return the node"]
     # passing, but the reboot has not run yet: the node stays out
     early = eng.on_certification(cert(True, T0 + 3 * MIN))
     assert early[0].state == "executing" and "is still pending: node stays out of service" in early[0].result
     eng.on_execution(reboot, ok=True, detail="rebooted", executor="slurm", at=T0 + 5 * MIN)
     assert eng.get(reboot).state == "done"
-    # certified before the reboot started: ignored
-    assert eng.on_certification(cert(True, T0 + 4 * MIN)) == []
+    # certified before the reboot started: ignored, with the reason
+    stale.clear()
+    assert eng.on_certification(cert(True, T0 + 4 * MIN), stale) == []
+    assert len(stale) == 1 and f"not after {format_utc(T0 + 5 * MIN)}, when the last started step" in stale[0]
     # a failed certification keeps the node out
     failed = cert(False, T0 + 20 * MIN)
     kept = eng.on_certification(failed)

@@ -10,7 +10,7 @@ from streams.app import decode_record
 
 
 def test_a_record_missing_fields_names_them() -> None:
-    reason = decode_record(json.dumps({"schema_version": 1, "body": "x"}).encode(), None)
+    reason = decode_record(json.dumps({"schema_version": 2, "body": "x"}).encode(), None)
     assert reason.startswith("invalid record: field 'source': Field required; field 'kind': Field required; ")
     assert reason.endswith("more)")
 
