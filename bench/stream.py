@@ -73,6 +73,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from schemas.bundle import WorkloadSpec  # noqa: E402
+from schemas.utc import format_utc  # noqa: E402
 from schemas.records import (  # noqa: E402
     SCHEMA_VERSION,
     TIME_QUALITY_EXACT,
@@ -104,7 +105,6 @@ def _obs(kind: str, at: int, host: str, fmt: str, *, body: str | None = None, me
     """An Observation as JSON data with its id -- the same bytes ``Observation(...).with_id()``
     gives (checked by :func:`_self_check`), built without pydantic so 1 M of them are cheap."""
     data = {
-        "schema_version": SCHEMA_VERSION,
         "source": {"connector": connector, "instance": host},
         "kind": kind,
         "observed_at": at,
@@ -122,7 +122,10 @@ def _obs(kind: str, at: int, host: str, fmt: str, *, body: str | None = None, me
         "attributes": attributes or {},
         "position": {"file": file, "line": line},
     }
+    # the id hashes the content without schema_version and the time twin (Observation.with_id)
     data["observation_id"] = content_id("obs", data)
+    data["schema_version"] = SCHEMA_VERSION
+    data["observed_at_utc"] = format_utc(at)
     data["position"] = {"file": file, "line": line, "topic": None, "partition": None, "offset": None}
     return data
 

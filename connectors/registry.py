@@ -39,6 +39,7 @@ BUILTIN: dict[str, str] = {
     "counters": "connectors.counters:connect_counters_cli",
     "certifications": "connectors.certifications:connect_certifications_cli",
     "files": "connectors.files:connect_files_cli",
+    "prometheus": "connectors.prometheus:connect_prometheus_cli",
     "slurm": "connectors.slurm:connect_slurm_cli",
     "topology": "connectors.topology:connect_topology_cli",
 }

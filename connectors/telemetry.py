@@ -46,6 +46,7 @@ from connectors.timefmt import LineTime, TimeContext, parse_line_time
 from schemas.records import TIME_QUALITY_SECONDS, GpuRef
 
 __all__ = [
+    "CLOCK_EVENT_REASON_BITS",
     "TelemetrySample",
     "detect_format",
     "parse_telemetry",
@@ -472,8 +473,9 @@ _NVML_KEYS = {
     "remapped_rows_failure": "remapped_rows_failure",
     "utilization_gpu_pct": "utilization_gpu_pct",
 }
-# nvmlClocksEventReason* bit masks (nvml.h).
-_REASON_BITS = {
+#: nvmlClocksEventReason* bit masks (nvml.h): reason flag name -> bit, shared by every reader of
+#: clocks event reasons (NVML JSON, DCGM_FI_DEV_CLOCK_THROTTLE_REASONS).
+CLOCK_EVENT_REASON_BITS = {
     "gpu_idle": 0x1, "sw_power_cap": 0x4, "hw_slowdown": 0x8, "sync_boost": 0x10,
     "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80,
 }
@@ -517,7 +519,7 @@ def parse_nvml_json(text: str, ctx: TimeContext) -> list[TelemetrySample]:
             metric["power_w"] = _value(d["power_mw"]) / 1000.0  # type: ignore[operator]
         mask = d.get("clocks_event_reasons", d.get("clocks_throttle_reasons"))
         if isinstance(mask, int) and not isinstance(mask, bool):
-            for name, bit in _REASON_BITS.items():
+            for name, bit in CLOCK_EVENT_REASON_BITS.items():
                 metric[name] = 1.0 if mask & bit else 0.0
         rr = d.get("remapped_rows")
         vals: list[Any] | None = None
