@@ -106,7 +106,7 @@ from schemas.records import (
 )
 from schemas.yamlspec import load_yaml
 
-__all__ = ["MAX_BODY_CHARS", "MAX_STEP_RECORD_BYTES", "NUL_MARK", "RANK_PREFIX", "SCHEDULER_DIR", "SCHEDULER_HOST",
+__all__ = ["MAX_BODY_CHARS", "MAX_STEP_RECORD_BYTES", "NUL_MARK", "RANK_PREFIX", "cut_body", "rank_of_prefix", "SCHEDULER_DIR", "SCHEDULER_HOST",
            "BundleConnector", "BundleError"]
 
 #: Bodies longer than this (characters) are cut, with a marker and ``attributes.truncated``.
@@ -133,6 +133,28 @@ _RAW_DMESG = r"^(?:kernel: |<\d{1,3}>|[a-z]+\d? *:[a-z]+ *: )?\[ *\d+\.\d+(?: <[
 #: ``dmesg -H`` relative lines (``[  +0.000123]``): timed only in file order
 _REL_DMESG = r"^(?:<\d{1,3}>|[a-z]+\d? *:[a-z]+ *: )?\[ *\+\d+\.\d+\]"
 NUL_MARK = "\u2400"  # SYMBOL FOR NULL: NUL bytes in text files are shown as this
+
+
+def cut_body(text: str, attributes: dict[str, Any], skipped: int = 0) -> str:
+    """``text`` as an observation body: cut to :data:`MAX_BODY_CHARS` characters with a marker
+    line saying how many more there were, ``attributes["truncated"]`` set to the full length
+    (plus ``skipped``, bytes of its lines already dropped while reading) when it is cut or
+    anything was skipped. Every log reader (bundle, files, Loki) cuts the same way."""
+    if len(text) > MAX_BODY_CHARS or skipped:
+        attributes["truncated"] = len(text) + skipped
+        if len(text) > MAX_BODY_CHARS:
+            text = text[:MAX_BODY_CHARS] + f"\n[faultstream: cut, {len(text) - MAX_BODY_CHARS} more characters]"
+    return text
+
+
+def rank_of_prefix(first_line: str) -> int | None:
+    """The rank of a record whose first line starts with PyTorch's ``[rankN]:`` prefix
+    (:data:`RANK_PREFIX`), else None."""
+    if first_line.startswith("[rank"):
+        m = RANK_PREFIX.match(first_line)
+        if m:
+            return int(m[1])
+    return None
 _TEXT_BYTES = bytes([9, 10, 13]) + bytes(range(32, 256))
 
 
@@ -804,9 +826,8 @@ class BundleConnector:
         if text is None:
             text = "\n".join(lines[s:e])
         attributes: dict[str, Any] = {}
-        if len(text) > MAX_BODY_CHARS:
-            attributes["truncated"] = len(text)
-            text = text[:MAX_BODY_CHARS] + f"\n[faultstream: cut, {len(text) - MAX_BODY_CHARS} more characters]"
+        text = cut_body(text, attributes)
+        if "truncated" in attributes:
             tally["truncated"] += 1
         lt = times.line(s)
         fmt = "unknown"
@@ -822,12 +843,7 @@ class BundleConnector:
             else:
                 at, source, quality = self._transport_ns, "transport", TIME_QUALITY_TRANSPORT
         tally[source] += 1
-        rank = None
-        first = lines[s]
-        if first.startswith("[rank"):
-            m = RANK_PREFIX.match(first)
-            if m:
-                rank = int(m[1])
+        rank = rank_of_prefix(lines[s])
         return Observation(
             source=Source(connector="bundle", instance=self._instance),
             kind=src.kind,

@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Callable, Iterator, 
 
 import typer
 
-from connectors.bundle import _TEXT_BYTES, BINARY_CONTROL_SHARE, NUL_MARK, RANK_PREFIX, MAX_BODY_CHARS
+from connectors.bundle import _TEXT_BYTES, BINARY_CONTROL_SHARE, NUL_MARK, cut_body, rank_of_prefix
 from connectors.prefilter import EdgePrefilter, EdgeTotals
 from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, record_span
 from connectors.timefmt import LineClock, TimeContext
@@ -732,9 +732,7 @@ class FilesConnector:
             attributes["file_epoch"] = tail.epoch
         # bytes of its lines skipped while reading (lines longer than MAX_LINE_BYTES)
         skipped = sum(tail.skipped.pop(end, 0) for end in tail.ends[s - base:e - base]) if tail.skipped else 0
-        if len(text) > MAX_BODY_CHARS or skipped:
-            attributes["truncated"] = len(text) + skipped
-            text = text[:MAX_BODY_CHARS] + f"\n[faultstream: cut, {len(text) - MAX_BODY_CHARS} more characters]"
+        text = cut_body(text, attributes, skipped)
         first = buf[s]
         if tail.clock is None or tail.clock_epoch != tail.epoch:
             tail.clock, tail.clock_epoch = LineClock(self.ctx), tail.epoch
@@ -752,11 +750,7 @@ class FilesConnector:
                 at, source, quality = ahead.at_ns, "inferred", TIME_QUALITY_INHERITED
             else:
                 at, source, quality = self._mtime(tail), "transport", TIME_QUALITY_TRANSPORT
-        rank = None
-        if first.startswith("[rank"):
-            m = RANK_PREFIX.match(first)
-            if m:
-                rank = int(m[1])
+        rank = rank_of_prefix(first)
         tail.stats.records += 1
         if fmt == "unknown":
             tail.stats.unparsed += 1

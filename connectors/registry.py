@@ -36,9 +36,12 @@ GROUP = "faultstream.connectors"
 #: name -> "module:attribute" of the built-in connector commands.
 BUILTIN: dict[str, str] = {
     "bundle": "connectors.publish:connect_bundle_cli",
-    "counters": "connectors.counters:connect_counters_cli",
     "certifications": "connectors.certifications:connect_certifications_cli",
+    "counters": "connectors.counters:connect_counters_cli",
     "files": "connectors.files:connect_files_cli",
+    "loki": "connectors.loki:connect_loki_cli",
+    "nvml": "connectors.nvml:connect_nvml_cli",
+    "nvsentinel": "connectors.nvsentinel:connect_nvsentinel_cli",
     "prometheus": "connectors.prometheus:connect_prometheus_cli",
     "slurm": "connectors.slurm:connect_slurm_cli",
     "topology": "connectors.topology:connect_topology_cli",

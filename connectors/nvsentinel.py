@@ -1,0 +1,1073 @@
+"""NVSentinel interop, both ways: HealthEvents in as evidence, final verdicts out as HealthEvents.
+
+**The HealthEvent** (NVIDIA NVSentinel, ``data-models/protobufs/health_event.proto``, package
+``datamodels``): ``version`` (uint32), ``agent`` (the monitor: ``syslog-health-monitor``,
+``gpu-health-monitor``, ...), ``componentClass`` (``GPU``, ``NIC``, ``NVSWITCH``,
+``INFRASTRUCTURE``), ``checkName`` (``SysLogsXIDError``, ``GpuMemWatch``, ...; the node
+condition NVSentinel sets), ``isFatal``, ``isHealthy``, ``message``, ``recommendedAction``
+(enum :data:`RECOMMENDED_ACTIONS`), ``errorCode`` (repeated string: ``"79"``,
+``"DCGM_FR_VOLATILE_DBE_DETECTED"``), ``entitiesImpacted`` (repeated ``{entityType,
+entityValue}``: ``GPU`` = a GPU index (gpu-health-monitor) or UUID (syslog-health-monitor),
+``GPU_UUID``, ``PCI``), ``metadata`` (map<string,string>; the syslog monitor puts the kernel line
+in ``JOURNAL_MESSAGE``), ``generatedTimestamp`` (google.protobuf.Timestamp), ``nodeName``,
+``quarantineOverrides`` / ``drainOverrides`` (``{force, skip}``) and ``processingStrategy``
+(:data:`PROCESSING_STRATEGIES`). Its JSON forms, all read here:
+
+* protobuf's JSON mapping (protojson): camelCase names, enums by name, the timestamp as RFC 3339
+  text (``2026-11-30T01:21:04.123456789Z``; written with nine fraction digits);
+* NVSentinel's event exporter (``event-exporter/pkg/transformer/cloudevents.go``): a CloudEvent
+  ``{"specversion": "1.0", "type": "com.nvidia.nvsentinel.health.v1", "data": {"metadata":
+  {"cluster": ...}, "healthEvent": {...}}}`` with ``recommendedAction`` as a number;
+* Go's encoding/json of the generated struct (``{"seconds", "nanos"}`` timestamps, numbers for
+  enums) and NVSentinel's MongoDB documents (``{"healthevent": {...}}`` with lower-case keys):
+  names are matched without regard to case;
+* a ``HealthEvents`` batch (``{"version": 1, "events": [...]}``) and JSON arrays.
+
+**In** (:class:`HealthEventFiles`, :class:`HealthEventTopic`): each HealthEvent becomes one
+Observation of kind ``health_event``, format ``nvsentinel``: ``host`` = ``nodeName``,
+``observed_at`` = ``generatedTimestamp`` (UTC ns, ``time_source="line"``, exact; without one the
+Kafka message time or the file's modification time, ``"transport"``), ``gpu`` from the first
+GPU entity (``GPU_UUID``, a ``GPU`` UUID or index, ``PCI`` normalised to ``dddd:bb:dd``),
+``attributes`` = the event's fields in protojson form (camelCase, enums by name). ``body`` is one
+line for the rule pack: an unhealthy event names its check, fatality, recommended action, error
+codes, entities and message (``... errorCode=DCGM_FR_VOLATILE_DBE_DETECTED ... message:
+Detected 2 volatile double-bit ECC error(s) in GPU 1.``), so the DCGM rules read a DCGM failure
+reason as they do in any log line; a healthy (recovery) event names neither its codes nor its
+message, so no failure rule fires on a recovery. The kernel line of ``JOURNAL_MESSAGE`` stays in
+``attributes.metadata`` (not in the body): the same XID read from the kernel log is not counted
+twice. Input that is not a HealthEvent (invalid JSON, no ``nodeName`` or ``checkName``, an
+unknown enum name, a bad timestamp) becomes a :class:`schemas.deadletter.DeadLetter` with the
+reason and the original bytes, published to the dead-letter topic.
+
+**Out** (:class:`VerdictBridge`, :func:`verdict_health_events`): each *final* verdict (``final:
+true``, or ``status: "final"``) of a workload scope with culprit hosts becomes one HealthEvent
+per culprit host, keyed by that host, on ``<prefix>.nvsentinel-health-events``: ``agent``
+``faultstream``, ``checkName`` ``Faultstream<Domain>`` (``FaultstreamGpuHardware``,
+``FaultstreamFabric``, ...: one node condition per cause domain), ``componentClass`` from the
+domain, ``errorCode`` = the root-cause code (and the bare XID number for an XID cause, the code
+NVSentinel's own XID events carry), ``recommendedAction`` from faultstream's remediation policy
+(:func:`recommended_action`), ``isFatal`` = the action is not ``NONE`` (NVSentinel's monitors'
+own rule), ``isHealthy`` false, ``entitiesImpacted`` the culprit GPUs (``GPU`` index, ``PCI``,
+``GPU_UUID``) when the verdict names one culprit host, ``generatedTimestamp`` = the verdict's
+``decided_at`` (event time), ``metadata`` the verdict's ids. The same verdict always gives the
+same bytes.
+
+NVSentinel's platform connector takes HealthEvents over gRPC only
+(``PlatformConnector/HealthEventOccurredV1`` on a Unix socket, ``unix:///var/run/nvsentinel.sock``);
+it has no HTTP endpoint, so nothing here posts to it: a forwarder from the topic to that socket
+is the deployment's part.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from correlators.ids import normalise_pci
+from correlators.remediation.policy import SEVERITY, Policy, load_policy, verdict_facts
+from schemas.deadletter import DeadLetter, reason_of
+from schemas.records import (
+    TIME_QUALITY_EXACT,
+    TIME_QUALITY_TRANSPORT,
+    Attribution,
+    CoverageEntry,
+    GpuRef,
+    Observation,
+    Position,
+    Source,
+)
+from schemas.topics import catalogue, topic_name
+from schemas.utc import format_utc, parse_utc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from confluent_kafka import Message
+
+    from connectors.cursor import CursorStore
+    from transport.kafka import RecordProducer
+
+__all__ = [
+    "HEALTH_TOPIC",
+    "LEGACY_ACTION_NAMES",
+    "PROCESSING_STRATEGIES",
+    "RECOMMENDED_ACTIONS",
+    "BridgeOptions",
+    "Entity",
+    "HealthEvent",
+    "HealthEventError",
+    "HealthEventFiles",
+    "HealthEventTopic",
+    "RoutedProducer",
+    "VerdictBridge",
+    "health_event_values",
+    "is_final",
+    "parse_health_event",
+    "parse_timestamp",
+    "recommended_action",
+    "to_observation",
+    "verdict_health_events",
+]
+
+log = logging.getLogger("faultstream.connector.nvsentinel")
+
+#: ``datamodels.RecommendedAction`` (health_event.proto): name -> number.
+RECOMMENDED_ACTIONS: dict[str, int] = {
+    "NONE": 0, "COMPONENT_RESET": 2, "CONTACT_SUPPORT": 5, "RUN_FIELDDIAG": 6, "RESTART_VM": 15,
+    "RESTART_BM": 24, "REPLACE_VM": 25, "RUN_DCGMEUD": 26, "RESTART_APP": 39, "UNKNOWN": 99,
+}
+_ACTION_NAMES = {v: k for k, v in RECOMMENDED_ACTIONS.items()}
+#: Names of the older ``platformconnector.RecommenedAction`` enum (protobufs/platformconnector.proto)
+#: that the current one dropped; accepted by name (their numbers now mean other actions).
+LEGACY_ACTION_NAMES = frozenset({
+    "NODE_REBOOT", "COMPONENT_REPLACEMENT", "APPLICATION_RESTART", "REPORT_ISSUE", "WORKFLOW_XID_13_31",
+    "WORKFLOW_ECC_DBE_SRAM", "WORKFLOW_NVLINK5_ERR", "WORKFLOW_XID_45", "WORKFLOW_XID_48", "CHECK_MECHANICALS",
+    "WORKFLOW_NVLINK_ERR", "UPDATE_SWFW", "RESET_FABRIC", "WORKFLOW_NVLINK_POTENTIALY_FATAL_ERR",
+    "CHECK_FM_CONFIG", "CHECK_THERMALS", "RESET_GPU", "CHECK_LINK_MECHANICAL_CONNECTIONS", "INVESTIGATE_LINK_SI",
+})
+#: ``datamodels.ProcessingStrategy``: name -> number.
+PROCESSING_STRATEGIES: dict[str, int] = {"UNSPECIFIED": 0, "EXECUTE_REMEDIATION": 1, "STORE_ONLY": 2}
+_STRATEGY_NAMES = {v: k for k, v in PROCESSING_STRATEGIES.items()}
+#: Logical name of the topic the verdict bridge publishes to (``<prefix>.nvsentinel-health-events``).
+HEALTH_TOPIC = "nvsentinel-health-events"
+#: Longest ``message`` the bridge writes (characters).
+MAX_MESSAGE = 1024
+
+_FIELDS = ("version", "agent", "componentClass", "checkName", "isFatal", "isHealthy", "message",
+           "recommendedAction", "errorCode", "entitiesImpacted", "metadata", "generatedTimestamp", "nodeName",
+           "quarantineOverrides", "drainOverrides", "processingStrategy")
+_BY_LOWER = {f.lower(): f for f in _FIELDS}
+
+
+class HealthEventError(ValueError):
+    """A JSON value that is not a usable HealthEvent; the message is the dead-letter reason."""
+
+
+class Entity(BaseModel):
+    """One impacted entity: ``entityType`` (``GPU``, ``GPU_UUID``, ``PCI``, ``NODE``, ...) and its
+    ``entityValue``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    entityType: str
+    entityValue: str
+
+
+class BehaviourOverrides(BaseModel):
+    """``quarantineOverrides`` / ``drainOverrides``: force or skip the step for this event."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    force: bool = False
+    skip: bool = False
+
+
+class HealthEvent(BaseModel):
+    """A HealthEvent in protobuf's JSON mapping (field names as in health_event.proto, enums by
+    name, ``generatedTimestamp`` RFC 3339 UTC text). Built by :func:`parse_health_event` from any
+    of the JSON forms the module docstring lists, and by :func:`verdict_health_events`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = Field(default=1, ge=0, le=2**32 - 1)
+    agent: str = ""
+    componentClass: str = ""
+    checkName: str = ""
+    isFatal: bool = False
+    isHealthy: bool = False
+    message: str = ""
+    recommendedAction: str = "NONE"
+    errorCode: list[str] = Field(default_factory=list)
+    entitiesImpacted: list[Entity] = Field(default_factory=list)
+    metadata: dict[str, str] = Field(default_factory=dict)
+    generatedTimestamp: str | None = None
+    nodeName: str = ""
+    quarantineOverrides: BehaviourOverrides | None = None
+    drainOverrides: BehaviourOverrides | None = None
+    processingStrategy: str = "UNSPECIFIED"
+
+
+# -- timestamps ------------------------------------------------------------------------------
+
+def parse_timestamp(value: Any) -> int:
+    """A HealthEvent ``generatedTimestamp`` -> UTC ns: RFC 3339 text (protojson, the event
+    exporter; :func:`schemas.utc.parse_utc`), ``{"seconds", "nanos"}`` (Go's encoding/json,
+    MongoDB documents) or a number of seconds since the epoch. Raises :class:`HealthEventError`
+    for anything else or a time before 1990 / after 2100."""
+    if isinstance(value, str):
+        try:
+            ns = parse_utc(value.strip())
+        except ValueError:
+            raise HealthEventError(f"generatedTimestamp {value[:60]!r} is not RFC 3339") from None
+    elif isinstance(value, dict):
+        low = {str(k).lower(): v for k, v in value.items()}
+        try:
+            ns = int(low.get("seconds", 0)) * 1_000_000_000 + int(low.get("nanos", 0))
+        except (TypeError, ValueError):
+            raise HealthEventError(f"generatedTimestamp {str(value)[:80]!r}: seconds/nanos are not integers") from None
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        ns = round(value * 1e9)
+    else:
+        raise HealthEventError(f"generatedTimestamp of type {type(value).__name__}")
+    if not 631_152_000 * 10**9 <= ns <= 4_102_444_800 * 10**9:
+        raise HealthEventError(f"generatedTimestamp {ns} ns is outside 1990..2100")
+    return ns
+
+
+# -- parsing -----------------------------------------------------------------------------------
+
+def _enum(value: Any, names: dict[int, str], known: Iterable[str], what: str) -> str:
+    if isinstance(value, bool):
+        raise HealthEventError(f"{what} {value!r} is not an enum value")
+    if isinstance(value, int):
+        return names.get(value, str(value))  # proto3 enums are open: an unknown number is kept
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            return names.get(int(text), text)
+        if text in known:
+            return text
+        raise HealthEventError(f"{what} {text[:60]!r} is not a name of the enum")
+    raise HealthEventError(f"{what} of type {type(value).__name__}")
+
+
+def _lower_keys(obj: dict[str, Any]) -> dict[str, Any]:
+    return {str(k).lower(): v for k, v in obj.items()}
+
+
+def parse_health_event(obj: Any) -> tuple[HealthEvent, int | None]:
+    """One HealthEvent object (any of the JSON forms, keys matched without regard to case) ->
+    (:class:`HealthEvent` in protojson form, its time in UTC ns or None when it has none).
+
+    Raises :class:`HealthEventError` (the reason) when it is not an object, lacks ``nodeName`` or
+    ``checkName``, names an unknown ``recommendedAction`` / ``processingStrategy``, or holds a
+    field of the wrong type."""
+    if not isinstance(obj, dict):
+        raise HealthEventError(f"not a JSON object but {type(obj).__name__}")
+    raw = {_BY_LOWER[k]: v for k, v in _lower_keys(obj).items() if k in _BY_LOWER}
+    data: dict[str, Any] = {k: v for k, v in raw.items() if v is not None}
+    at: int | None = None
+    if "generatedTimestamp" in data:
+        at = parse_timestamp(data["generatedTimestamp"])
+        data["generatedTimestamp"] = format_utc(at)
+    if "recommendedAction" in data:
+        data["recommendedAction"] = _enum(data["recommendedAction"], _ACTION_NAMES,
+                                          set(RECOMMENDED_ACTIONS) | LEGACY_ACTION_NAMES, "recommendedAction")
+    if "processingStrategy" in data:
+        data["processingStrategy"] = _enum(data["processingStrategy"], _STRATEGY_NAMES, PROCESSING_STRATEGIES,
+                                           "processingStrategy")
+    codes = data.get("errorCode")
+    if isinstance(codes, (str, int)) and not isinstance(codes, bool):
+        codes = [codes]
+    if codes is not None:
+        if not isinstance(codes, list) or not all(isinstance(c, (str, int)) and not isinstance(c, bool) for c in codes):
+            raise HealthEventError("errorCode is not a list of strings")
+        data["errorCode"] = [str(c) for c in codes]
+    ents = data.get("entitiesImpacted")
+    if ents is not None:
+        if not isinstance(ents, list) or not all(isinstance(e, dict) for e in ents):
+            raise HealthEventError("entitiesImpacted is not a list of objects")
+        data["entitiesImpacted"] = [
+            {"entityType": str(low.get("entitytype", "")), "entityValue": str(low.get("entityvalue", ""))}
+            for low in map(_lower_keys, ents)]
+    meta = data.get("metadata")
+    if meta is not None:
+        if not isinstance(meta, dict):
+            raise HealthEventError("metadata is not an object")
+        data["metadata"] = {str(k): v if isinstance(v, str) else json.dumps(v, sort_keys=True) for k, v in meta.items()}
+    for name in ("quarantineOverrides", "drainOverrides"):
+        if isinstance(data.get(name), dict):
+            data[name] = _lower_keys(data[name])
+    try:
+        event = HealthEvent.model_validate(data)
+    except ValidationError as exc:
+        raise HealthEventError(reason_of(exc)) from None
+    if not event.nodeName.strip():
+        raise HealthEventError("no nodeName: the node the event is about is unknown")
+    if not event.checkName.strip():
+        raise HealthEventError("no checkName")
+    return event, at
+
+
+def health_event_values(value: Any) -> list[tuple[Any, str]]:
+    """The HealthEvent objects inside one decoded JSON value, each with the cluster its envelope
+    names (``""`` if none): a bare event, a JSON array, a ``HealthEvents`` batch, a MongoDB
+    document (``healthevent``) or an event-exporter CloudEvent (``data.healthEvent``,
+    ``data.metadata.cluster``). The objects are not validated (see :func:`parse_health_event`)."""
+    out: list[tuple[Any, str]] = []
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, cluster = stack.pop()
+        if isinstance(item, list):
+            stack.extend((v, cluster) for v in reversed(item))
+            continue
+        if isinstance(item, dict):
+            low = _lower_keys(item)
+            if "specversion" in low and isinstance(low.get("data"), dict):
+                data = _lower_keys(low["data"])
+                meta = data.get("metadata")
+                name = str(_lower_keys(meta).get("cluster") or "") if isinstance(meta, dict) else ""
+                stack.append((data.get("healthevent"), name or cluster))
+                continue
+            if isinstance(low.get("events"), list) and not (set(low) & {"checkname", "nodename"}):
+                stack.extend((v, cluster) for v in reversed(low["events"]))
+                continue
+            if isinstance(low.get("healthevent"), dict):
+                stack.append((low["healthevent"], cluster))
+                continue
+        out.append((item, cluster))
+    return out
+
+
+def _gpu_of(entities: Sequence[Entity]) -> GpuRef | None:
+    uuid = index = pci = None
+    for e in entities:
+        kind, value = e.entityType.upper(), e.entityValue.strip()
+        if kind == "GPU_UUID" and uuid is None:
+            uuid = value or None
+        elif kind == "GPU":
+            if value.upper().startswith("GPU-") and uuid is None:
+                uuid = value
+            elif value.isdigit() and index is None and int(value) < 2**31:
+                index = int(value)
+        elif kind == "PCI" and pci is None:
+            pci = normalise_pci(value)
+    if uuid is None and index is None and pci is None:
+        return None
+    return GpuRef(index=index, uuid=uuid, pci_bus_id=pci)
+
+
+def _body(e: HealthEvent) -> str:
+    ents = " ".join(f"{x.entityType}={x.entityValue}" for x in e.entitiesImpacted) or "-"
+    head = f"NVSentinel HealthEvent {e.agent or '-'}/{e.checkName} on {e.nodeName}"
+    if e.isHealthy:
+        return f"{head}: healthy, component={e.componentClass or '-'}, entities={ents}"
+    codes = ",".join(e.errorCode) or "-"
+    message = " ".join(e.message.split())
+    return (f"{head}: unhealthy, fatal={'true' if e.isFatal else 'false'}, "
+            f"recommendedAction={e.recommendedAction}, errorCode={codes}, component={e.componentClass or '-'}, "
+            f"entities={ents}; message: {message}")
+
+
+def to_observation(event: HealthEvent, at_ns: int | None, *, instance: str, transport_ns: int,
+                   cluster: str = "", workload_id: str | None = None, position: Position | None = None) -> Observation:
+    """The ``health_event`` Observation of one parsed HealthEvent (see the module docstring).
+    ``at_ns``: its ``generatedTimestamp`` (UTC ns) or None, then ``transport_ns`` (the Kafka
+    message or file time) with ``time_source="transport"``. ``instance``: ``Source.instance``
+    (the file or topic read)."""
+    if at_ns is not None:
+        at, source, quality = at_ns, "line", TIME_QUALITY_EXACT
+    else:
+        at, source, quality = transport_ns, "transport", TIME_QUALITY_TRANSPORT
+    return Observation(
+        source=Source(connector="nvsentinel", instance=instance),
+        kind="health_event",
+        observed_at=at,
+        time_source=source,
+        time_quality=quality,
+        host=event.nodeName,
+        cluster=cluster,
+        workload_id=workload_id,
+        gpu=_gpu_of(event.entitiesImpacted),
+        format="nvsentinel",
+        body=_body(event),
+        attributes=event.model_dump(mode="json", exclude_none=True),
+        position=position or Position(),
+    ).with_id()
+
+
+def _dead_letter(instance: str, reason: str, original: bytes | None, *, key: bytes | None = None,
+                 position: Position | None = None) -> DeadLetter:
+    return DeadLetter(source=f"connector.nvsentinel:{instance}", reason=reason, original=original,
+                      original_key=key, position=position or Position(), at_ns=time.time_ns()).with_id()
+
+
+def _records_of(value: Any, original: bytes, *, instance: str, transport_ns: int, cluster: str,
+                workload_id: str | None, position: Position, key: bytes | None = None,
+                stats: _Counts) -> list[BaseModel]:
+    """Observations and dead letters of one decoded JSON value."""
+    items = health_event_values(value)
+    out: list[BaseModel] = []
+    for obj, envelope_cluster in items:
+        try:
+            event, at = parse_health_event(obj)
+        except HealthEventError as exc:
+            stats.dead += 1
+            raw = original if len(items) == 1 else json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()
+            out.append(_dead_letter(instance, f"not a HealthEvent: {exc}", raw, key=key, position=position))
+            continue
+        stats.events += 1
+        out.append(to_observation(event, at, instance=instance, transport_ns=transport_ns,
+                                  cluster=cluster or envelope_cluster, workload_id=workload_id, position=position))
+    return out
+
+
+@dataclass
+class _Counts:
+    events: int = 0
+    dead: int = 0
+    waiting_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _record_key(record: BaseModel) -> str:
+    if isinstance(record, Observation):
+        return record.host
+    if isinstance(record, DeadLetter):
+        return record.source
+    if isinstance(record, HealthEvent):
+        return record.nodeName
+    raise TypeError(f"no key for {type(record).__name__}")
+
+
+# -- the file reader -----------------------------------------------------------------------------
+
+#: Bytes read from one file per poll (the rest waits for the next poll).
+MAX_PASS_BYTES = 16 << 20
+_WS = re.compile(r"[ \t\r\n\ufeff]*")
+
+
+class HealthEventFiles:
+    """HealthEvents from JSON files (a stream of JSON values: JSON Lines, concatenated or
+    pretty-printed objects, arrays), read from a persisted byte offset.
+
+    ``paths``: the files (need not exist yet). ``cursor``: where the offsets are loaded from
+    (``{"files": {<absolute path>: {"dev", "ino", "offset", "line"}}}``; the runner saves
+    :meth:`checkpoint`). ``cluster`` / ``workload_id``: copied into every Observation
+    (``cluster`` overrides an envelope's). A value still being written (no newline after the point
+    where it breaks off) waits for the next poll; a value that cannot be parsed is dead-lettered up
+    to the end of the line where it broke, and reading goes on after it. A file replaced by another
+    (new inode) or truncated is read again from its start. Raises ``CursorError`` (from the
+    store) for a corrupt cursor."""
+
+    def __init__(self, paths: Sequence[str | os.PathLike[str]], *, cursor: CursorStore | None,
+                 cluster: str = "", workload_id: str | None = None) -> None:
+        self.paths = list(dict.fromkeys(os.path.abspath(os.fspath(p)) for p in paths))
+        self.cursor = cursor
+        self.cluster = cluster
+        self.workload_id = workload_id
+        saved = (cursor.load().get("files") or {}) if cursor is not None else {}
+        self._state: dict[str, dict[str, int]] = {p: dict(saved[p]) for p in self.paths if isinstance(saved.get(p), dict)}
+        self._saved = {p: dict(v) for p, v in self._state.items()}
+        self._counts = {p: _Counts() for p in self.paths}
+        self._more = False
+        self._decoder = json.JSONDecoder()
+
+    @property
+    def pending(self) -> bool:
+        """True when a file had more than :data:`MAX_PASS_BYTES` waiting."""
+        return self._more
+
+    def key(self, record: BaseModel) -> str:
+        """Kafka key: the host of an Observation, the source of a dead letter."""
+        return _record_key(record)
+
+    def poll(self) -> list[BaseModel]:
+        """The Observations and dead letters of the JSON values completed since the last poll."""
+        out: list[BaseModel] = []
+        self._more = False
+        for path in self.paths:
+            try:
+                out += self._poll_file(path)
+            except OSError as exc:
+                self._counts[path].notes.append(f"cannot read: {exc}")
+        return out
+
+    def _poll_file(self, path: str) -> list[BaseModel]:
+        counts = self._counts[path]
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return []
+        state = self._state.get(path)
+        if state is None or (state.get("dev"), state.get("ino")) != (st.st_dev, st.st_ino) or st.st_size < state.get("offset", 0):
+            if state is not None:
+                counts.notes.append("replaced or truncated: read again from the start")
+            state = {"dev": st.st_dev, "ino": st.st_ino, "offset": 0, "line": 1}
+            self._state[path] = state
+        offset, line = int(state["offset"]), int(state["line"])
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            chunk = fh.read(MAX_PASS_BYTES)
+        if not chunk:
+            return []
+        self._more = self._more or len(chunk) == MAX_PASS_BYTES
+        text = chunk.decode("utf-8", "surrogateescape")
+        out: list[BaseModel] = []
+        pos = 0
+        counts.waiting_bytes = 0
+        while True:
+            skip = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            line += text.count("\n", pos, skip)
+            pos = skip
+            if pos >= len(text):
+                break
+            where = Position(file=path, line=line)
+            try:
+                value, end = self._decoder.raw_decode(text, pos)
+            except json.JSONDecodeError as exc:
+                nl = text.find("\n", exc.pos)
+                if nl < 0:  # broken off at the end: the rest is still being written
+                    counts.waiting_bytes = len(text[pos:].encode("utf-8", "surrogateescape"))
+                    break
+                bad = text[pos:nl + 1]
+                at_line = line + text.count("\n", pos, exc.pos)
+                counts.dead += 1
+                out.append(_dead_letter(path, f"invalid JSON: {exc.msg} at line {at_line}",
+                                        bad.encode("utf-8", "surrogateescape"), position=where))
+                line += bad.count("\n")
+                pos = nl + 1
+                continue
+            raw = text[pos:end].encode("utf-8", "surrogateescape")
+            out += _records_of(value, raw, instance=path, transport_ns=st.st_mtime_ns, cluster=self.cluster,
+                               workload_id=self.workload_id, position=where, stats=counts)
+            line += text.count("\n", pos, end)
+            pos = end
+        state["offset"] = offset + len(text[:pos].encode("utf-8", "surrogateescape"))
+        state["line"] = line
+        return out
+
+    def checkpoint(self) -> dict[str, Any]:
+        """``{"files": {path: {"dev", "ino", "offset", "line"}}}`` after the last poll."""
+        self._saved = {p: dict(v) for p, v in self._state.items()}
+        return {"files": {p: dict(v) for p, v in sorted(self._state.items())}}
+
+    def rewind(self) -> None:
+        """Back to the last checkpoint: the next poll returns the same records again."""
+        self._state = {p: dict(v) for p, v in self._saved.items()}
+        self._more = False
+
+    def coverage(self) -> list[CoverageEntry]:
+        """One entry per file: events read (``records``), dead letters (``unparsed``), notes."""
+        entries = []
+        for path in self.paths:
+            c = self._counts[path]
+            notes = list(c.notes)
+            if c.waiting_bytes:
+                notes.append(f"{c.waiting_bytes} bytes of an incomplete JSON value wait for the rest")
+            status = "present" if c.events else ("failed" if c.dead else "empty")
+            entries.append(CoverageEntry(source=f"file:{path}", status=status, records=c.events, unparsed=c.dead,
+                                         detail="; ".join(notes)))
+        return entries
+
+
+# -- Kafka ---------------------------------------------------------------------------------------
+
+class KafkaReadError(Exception):
+    """The topic cannot be read: no partition assigned in time, a consumer error, a failed commit."""
+
+
+class _Commit:
+    """The cursor of a Kafka-fed source: ``save(doc)`` commits ``doc["offsets"]`` to the consumer
+    group (synchronously); the runner calls it only after the producer's flush."""
+
+    def __init__(self, reader: _TopicReader) -> None:
+        self.reader = reader
+        self.path = f"consumer group {reader.group}"
+
+    def load(self) -> dict[str, Any]:
+        return {}
+
+    def save(self, doc: dict[str, Any]) -> None:
+        self.reader.commit(doc.get("offsets") or {})
+
+
+class _TopicReader:
+    """A consumer-group reader of one topic for :func:`connectors.runner.run`: ``poll`` returns
+    what ``handle(msg)`` makes of the consumed messages, ``checkpoint`` the next offsets, the
+    :attr:`cursor` commits them. ``pending`` is true while an assigned partition has not been read
+    to the end offset it had when assigned (a one-shot run reads the backlog and stops)."""
+
+    def __init__(self, config: dict[str, Any], topic: str, group: str, *, batch: int = 500,
+                 poll_timeout_s: float = 1.0, assign_timeout_s: float = 30.0) -> None:
+        from confluent_kafka import Consumer
+
+        self.topic = topic
+        self.group = group
+        self.batch = batch
+        self.poll_timeout_s = poll_timeout_s
+        self.assign_timeout_s = assign_timeout_s
+        self._consumer = Consumer(dict(config) | {
+            "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "enable.partition.eof": False, "log_level": 0,
+        })
+        self._assigned: list[tuple[str, int]] | None = None
+        self._consumer.subscribe([topic], on_assign=self._on_assign)
+        self._start: dict[tuple[str, int], int] = {}  # committed (or first) offset at assignment
+        self._high: dict[tuple[str, int], int] = {}  # end offset at assignment
+        self._next: dict[tuple[str, int], int] = {}  # after the last consumed message
+        self._committed: dict[tuple[str, int], int] = {}
+        self.cursor = _Commit(self)
+        self.consumed = 0
+
+    def _on_assign(self, consumer, partitions) -> None:
+        self._assigned = [(tp.topic, tp.partition) for tp in partitions]
+
+    def _learn_assignment(self) -> None:
+        from confluent_kafka import OFFSET_INVALID, KafkaException, TopicPartition
+
+        parts = [TopicPartition(t, p) for t, p in self._assigned or []]
+        try:
+            committed = self._consumer.committed(parts, timeout=10)
+            for tp in committed:
+                low, high = self._consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
+                key = (tp.topic, tp.partition)
+                self._start[key] = tp.offset if tp.offset != OFFSET_INVALID and tp.offset >= 0 else low
+                self._high[key] = high
+        except KafkaException as exc:
+            raise KafkaReadError(f"topic {self.topic!r}: offsets: {exc.args[0].str() if exc.args else exc}") from None
+
+    def messages(self) -> list[Message]:
+        """The next batch of messages (waits for the first assignment)."""
+        from confluent_kafka import KafkaError
+
+        deadline = time.monotonic() + self.assign_timeout_s
+        msgs = []
+        while True:
+            msgs = self._consumer.consume(self.batch, self.poll_timeout_s)
+            if self._assigned is not None:
+                break
+            if time.monotonic() >= deadline:
+                raise KafkaReadError(f"no partition of topic {self.topic!r} was assigned to consumer group "
+                                     f"{self.group!r} within {self.assign_timeout_s:g} s: is the broker "
+                                     "reachable and does the topic exist?")
+        if not self._start and self._assigned:
+            self._learn_assignment()
+        good = []
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF or err.retriable():
+                    continue
+                raise KafkaReadError(f"topic {self.topic!r}: {err.str()}")
+            self._next[(msg.topic(), msg.partition())] = msg.offset() + 1
+            good.append(msg)
+        self.consumed += len(good)
+        return good
+
+    @property
+    def pending(self) -> bool:
+        """True while an assigned partition is behind its end offset at assignment."""
+        if self._assigned is None:
+            return True
+        return any(self._next.get(k, self._start.get(k, 0)) < high for k, high in self._high.items())
+
+    def checkpoint(self) -> dict[str, Any]:
+        """``{"offsets": {"<topic>/<partition>": <next offset>}}`` of the messages polled so far."""
+        return {"offsets": {f"{t}/{p}": o for (t, p), o in sorted(self._next.items())}}
+
+    def commit(self, offsets: dict[str, int]) -> None:
+        """Commit ``{"<topic>/<partition>": offset}`` to the consumer group (synchronously)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        parts = []
+        for name, off in offsets.items():
+            t, _, p = name.rpartition("/")
+            parts.append(TopicPartition(t, int(p), int(off)))
+        if not parts:
+            return
+        try:
+            self._consumer.commit(offsets=parts, asynchronous=False)
+        except KafkaException as exc:
+            raise KafkaReadError(f"commit to consumer group {self.group!r}: {exc.args[0].str() if exc.args else exc}") from None
+        self._committed.update({(tp.topic, tp.partition): tp.offset for tp in parts})
+
+    def rewind(self) -> None:
+        """Seek every partition read since the last commit back to its committed offset."""
+        from confluent_kafka import TopicPartition
+
+        for key, nxt in list(self._next.items()):
+            back = self._committed.get(key, self._start.get(key))
+            if back is not None and back < nxt:
+                self._consumer.seek(TopicPartition(key[0], key[1], back))
+                self._next[key] = back
+
+    def close(self) -> None:
+        """Leave the consumer group."""
+        self._consumer.close()
+
+
+def _message_ns(msg: Message) -> int:
+    kind, ms = msg.timestamp()
+    return ms * 1_000_000 if kind and ms > 0 else time.time_ns()
+
+
+class HealthEventTopic:
+    """HealthEvents from a Kafka topic (each message one JSON value, any of the forms the
+    module docstring lists), read by consumer group ``group``; committed offsets are the cursor
+    (:attr:`cursor`, saved by the runner after the flush). ``config``: confluent_kafka settings
+    (``KafkaSettings.confluent_config()``)."""
+
+    def __init__(self, config: dict[str, Any], topic: str, *, group: str, cluster: str = "",
+                 workload_id: str | None = None, **reader: Any) -> None:
+        self.reader = _TopicReader(config, topic, group, **reader)
+        self.cursor = self.reader.cursor
+        self.cluster = cluster
+        self.workload_id = workload_id
+        self._counts = _Counts()
+
+    pending = property(lambda self: self.reader.pending, doc="See :attr:`_TopicReader.pending`.")
+
+    def key(self, record: BaseModel) -> str:
+        """Kafka key: the host of an Observation, the source of a dead letter."""
+        return _record_key(record)
+
+    def poll(self) -> list[BaseModel]:
+        """The Observations and dead letters of the next batch of messages."""
+        out: list[BaseModel] = []
+        for msg in self.reader.messages():
+            raw = msg.value()
+            where = Position(topic=msg.topic(), partition=msg.partition(), offset=msg.offset())
+            if raw is None:
+                self._counts.dead += 1
+                out.append(_dead_letter(self.reader.topic, "tombstone: no value", None, key=msg.key(), position=where))
+                continue
+            try:
+                value = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                self._counts.dead += 1
+                reason = f"invalid JSON: {str(exc).splitlines()[0][:200]}"
+                out.append(_dead_letter(self.reader.topic, reason, raw, key=msg.key(), position=where))
+                continue
+            out += _records_of(value, raw, instance=self.reader.topic, transport_ns=_message_ns(msg),
+                               cluster=self.cluster, workload_id=self.workload_id, position=where,
+                               key=msg.key(), stats=self._counts)
+        return out
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The next offsets (committed by :attr:`cursor`)."""
+        return self.reader.checkpoint()
+
+    def rewind(self) -> None:
+        """Seek back to the committed offsets."""
+        self.reader.rewind()
+
+    def coverage(self) -> list[CoverageEntry]:
+        """One entry for the topic: events read, dead letters."""
+        c = self._counts
+        return [CoverageEntry(source=f"kafka:{self.reader.topic}", status="present" if c.events else "empty",
+                              records=c.events, unparsed=c.dead,
+                              detail=f"{self.reader.consumed} messages, {c.dead} dead-lettered")]
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+# -- verdicts -> HealthEvents ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BridgeOptions:
+    """How verdicts become HealthEvents. ``reboot_action``: the RecommendedAction of a reboot
+    (``RESTART_BM`` bare metal, ``RESTART_VM`` a VM). ``processing_strategy``:
+    ``EXECUTE_REMEDIATION`` (NVSentinel may act) or ``STORE_ONLY`` (observe only). ``scopes``: the
+    verdict scopes published (``workload``; ``incident`` verdicts repeat their members' hosts)."""
+
+    reboot_action: str = "RESTART_BM"
+    processing_strategy: str = "EXECUTE_REMEDIATION"
+    scopes: tuple[str, ...] = ("workload",)
+    agent: str = "faultstream"
+
+
+#: Policy action kind -> RecommendedAction (``reboot`` follows ``BridgeOptions.reboot_action``;
+#: ``drain``/``cordon`` are what NVSentinel itself does for a fatal event, so they decide only
+#: when nothing else is asked for).
+ACTION_MAP: dict[str, str] = {
+    "notify": "NONE",
+    "recertify": "RUN_DCGMEUD",
+    "cordon": "CONTACT_SUPPORT",
+    "drain": "CONTACT_SUPPORT",
+    "disable_port": "CONTACT_SUPPORT",
+    "reset_gpu": "COMPONENT_RESET",
+    "reboot": "RESTART_BM",
+    "swap_hot_spare": "CONTACT_SUPPORT",
+    "reprovision": "REPLACE_VM",
+    "rma": "CONTACT_SUPPORT",
+}
+_COMPONENT = {"gpu_hardware": "GPU", "gpu_software": "GPU", "fabric": "NIC"}
+_XID_CODE = re.compile(r"^(?:gpu|app)\.xid\.(\d+)$")
+
+
+def is_final(data: dict[str, Any]) -> bool:
+    """Whether an attribution record (its JSON object) is a final verdict: ``status == "final"``
+    when it has a ``status``, else its ``final`` flag (``True`` when absent, the model default)."""
+    if "status" in data:
+        return data.get("status") == "final"
+    return data.get("final", True) is True
+
+
+def recommended_action(att: Attribution, policy: Policy, options: BridgeOptions = BridgeOptions()) -> tuple[str, str | None]:
+    """(RecommendedAction name, the policy rule id or None) for a verdict: the action of
+    faultstream's remediation policy rule for it (:data:`ACTION_MAP`, the most severe of the
+    rule's actions other than drain/cordon, else drain/cordon's), ``NONE`` for an ``ambiguous`` or
+    ``insufficient`` verdict (never quarantine on weak evidence) and when no rule matches."""
+    if att.quality in ("ambiguous", "insufficient") or att.root_cause is None:
+        return "NONE", None
+    rule = policy.select(att, verdict_facts(att))
+    if rule is None:
+        return "NONE", None
+    kinds = [a.action for a in rule.actions]
+    main = [k for k in kinds if k not in ("drain", "cordon", "notify")] or [k for k in kinds if k != "notify"]
+    if not main:
+        return "NONE", rule.id
+    kind = max(main, key=lambda k: SEVERITY[k])
+    action = options.reboot_action if kind == "reboot" else ACTION_MAP[kind]
+    return action, rule.id
+
+
+def _domain_check(domain: str) -> str:
+    return "Faultstream" + "".join(part.capitalize() for part in domain.split("_"))
+
+
+def _entities(att: Attribution) -> list[Entity]:
+    out: list[Entity] = []
+    for g in sorted(att.culprits.gpus, key=lambda g: (g.index if g.index is not None else -1, g.pci_bus_id or "", g.uuid or "")):
+        if g.index is not None:
+            out.append(Entity(entityType="GPU", entityValue=str(g.index)))
+        if g.pci_bus_id:
+            out.append(Entity(entityType="PCI", entityValue=g.pci_bus_id))
+        if g.uuid:
+            out.append(Entity(entityType="GPU_UUID", entityValue=g.uuid))
+    return out
+
+
+def verdict_health_events(att: Attribution, policy: Policy, options: BridgeOptions = BridgeOptions()) -> list[HealthEvent]:
+    """The HealthEvents of one final verdict: one per culprit host (sorted), none for a scope
+    outside ``options.scopes``, a completed workload, a verdict without culprit hosts or without a
+    root cause (a withdrawal). See the
+    module docstring for the fields; :func:`recommended_action` for the action. A
+    ``COMPONENT_RESET`` without a GPU UUID among the entities becomes the reboot action
+    (NVSentinel resets a GPU by its UUID; its GPU monitor falls back the same way)."""
+    hosts = sorted(set(att.culprits.hosts))
+    if att.scope.kind not in options.scopes or att.outcome == "completed" or not hosts or att.root_cause is None:
+        return []
+    action, rule_id = recommended_action(att, policy, options)
+    code = att.root_cause.code
+    codes = [code]
+    m = _XID_CODE.match(code)
+    if m:
+        codes.append(m.group(1))
+    component = _COMPONENT.get(att.domain, "INFRASTRUCTURE")
+    if code.startswith(("gpu.sxid.", "fm.")):
+        component = "NVSWITCH"
+    where = f"{att.scope.kind} {att.scope.id}" + (f" ({att.scope.cluster})" if att.scope.cluster else "")
+    message = (f"{att.root_cause.text} [faultstream verdict on {where}, revision {att.revision}: {att.domain} "
+               f"{code}, quality {att.quality}, confidence {att.confidence:.2f}]")
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE - 3] + "..."
+    metadata = {
+        "faultstream_attribution_id": att.attribution_id,
+        "faultstream_revision": str(att.revision),
+        "faultstream_scope": f"{att.scope.kind}/{att.scope.id}",
+        "faultstream_root_cause": code,
+        "faultstream_domain": att.domain,
+        "faultstream_quality": att.quality,
+        "faultstream_confidence": f"{att.confidence:.4f}",
+        "faultstream_ruleset_version": att.ruleset_version,
+    }
+    if att.scope.cluster:
+        metadata["faultstream_cluster"] = att.scope.cluster
+    if att.incident_id:
+        metadata["faultstream_incident_id"] = att.incident_id
+    if rule_id:
+        metadata["faultstream_policy_rule"] = rule_id
+    out = []
+    for host in hosts:
+        entities = _entities(att) if len(hosts) == 1 else []
+        act = action
+        if act == "COMPONENT_RESET" and not any(e.entityType == "GPU_UUID" for e in entities):
+            act = options.reboot_action
+        out.append(HealthEvent(
+            version=1, agent=options.agent, componentClass=component, checkName=_domain_check(att.domain),
+            isFatal=act != "NONE", isHealthy=False, message=message, recommendedAction=act, errorCode=codes,
+            entitiesImpacted=entities, metadata=metadata, generatedTimestamp=format_utc(att.decided_at),
+            nodeName=host, processingStrategy=options.processing_strategy,
+        ))
+    return out
+
+
+class VerdictBridge:
+    """Final verdicts from the attributions topic -> HealthEvents (:func:`verdict_health_events`),
+    for :func:`connectors.runner.run` (publish to the HealthEvent topic; the consumer group's
+    committed offsets are the cursor). Provisional verdicts are skipped (counted); a record that
+    is not a verdict becomes a dead letter."""
+
+    def __init__(self, config: dict[str, Any], topic: str, *, group: str, policy: Policy | None = None,
+                 options: BridgeOptions = BridgeOptions(), **reader: Any) -> None:
+        self.reader = _TopicReader(config, topic, group, **reader)
+        self.cursor = self.reader.cursor
+        self.policy = policy if policy is not None else load_policy()
+        self.options = options
+        self.verdicts = 0  #: final verdicts read
+        self.provisional = 0  #: provisional verdicts skipped
+        self.published = 0  #: HealthEvents made
+        self.dead = 0
+
+    pending = property(lambda self: self.reader.pending, doc="See :attr:`_TopicReader.pending`.")
+
+    def key(self, record: BaseModel) -> str:
+        """Kafka key: ``nodeName`` of a HealthEvent, the source of a dead letter."""
+        return _record_key(record)
+
+    def poll(self) -> list[BaseModel]:
+        """The HealthEvents (and dead letters) of the next batch of attribution records."""
+        out: list[BaseModel] = []
+        for msg in self.reader.messages():
+            raw = msg.value()
+            where = Position(topic=msg.topic(), partition=msg.partition(), offset=msg.offset())
+            if raw is None:  # a compacted topic's tombstone: nothing to publish
+                continue
+            try:
+                data = json.loads(raw.decode("utf-8"))
+                if not isinstance(data, dict):
+                    raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+                final = is_final(data)
+                for name in ("status", "final"):  # whichever of the two the model does not have
+                    if name not in Attribution.model_fields:
+                        data.pop(name, None)
+                att = Attribution.model_validate(data)
+            except (UnicodeDecodeError, ValueError, TypeError, RecursionError) as exc:  # ValidationError: a ValueError
+                self.dead += 1
+                out.append(DeadLetter(source="connector.nvsentinel:verdicts", reason=f"not a verdict: {reason_of(exc)}",
+                                      original=raw, original_key=msg.key(), position=where,
+                                      at_ns=time.time_ns()).with_id())
+                continue
+            if not final:
+                self.provisional += 1
+                continue
+            self.verdicts += 1
+            events = verdict_health_events(att, self.policy, self.options)
+            self.published += len(events)
+            out += events
+        return out
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The next offsets (committed by :attr:`cursor`)."""
+        return self.reader.checkpoint()
+
+    def rewind(self) -> None:
+        """Seek back to the committed offsets."""
+        self.reader.rewind()
+
+    def coverage(self) -> list[CoverageEntry]:
+        """One entry for the attributions topic."""
+        return [CoverageEntry(source=f"kafka:{self.reader.topic}", status="present" if self.verdicts else "empty",
+                              records=self.verdicts, unparsed=self.dead,
+                              detail=f"{self.provisional} provisional verdicts skipped, {self.published} HealthEvents")]
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+class RoutedProducer:
+    """A :class:`transport.kafka.RecordProducer` that sends records of some types to their own
+    topic (``routes``: model class -> topic), the rest where the caller says: the runner's one
+    topic carries the observations (or HealthEvents), dead letters go to the dead-letter topic,
+    both confirmed by the same flush."""
+
+    def __init__(self, producer: RecordProducer, routes: dict[type, str]) -> None:
+        self.producer = producer
+        self.routes = dict(routes)
+
+    def send(self, key: str, record: BaseModel, *, topic: str | None = None) -> None:
+        """Enqueue ``record`` (see :meth:`transport.kafka.RecordProducer.send`)."""
+        self.producer.send(key, record, topic=self.routes.get(type(record), topic))
+
+    def flush(self, timeout: float = 60.0) -> int:
+        """Flush the producer (raises :class:`transport.kafka.DeliveryError` on failures)."""
+        return self.producer.flush(timeout)
+
+
+# -- CLI -------------------------------------------------------------------------------------------
+
+def connect_nvsentinel_cli(
+    files: Annotated[list[Path] | None, typer.Argument(help="files of NVSentinel HealthEvents (JSON Lines, arrays, event-exporter CloudEvents)")] = None,
+    from_topic: Annotated[str | None, typer.Option("--from-topic", help="read HealthEvents from this Kafka topic instead of files")] = None,
+    publish_verdicts: Annotated[bool, typer.Option("--publish-verdicts", help="bridge: publish final verdicts of the attributions topic as HealthEvents")] = False,
+    attributions_topic: Annotated[str | None, typer.Option(help="with --publish-verdicts: verdicts to read (default: the catalogue's attributions topic)")] = None,
+    health_topic: Annotated[str | None, typer.Option(help=f"with --publish-verdicts: HealthEvent topic (default: <prefix>.{HEALTH_TOPIC})")] = None,
+    group: Annotated[str | None, typer.Option(help="Kafka consumer group (default: faultstream-nvsentinel-in / faultstream-nvsentinel-verdicts)")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep reading (else read what is there and stop)")] = False,
+    poll_s: Annotated[float, typer.Option("--poll-s", min=0.1, help="seconds between polls with --follow")] = 2.0,
+    cluster: Annotated[str, typer.Option(help="cluster name of the observations (default: the event exporter's, else empty)")] = "",
+    workload: Annotated[str | None, typer.Option(help="workload id to attach to the observations")] = None,
+    cursor: Annotated[Path, typer.Option(help="cursor file of the files read")] = Path(".state/cursors/nvsentinel.json"),
+    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
+    topic: Annotated[str | None, typer.Option(help="observations topic (default: the catalogue's, FAULTSTREAM_TOPIC_PREFIX applied)")] = None,
+    deadletter_topic: Annotated[str | None, typer.Option(help="dead-letter topic (default: the catalogue's)")] = None,
+    reboot_action: Annotated[str, typer.Option(help="RecommendedAction of a reboot: RESTART_BM or RESTART_VM")] = "RESTART_BM",
+    store_only: Annotated[bool, typer.Option("--store-only", help="publish with processingStrategy STORE_ONLY (NVSentinel records, never acts)")] = False,
+    scope: Annotated[list[str] | None, typer.Option("--scope", help="verdict scopes to publish (repeatable; default: workload)")] = None,
+    policy: Annotated[Path | None, typer.Option(help="remediation policy deciding recommendedAction (default: the packaged one)")] = None,
+    assign_timeout_s: Annotated[float, typer.Option("--assign-timeout-s", min=0.1, help="give up when no partition of the topic is assigned within this many seconds")] = 30.0,
+) -> None:
+    """NVSentinel interop: read its HealthEvents as observations, or (--publish-verdicts) publish final verdicts as HealthEvents.
+
+    Reading (files, or --from-topic): every HealthEvent becomes a health_event observation (host = nodeName, the GPU from entitiesImpacted) on the observations topic; input that is no HealthEvent goes to the dead-letter topic with the reason. Files resume from the saved cursor; a topic from the consumer group's committed offsets, committed only after delivery.
+
+    --publish-verdicts: every final verdict (final: true or status: final) of a workload with culprit hosts becomes one HealthEvent per culprit host on the HealthEvent topic (key = host): checkName Faultstream<Domain>, errorCode the root-cause code, recommendedAction from the remediation policy, isFatal when that is not NONE, generatedTimestamp the verdict's decided_at. NVSentinel's platform connector only takes gRPC on its node socket; forwarding the topic to it is the deployment's part.
+
+    Without --follow any error exits 2 with one line on stderr; with --follow a failed poll or delivery is logged and retried."""
+    from connectors.cursor import CursorError, CursorStore
+    from connectors.registry import cli_fail, make_producer
+    from connectors.runner import run, stop_on_sigterm
+    from correlators.remediation.policy import PolicyError
+    from transport.kafka import KafkaProducerError
+    from transport.kafka_settings import KafkaSettingsError, kafka_settings
+
+    modes = [bool(files), from_topic is not None, publish_verdicts]
+    if sum(modes) != 1:
+        cli_fail("give HealthEvent files, --from-topic TOPIC or --publish-verdicts (exactly one)")
+    if reboot_action not in ("RESTART_BM", "RESTART_VM"):
+        cli_fail(f"--reboot-action {reboot_action!r}: RESTART_BM or RESTART_VM")
+    cat = catalogue()
+    dl_topic = deadletter_topic or cat["deadletter"].name
+    try:
+        config = kafka_settings(bootstrap).confluent_config() if not files else {}
+    except KafkaSettingsError as exc:
+        cli_fail(str(exc))
+    source: Any
+    try:
+        if publish_verdicts:
+            out_topic = health_topic or topic_name(HEALTH_TOPIC)
+            options = BridgeOptions(reboot_action=reboot_action,
+                                    processing_strategy="STORE_ONLY" if store_only else "EXECUTE_REMEDIATION",
+                                    scopes=tuple(scope or ("workload",)))
+            source = VerdictBridge(config, attributions_topic or cat["attributions"].name,
+                                   group=group or "faultstream-nvsentinel-verdicts",
+                                   policy=load_policy(policy), options=options, assign_timeout_s=assign_timeout_s)
+            what = f"HealthEvents from {source.reader.topic}"
+        else:
+            out_topic = topic or cat["observations"].name
+            if from_topic is not None:
+                source = HealthEventTopic(config, from_topic, group=group or "faultstream-nvsentinel-in",
+                                          cluster=cluster, workload_id=workload, assign_timeout_s=assign_timeout_s)
+                what = f"observations from {from_topic}"
+            else:
+                source = HealthEventFiles(files or [], cursor=CursorStore(cursor), cluster=cluster, workload_id=workload)
+                what = f"observations from {len(files or [])} files"
+    except (CursorError, PolicyError, OSError) as exc:
+        cli_fail(str(exc))
+    sent = 0
+    try:
+        with make_producer(bootstrap, out_topic) as producer, stop_on_sigterm() as stop:
+            routed = RoutedProducer(producer, {DeadLetter: dl_topic})
+            try:
+                sent = run(source, routed, topic=out_topic, cursor=source.cursor, follow=follow, poll_s=poll_s,  # type: ignore[arg-type]
+                           stop=stop, retry=follow)
+            except KeyboardInterrupt:
+                pass
+    except (KafkaReadError, KafkaProducerError, OSError) as exc:
+        cli_fail(str(exc))
+    finally:
+        close: Callable[[], None] | None = getattr(source, "close", None)
+        if close is not None:
+            close()
+    typer.echo(f"published {sent} records ({what}) to {out_topic}", err=True)
