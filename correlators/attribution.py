@@ -44,6 +44,7 @@ import yaml
 
 from correlators import ENGINE_VERSION
 from correlators import xid as xid_catalog
+from correlators.cost import workload_cost
 from correlators.enrich import Allocation
 from correlators.ids import normalise_pci
 from correlators.explain import (
@@ -743,6 +744,8 @@ def decide(
         quality=quality,
         alternatives=alternatives,
         incident_id=primary.attributes.get("incident_id") if primary else None,
+        cost=workload_cost(cause_at=winner.at, end_ns=info.end_ns, decided_at=window_end, nodes=info.nodes,
+                           alloc=alloc, symptoms=symptoms, culprit_hosts=winner.hosts),
     )
 
 

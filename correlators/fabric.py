@@ -53,6 +53,7 @@ from correlators import ENGINE_VERSION
 from correlators.attribution import summarise
 from correlators.hostlist import expand_hostlist
 from correlators.timetext import NS
+from correlators.cost import incident_cost
 from correlators.topology import FabricIndex, host_port_id
 from schemas.bundle import Link
 from schemas.records import (
@@ -700,6 +701,8 @@ def assemble(faults: Sequence[Fault], verdicts: Sequence[Attribution], *, rulese
             domain=fault.domain,
             root_cause=RootCause(code=fault.code, text=fault.text, event_id=event.event_id),
             culprits=Culprits(hosts=sorted(fault.hosts), ports=sorted(ports), cables=cables),
+            cost=incident_cost(first_at=fault.first_at, decided_at=decided_at, linked=linked,
+                               hosts=set(hosts) | set(fault.hosts)),
             affected=Affected(hosts=hosts, workloads=workloads),
             symptoms=symptoms,
             evidence=evidence,

@@ -537,6 +537,44 @@ class UnexplainedSymptoms(_Timed):
     first_at_utc: TimeText | None = None
 
 
+class Cost(_Timed):
+    """What the failure cost, from facts in the verdict's window (goodput lost). Times UTC ns.
+
+    * ``lost_from`` -- when the cause began (its back-dated time); ``lost_until`` -- when the
+      job ended, else the window's end (a job still hung); ``lost_s`` the seconds between;
+    * ``gpus`` -- GPUs allocated: the workload's rank map (one GPU per rank), None when the
+      scheduler record gives no ranks; ``nodes`` -- nodes allocated;
+    * ``gpu_hours_lost`` = ``gpus * lost_s / 3600`` (None without ``gpus``),
+      ``node_hours_lost`` = ``nodes * lost_s / 3600``;
+    * ``noticed_at`` -- when something first said so: the first symptom logged at or after the
+      cause (a watchdog timeout, a collective error) or the job's end, whichever came first;
+      ``ran_after_cause_s`` the seconds from ``lost_from`` to it (None: nothing noticed yet);
+    * ``verdict_after_s`` -- seconds from ``lost_from`` to this revision's ``decided_at`` (event
+      time): for the stream's first, provisional revision, the time to faultstream's first
+      verdict;
+    * ``jobs_hit`` and ``nodes_hit`` -- workloads and hosts the fault reached (culprits and
+      hosts with symptoms).
+
+    An incident's or fabric port's cost sums its workload verdicts' hours. Figures are rounded
+    to 4 decimals, so the same events give the same bytes."""
+
+    lost_from: TimeNs
+    lost_from_utc: TimeText | None = None
+    lost_until: TimeNs
+    lost_until_utc: TimeText | None = None
+    lost_s: float = Field(ge=0)
+    gpus: UInt32 | None = None
+    nodes: UInt32 = 0
+    gpu_hours_lost: float | None = Field(default=None, ge=0)
+    node_hours_lost: float = Field(default=0.0, ge=0)
+    noticed_at: TimeNs | None = None
+    noticed_at_utc: TimeText | None = None
+    ran_after_cause_s: float | None = Field(default=None, ge=0)
+    verdict_after_s: float = Field(ge=0)
+    jobs_hit: UInt32 = 0
+    nodes_hit: UInt32 = 0
+
+
 class Attribution(_Timed):
     """The verdict for one scope.
 
@@ -557,6 +595,9 @@ class Attribution(_Timed):
     ``incident_id`` links verdicts of one fault across workloads (a flapping switch port that
     broke two jobs): each workload verdict and the fabric verdict carry it, and the incident's
     own verdict (scope ``incident``) lists their attribution ids in ``members``.
+
+    ``cost`` is what the failure cost (:class:`Cost`: GPU-hours lost, how long the job ran on
+    after the cause, time to the verdict, jobs and nodes hit); None when no cause was found.
 
     ``reasoning`` is the chain the verdict used, as short sentences in a fixed order (the
     cause and when, what it explains and leaves unexplained, what it absorbed, repetition on
@@ -586,6 +627,7 @@ class Attribution(_Timed):
     reasoning: list[str] = Field(default_factory=list)
     incident_id: str | None = None
     members: list[str] = Field(default_factory=list)
+    cost: Cost | None = None
     status: AttributionStatus = "final"
     superseded_by: list[str] = Field(default_factory=list)
     ruleset_version: str

@@ -115,6 +115,7 @@ from tenacity import (
 
 from schemas.records import (
     Attribution,
+    Cost,
     Certification,
     Event,
     GpuRef,
@@ -294,6 +295,15 @@ def _event_row(e: Event, record: str) -> list[Any]:
     ]
 
 
+def _cost_columns(cost: Cost | None) -> list[Any]:
+    """gpu_hours_lost, node_hours_lost, ran_after_cause_s, verdict_after_s, jobs_hit,
+    nodes_hit of a verdict's cost (NULLs and zeros when it has none)."""
+    if cost is None:
+        return [None, None, None, None, 0, 0]
+    return [cost.gpu_hours_lost, cost.node_hours_lost, cost.ran_after_cause_s, cost.verdict_after_s,
+            cost.jobs_hit, cost.nodes_hit]
+
+
 def _attribution_row(a: Attribution, record: str) -> list[Any]:
     return [
         a.attribution_id,
@@ -320,6 +330,7 @@ def _attribution_row(a: Attribution, record: str) -> list[Any]:
         a.confidence,
         a.quality,
         a.status,
+        *_cost_columns(a.cost),
         [alt.code for alt in a.alternatives],
         [f"{c.source}:{c.status}" for c in a.coverage if c.status != "present"],
         a.incident_id,
@@ -461,7 +472,8 @@ TABLES: dict[str, _Table] = {
                 "root_cause_code", "root_cause_text", "root_cause_event_id", "culprit_hosts",
                 "culprit_ranks", "culprit_gpus", "culprit_ports", "affected_hosts",
                 "affected_ranks", "affected_workloads", "symptom_count", "confidence",
-                "quality", "status", "alternative_codes", "coverage_problems", "incident_id",
+                "quality", "status", "gpu_hours_lost", "node_hours_lost", "ran_after_cause_s",
+                "verdict_after_s", "jobs_hit", "nodes_hit", "alternative_codes", "coverage_problems", "incident_id",
                 "ruleset_version", "engine_version", "decided_at", "record",
             ),
             _attribution_row,

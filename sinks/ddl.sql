@@ -111,6 +111,12 @@ CREATE TABLE IF NOT EXISTS {database}.attributions
     confidence          Float64,
     quality             LowCardinality(String),
     status              LowCardinality(String),
+    gpu_hours_lost      Nullable(Float64),
+    node_hours_lost     Nullable(Float64),
+    ran_after_cause_s   Nullable(Float64),
+    verdict_after_s     Nullable(Float64),
+    jobs_hit            UInt32,
+    nodes_hit           UInt32,
     alternative_codes   Array(String),
     coverage_problems   Array(String),
     incident_id         Nullable(String),
@@ -127,9 +133,16 @@ ENGINE = ReplacingMergeTree(revision)
 ORDER BY (attribution_id)
 SETTINGS non_replicated_deduplication_window = 10000
 ;
--- the verdict's lifecycle state (provisional | final | withdrawn), for tables made before it
+-- the verdict's lifecycle state (provisional | final | withdrawn) and its cost (goodput lost,
+-- schemas.records.Cost; NULL: no cause found), for tables made before them
 ALTER TABLE {database}.attributions
-    ADD COLUMN IF NOT EXISTS status LowCardinality(String) AFTER quality
+    ADD COLUMN IF NOT EXISTS status LowCardinality(String) AFTER quality,
+    ADD COLUMN IF NOT EXISTS gpu_hours_lost Nullable(Float64) AFTER status,
+    ADD COLUMN IF NOT EXISTS node_hours_lost Nullable(Float64) AFTER gpu_hours_lost,
+    ADD COLUMN IF NOT EXISTS ran_after_cause_s Nullable(Float64) AFTER node_hours_lost,
+    ADD COLUMN IF NOT EXISTS verdict_after_s Nullable(Float64) AFTER ran_after_cause_s,
+    ADD COLUMN IF NOT EXISTS jobs_hit UInt32 AFTER verdict_after_s,
+    ADD COLUMN IF NOT EXISTS nodes_hit UInt32 AFTER jobs_hit
 ;
 CREATE TABLE IF NOT EXISTS {database}.remediations
 (

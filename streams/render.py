@@ -39,7 +39,7 @@ from rich.text import Text
 
 from correlators.explain import format_ranks  # noqa: F401 (re-exported: streams.render.format_ranks)
 
-from schemas.records import Attribution, EvidenceItem, GpuRef
+from schemas.records import Attribution, Cost, EvidenceItem, GpuRef
 
 if TYPE_CHECKING:
     from streams.replay import ScoreRow
@@ -106,18 +106,43 @@ def _header(att: Attribution) -> Panel:
     _row(grid, "Scope", scope)
     _row(grid, "Outcome", att.outcome)
     _row(grid, "Domain", att.domain)
-    _row(grid, "Root cause", Text.assemble((att.root_cause.code, "bold"), " -- ",
-                                             att.root_cause.text))
+    if att.root_cause is not None:
+        _row(grid, "Root cause", Text.assemble((att.root_cause.code, "bold"), " -- ", att.root_cause.text))
+    else:
+        _row(grid, "Root cause", "none: withdrawn" + (f", superseded by {', '.join(att.superseded_by)}"
+                                                      if att.superseded_by else ""))
     _row(grid, "Quality", Text(att.quality, style=f"bold {style}"))
     _row(grid, "Confidence", f"{att.confidence:.2f}")
     _row(grid, "Revision", f"{att.revision} ({'provisional: the window is still open' if att.status == 'provisional' else att.status})")
     _row(grid, "Window", f"{format_ns(att.window.start)} .. {format_ns(att.window.end)} UTC")
+    if att.cost is not None:
+        _row(grid, "Cost", cost_line(att.cost))
     if att.incident_id:
         _row(grid, "Incident", att.incident_id)
     _row(grid, "Verdict id", att.attribution_id)  # what an incident's Members name
     _row(grid, "Rules", f"{att.ruleset_version}, engine {att.engine_version}")
     return Panel(grid, title="faultstream verdict", title_align="left", border_style=style,
                  box=box.ROUNDED)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def cost_line(cost: Cost) -> str:
+    """One line of a verdict's cost: GPU-hours (else node-hours) lost, how long it ran on
+    after the cause until noticed, time to this verdict, jobs and nodes hit."""
+    lost = (f"{cost.gpu_hours_lost:g} GPU-hours lost ({cost.gpus} GPUs x {_duration(cost.lost_s)})"
+            if cost.gpu_hours_lost is not None
+            else f"{cost.node_hours_lost:g} node-hours lost ({cost.nodes} nodes x {_duration(cost.lost_s)})")
+    noticed = (f"noticed {_duration(cost.ran_after_cause_s)} after the cause" if cost.ran_after_cause_s is not None
+               else "not noticed yet")
+    return (f"{lost}; {noticed}; verdict {_duration(cost.verdict_after_s)} after it; "
+            f"{cost.jobs_hit} job(s), {cost.nodes_hit} node(s) hit")
 
 
 def _culprits(att: Attribution) -> Panel:
