@@ -292,6 +292,9 @@ EVENT_TYPES: dict[str, str] = {
     "(Preempted|PodsReadyTimeout|NodeFailures|MaximumExecutionTimeExceeded|"
     "RequeuingLimitExceeded|ClusterQueueStopped|Deactivated), preemption_reason, workload, "
     "nodes, message",
+    "nvsentinel.health_event": "an unhealthy NVSentinel HealthEvent no other rule reads. attrs: agent, "
+    "check (checkName), fatal (true|false), action (recommendedAction), codes (errorCode, comma-joined), "
+    "component (componentClass), message",
     "dcgm.failure": "a DCGM diagnostic/health failure. attrs: fr_code (DCGM_FR_* name or unknown), "
     "fr_id, severity (ISOLATE|RESET|TRIAGE|CONFIG|MONITOR), category (HARDWARE_MEMORY, ...), "
     "fault_class (gpu_hardware|fabric|host|config|gpu_software|internal|unknown), test, status "

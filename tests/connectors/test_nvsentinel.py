@@ -74,8 +74,13 @@ def test_syslog_xid79_event_becomes_a_health_event_observation():
     assert obs.body == ("NVSentinel HealthEvent syslog-health-monitor/SysLogsXIDError on node-a01: unhealthy, "
                         "fatal=true, recommendedAction=RESTART_BM, errorCode=79, component=GPU, "
                         f"entities=PCI=0000:9c:00 GPU={UUID3}; message: XID 79; Resolution: RESTART_BM")
-    # the kernel line stays in the metadata: the XID read from the kernel log is not counted twice
-    assert [e.type for e in load_rule_pack().extract(obs)] == []
+    # the engine reads it as the XID it reports (rules/nvsentinel.yaml): catalog meaning and GPU
+    [ev] = load_rule_pack().extract(obs)
+    assert (ev.type, ev.host, ev.gpu.pci_bus_id, ev.at) == ("gpu.xid", "node-a01", "0000:9c:00", XID79_NS)
+    assert {k: ev.attributes[k] for k in ("xid", "reported_by", "action", "fatal", "immediate_action")} == {
+        "xid": 79, "reported_by": "nvsentinel", "action": "RESTART_BM", "fatal": "true",
+        "immediate_action": "RESTART_BM"}
+    assert "pid" not in ev.attributes  # the kernel line's pid is not claimed
     assert obs.position.file == str(DATA / "syslog-xid79.json") and obs.position.line == 1
 
 
@@ -384,3 +389,59 @@ def test_health_event_model_is_the_protojson_field_set():
         "version", "agent", "componentClass", "checkName", "isFatal", "isHealthy", "message", "recommendedAction",
         "errorCode", "entitiesImpacted", "metadata", "generatedTimestamp", "nodeName", "quarantineOverrides",
         "drainOverrides", "processingStrategy"]
+
+
+# -- HealthEvents as evidence of a verdict ----------------------------------------------------------
+
+def _verdict(observations: list[Observation]):
+    """The verdict of a 2-node, 16-rank job on node-a01/node-a02 that failed 10 minutes after
+    the XID, over ``observations`` (NVSentinel's events and, optionally, the kernel line)."""
+    import datetime as dt
+
+    from correlators.attribution import WorkloadInfo, decide
+    from correlators.enrich import Allocation
+    from schemas.bundle import WorkloadSpec
+
+    start = dt.datetime.fromtimestamp(XID79_NS // 10**9 - 1800, tz=dt.timezone.utc)
+    spec = WorkloadSpec(workload_id="job-77", cluster="c1", state="FAILED", start=start,
+                        end=start + dt.timedelta(seconds=2400), nodes=["node-a01", "node-a02"], ranks_per_node=8)
+    alloc = Allocation.from_workload(spec)
+    pack = load_rule_pack()
+    events = [alloc.enrich(e) for o in observations for e in pack.extract(o)]
+    return decide(WorkloadInfo.from_spec(spec), alloc, events, [], ruleset_version="test")
+
+
+def test_an_nvsentinel_xid_alone_is_the_cause_and_beside_the_kernel_line_one_cause():
+    [health] = read_all("syslog-xid79.json")
+    att = _verdict([health])
+    assert (att.root_cause.code, att.domain, att.culprits.hosts) == ("gpu.xid.79", "gpu_hardware", ["node-a01"])
+    assert [g.pci_bus_id for g in att.culprits.gpus] == ["0000:9c:00"]
+    # the kernel line NVSentinel read, as the files connector would publish it, 0.5 s earlier
+    kernel = Observation(
+        source={"connector": "files", "instance": "node-a01"}, kind="log_line", observed_at=XID79_NS - 500_000_000,
+        time_source="line", time_quality=TIME_QUALITY_EXACT, host="node-a01", cluster="c1", format="syslog",
+        body=health.attributes["metadata"]["JOURNAL_MESSAGE"]).with_id()
+    both = _verdict([health, kernel])
+    assert (both.root_cause.code, both.culprits.hosts) == ("gpu.xid.79", ["node-a01"])
+    assert [a.code for a in both.alternatives if a.code.startswith("gpu.xid")] == []  # one cause, not two
+    causes = [item for item in both.evidence if item.role == "cause"]
+    assert {item.host for item in causes} == {"node-a01"} and len(causes) == 2
+
+
+def test_a_fatal_nic_health_event_is_a_weaker_fabric_cause_and_a_non_fatal_one_only_evidence():
+    from schemas.records import Source
+
+    def health(fatal: bool) -> Observation:
+        return Observation(
+            source=Source(connector="nvsentinel", instance="t"), kind="health_event", observed_at=XID79_NS,
+            time_source="line", time_quality=TIME_QUALITY_EXACT, host="node-a02", cluster="c1", format="nvsentinel",
+            body=("NVSentinel HealthEvent nic-health-monitor/InfiniBandDegradationCheck on node-a02: unhealthy, "
+                  f"fatal={'true' if fatal else 'false'}, recommendedAction={'RESTART_BM' if fatal else 'NONE'}, "
+                  "errorCode=-, component=NIC, entities=NIC=mlx5_0; message: port 1 state DOWN")).with_id()
+
+    att = _verdict([health(True)])
+    assert (att.root_cause.code, att.domain, att.culprits.hosts) == (
+        "fabric.nvsentinel.InfiniBandDegradationCheck", "fabric", ["node-a02"])
+    assert att.root_cause.text == ("NVSentinel nic-health-monitor: InfiniBandDegradationCheck (-) on node-a02: "
+                                   "port 1 state DOWN")
+    assert _verdict([health(False)]).cost is None  # evidence only: no cause
