@@ -9,7 +9,11 @@
 3. symptoms -- counts of symptom events by type with the hosts and ranks they came from;
 4. alternatives (if any) -- other causes that fit, with scores;
 5. coverage -- each input source with status and counts (``unknown``: error lines no rule
-   knows); ``failed`` is red, ``empty`` and ``lagging`` yellow; then the unrecognised error
+   knows); ``failed`` is red, ``empty`` and ``lagging`` yellow. Beyond
+   :data:`MAX_COVERAGE_ROWS` sources (a 4,000-node job) it shows the sources that are not
+   ``present`` first, then present ones with unknown error lines, then the rest up to the
+   limit, and below the table one line summing what it left out by status;
+   then the unrecognised error
    lines as templates ("4 error lines no rule knows, 2 templates: ..."), those near the cause
    marked;
 6. the reasoning -- the verdict's chain as numbered sentences (``reasoning``), then the
@@ -39,7 +43,7 @@ from rich.text import Text
 
 from correlators.explain import format_ranks  # noqa: F401 (re-exported: streams.render.format_ranks)
 
-from schemas.records import Attribution, Cost, EvidenceItem, GpuRef
+from schemas.records import Attribution, Cost, CoverageEntry, EvidenceItem, GpuRef
 
 if TYPE_CHECKING:
     from streams.replay import ScoreRow
@@ -221,6 +225,26 @@ def _alternatives(att: Attribution) -> Table:
     return table
 
 
+#: Coverage rows printed before the rest is summarised.
+MAX_COVERAGE_ROWS = 40
+
+
+def _coverage_rows(entries: list[CoverageEntry]) -> tuple[list[CoverageEntry], str]:
+    """The entries to print (at most :data:`MAX_COVERAGE_ROWS`, problems first, then in their
+    order) and the summary of the others ("" when all are printed)."""
+    if len(entries) <= MAX_COVERAGE_ROWS:
+        return entries, ""
+    order = sorted(range(len(entries)), key=lambda i: (entries[i].status == "present", not entries[i].unrecognised, i))
+    shown = sorted(order[:MAX_COVERAGE_ROWS])
+    left = [entries[i] for i in order[MAX_COVERAGE_ROWS:]]
+    by_status: dict[str, list[CoverageEntry]] = {}
+    for entry in left:
+        by_status.setdefault(entry.status, []).append(entry)
+    parts = [f"{len(group):,} {status} ({sum(e.records for e in group):,} records, "
+             f"{sum(e.events for e in group):,} events)" for status, group in sorted(by_status.items())]
+    return [entries[i] for i in shown], f"... {len(left):,} more sources: " + ", ".join(parts)
+
+
 def _coverage(att: Attribution) -> Any:
     if not att.coverage:
         return Text("Coverage: no sources reported", style="bold yellow")
@@ -233,12 +257,15 @@ def _coverage(att: Attribution) -> Any:
     table.add_column("events", justify="right")
     table.add_column("unknown", justify="right")
     table.add_column("detail")
-    for entry in att.coverage:
+    shown, rest = _coverage_rows(list(att.coverage))
+    for entry in shown:
         style = _COVERAGE_STYLE.get(entry.status, "")
         row_style = style if entry.status != "present" else None
         _row(table, entry.source, Text(entry.status, style=style), str(entry.records),
                       str(entry.unparsed), str(entry.events), str(entry.unrecognised),
                       entry.detail, style=row_style)
+    if rest:
+        table.caption, table.caption_justify = rest, "left"
     return table
 
 

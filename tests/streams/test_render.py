@@ -204,3 +204,25 @@ def test_score_table_from_objects_with_misses() -> None:
     assert "MISS" in bad
     assert "root cause nccl.watchdog_timeout !~ proc.stalled; ranks [0] != [13]" in bad
     assert "1/2 hit, 1 miss" in text
+
+
+def test_a_4000_source_coverage_table_is_summarised_with_the_problems_shown() -> None:
+    """A 4,000-node job: its sources that are not present and those with unknown error lines
+    are printed, then the present ones up to MAX_COVERAGE_ROWS; one row sums the rest."""
+    from streams.render import MAX_COVERAGE_ROWS
+
+    coverage = [CoverageEntry(source=f"file:logs/node-{i:04d}/dmesg.log", status="present", records=100, events=1)
+                for i in range(4000)]
+    coverage[3210] = CoverageEntry(source="file:logs/node-3210/dmesg.log", status="failed", detail="unreadable")
+    coverage[3999] = CoverageEntry(source="file:logs/node-3999/dmesg.log", status="present", records=7,
+                                   unrecognised=2)
+    att = xid79_verdict().model_copy(update={"coverage": coverage})
+    text = rendered(att)
+    rows = [line for line in text.splitlines() if line.strip().startswith("file:logs/")]
+    assert len(rows) == MAX_COVERAGE_ROWS == 40
+    assert rows[0].split()[:2] == ["file:logs/node-0000/dmesg.log", "present"]
+    assert any(r.split()[:2] == ["file:logs/node-3210/dmesg.log", "failed"] for r in rows)
+    assert any(r.split()[:2] == ["file:logs/node-3999/dmesg.log", "present"] for r in rows)
+    assert "... 3,960 more sources: 3,960 present (396,000 records, 3,960 events)" in text
+    # a small table is printed whole
+    assert "more sources" not in rendered(xid79_verdict())
