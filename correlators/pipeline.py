@@ -559,9 +559,11 @@ class Pipeline:
             raise ValueError(f"fabric channel: unexpected message {message.kind!r}")
         if not changed:
             return []
-        return self._decide_fabric(fw, now)
+        # an event is stored under its own key: the window's state changed only otherwise
+        return self._decide_fabric(fw, now, state_changed=not isinstance(message, EventMessage))
 
-    def _decide_fabric(self, fw: FabricWindow, now: float, *, force: bool = False) -> list[Effect]:
+    def _decide_fabric(self, fw: FabricWindow, now: float, *, force: bool = False,
+                       state_changed: bool = True) -> list[Effect]:
         """Re-decide a cluster, at most once per ``fabric_flush_s``: a burst (every counter
         sample of a degrading cable) is decided together by the next flush, and the last
         revision still holds all the evidence. Nothing is sent while the faults' shape is
@@ -570,7 +572,7 @@ class Pipeline:
         are one switch fault, never first four port faults with their proposals."""
         settle = self.config.window.fabric_flush_s
         if self.hold or (not force and now - self.flushed.get(fw.cluster, -1e18) < settle):
-            return self._defer(fw)
+            return self._defer(fw, state_changed)
         self.flushed[fw.cluster] = now
         shape = fw.refresh(self.config)
         if shape != fw.shape:
@@ -586,12 +588,16 @@ class Pipeline:
         out += publish_verdicts(verdicts)
         return out
 
-    def _defer(self, fw: FabricWindow) -> list[Effect]:
+    def _defer(self, fw: FabricWindow, state_changed: bool = True) -> list[Effect]:
         """Leave the cluster's evidence for the next flush (stored: after a crash a new worker
-        flushes it)."""
+        flushes it). The window's state (its verdicts, spans, topology: O(verdicts) to
+        serialise) is written when it changed or the window was not deferred yet, not for
+        every event of a burst."""
+        was = fw.deferred
         fw.deferred = True
         self.deferred.add(fw.cluster)
-        self.stores.fabric_meta[fw.cluster] = fw.to_state()
+        if state_changed or not was:
+            self.stores.fabric_meta[fw.cluster] = fw.to_state()
         return []
 
     def due_flushes(self, now: float) -> list[Route]:
