@@ -44,14 +44,17 @@ def valid(model: type[BaseModel], batch: list[Any], skipped: Any,
           rejected: list[tuple[Any, str]] | None = None) -> list[tuple[BaseModel, Any]]:
     """The records of ``batch`` (Faust events whose values are raw JSON) that validate as
     ``model``, each with its event; the others are logged, counted in ``skipped`` and, when
-    ``rejected`` is given, appended to it as ``(event, reason)``. Tombstones are left out
-    silently: one ends an entity whose records before it are stored."""
+    ``rejected`` is given, appended to it as ``(event, reason)``. A tombstone on the
+    attributions topic (after a withdrawn verdict, whose record is stored) is left out
+    silently; on any other topic it is a bad record like the rest."""
     out = []
     for event in batch:
         value = event.value
-        if value is None:
+        if value is None and model is Attribution:
             continue
         try:
+            if value is None:
+                raise ValueError("tombstone (no value)")
             out.append((model.model_validate_json(value), event))
         except (ValueError, ValidationError, RecursionError) as exc:
             reason = f"invalid {model.__name__.lower()}: {reason_of(exc)}"
