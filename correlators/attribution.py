@@ -45,6 +45,7 @@ import yaml
 from correlators import ENGINE_VERSION
 from correlators import xid as xid_catalog
 from correlators.cost import workload_cost
+from correlators.drift import STACK_VERSION, Baseline, drift_events
 from correlators.enrich import Allocation
 from correlators.ids import normalise_pci
 from correlators.explain import (
@@ -72,6 +73,7 @@ from schemas.records import (
     Culprits,
     Event,
     EvidenceItem,
+    Fingerprint,
     GpuRef,
     TIME_QUALITY_INHERITED,
     RootCause,
@@ -480,6 +482,7 @@ def decide(
     rules: CausalRules | None = None,
     revision: int = 1,
     history: Iterable[Event] = (),
+    baseline: Baseline | None = None,
 ) -> Attribution:
     """Decide the verdict of one workload attempt.
 
@@ -487,6 +490,11 @@ def decide(
     :attr:`correlators.config.EngineConfig.ruleset_version`). ``history`` (optional) holds events of earlier jobs on the same nodes (a bundle's
     ``workloads/``, a stream's stored events of those nodes); it only counts repetitions of
     application-class XIDs on a GPU (:mod:`correlators.repetition`), never causes or symptoms.
+
+    ``stack.version`` events are the nodes' fingerprints, not evidence: they become the
+    ``config.drift`` events of :func:`correlators.drift.drift_events` (against ``baseline``,
+    :attr:`correlators.config.EngineConfig.baseline`, and against the other nodes) and the
+    culprit hosts' ``fingerprints`` on the verdict.
 
     ``events`` must already be enriched (:meth:`Allocation.enrich`); duplicates (same
     ``event_id``) collapse and order does not matter. ``coverage`` is the per-source coverage
@@ -503,6 +511,11 @@ def decide(
     all_events = {e.event_id: e for e in events}
     # a kernel/driver line's pid= names a rank when the launcher or the logs state it
     all_events = assign_ranks(alloc, all_events)
+    stack = [e for e in all_events.values() if e.type == STACK_VERSION]
+    all_events = {k: e for k, e in all_events.items() if e.type != STACK_VERSION}
+    prints, drifts = drift_events(list(all_events.values()) + stack, baseline, info.nodes,
+                                  start_ns=info.start_ns, end_ns=info.end_ns)
+    all_events.update((e.event_id, e) for e in drifts)
     ordered = sorted((e for e in all_events.values() if lo <= e.at <= hi), key=_event_sort_key)
     # error lines no rule knows are neither causes nor symptoms: they are reported, and keep
     # a verdict from definitive when they sit near its cause
@@ -746,6 +759,7 @@ def decide(
         incident_id=primary.attributes.get("incident_id") if primary else None,
         cost=workload_cost(cause_at=winner.at, end_ns=info.end_ns, decided_at=window_end, nodes=info.nodes,
                            alloc=alloc, symptoms=symptoms, culprit_hosts=winner.hosts),
+        fingerprints=[Fingerprint(host=h, components=prints[h]) for h in sorted(winner.hosts) if h in prints],
     )
 
 

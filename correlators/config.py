@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from correlators.attribution import CausalRules, default_causal_rules
+from correlators.drift import Baseline
 from correlators.fabric import FabricPolicy, default_fabric_policy
 from correlators.rules import RulePack, load_rule_pack
 from correlators.timetext import NS
@@ -43,12 +44,15 @@ class EngineConfig:
     ``pack``: the rule pack (``correlators/rules``); ``causal``: what events mean for a verdict
     (``correlators/causal.yaml``); ``fabric``: the fabric correlator's thresholds
     (``correlators/fabric.yaml``); ``window``: when the stream's windows emit (it changes when a
-    verdict is published, never what it says, so it is not part of the version)."""
+    verdict is published, never what it says, so it is not part of the version); ``baseline``:
+    the stack versions a recipe pins (:class:`correlators.drift.Baseline`, read by
+    :func:`connectors.aicr.load_recipe`), or None to compare each node with its peers only."""
 
     pack: RulePack
     causal: CausalRules
     fabric: FabricPolicy
     window: WindowPolicy = field(default_factory=WindowPolicy)
+    baseline: Baseline | None = None
 
     @classmethod
     def default(cls, window: WindowPolicy | None = None) -> "EngineConfig":
@@ -59,5 +63,9 @@ class EngineConfig:
 
     @property
     def ruleset_version(self) -> str:
-        """``<pack>+causal.<causal>+fabric.<fabric>``, e.g. ``2026.12.0+causal.7+fabric.1``."""
-        return f"{self.pack.version}+causal.{self.causal.version}+fabric.{self.fabric.version}"
+        """``<pack>+causal.<causal>+fabric.<fabric>``, e.g. ``2026.12.0+causal.7+fabric.1``;
+        with a baseline ``+recipe.<name>.<digest of its constraints>`` follows."""
+        version = f"{self.pack.version}+causal.{self.causal.version}+fabric.{self.fabric.version}"
+        if self.baseline is not None:
+            version += f"+recipe.{self.baseline.name}.{self.baseline.digest}"
+        return version

@@ -164,6 +164,13 @@ EVENT_TYPES: dict[str, str] = {
     "incompatible_version|ofi_mr_register), network, plugin, plugin_version, rc, errno, error",
     "config.version_skew": "ranks or components run mismatched library versions (NCCL "
     "'Mismatched NCCL version detected'). attrs: component, version_a, version_b, rank_a, rank_b",
+    "stack.version": "a line stating a node's stack version (correlators/rules/stack.yaml). "
+    "attrs: component (nccl|driver|cuda|kernel|hca_firmware|fabric_manager), version, device (HCA), "
+    "reported_by (nvidia-smi|kernel_module, driver), built_for_cuda (nccl), nodename (uname)",
+    "config.drift": "a node's stack version differs from the recipe baseline or from every other "
+    "node of the workload (correlators/drift.py). attrs: component, expected (the constraint, "
+    "e.g. '>= 570.124.06', or the others' version), found, basis (recipe|peers), recipe, device, "
+    "mismatch (the NVML/driver mismatch event type seen on the host, when one is)",
     # --- pytorch / gloo / elastic ---
     # Reused types carry more attributes from torch.yaml: nccl.watchdog_timeout also numel_in,
     # numel_out, wrapped (bool: quoted inside another message); nccl.work_progress also

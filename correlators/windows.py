@@ -238,7 +238,8 @@ class WorkloadWindow:
         events = [enriched[event_id] for event_id in self.events] + list(self.faults.values())
         coverage = [self.coverage[k] for k in sorted(self.coverage)]
         return decide(WorkloadInfo.from_spec(spec), alloc, events, coverage,
-                      ruleset_version=config.ruleset_version, rules=config.causal, history=self.history())
+                      ruleset_version=config.ruleset_version, rules=config.causal, history=self.history(),
+                      baseline=config.baseline)
 
     def enriched_events(self) -> list[Event]:
         """The window's events as the last :meth:`verdict` enriched them."""

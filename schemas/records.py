@@ -575,6 +575,17 @@ class Cost(_Timed):
     nodes_hit: UInt32 = 0
 
 
+class Fingerprint(_Record):
+    """One host's stack as its own version lines state it (:func:`correlators.drift.fingerprint`):
+    ``components`` maps ``nccl``, ``driver``, ``cuda``, ``kernel``, ``fabric_manager`` and
+    ``hca_firmware/<device>`` (``hca_firmware`` when the line named no device) to the version
+    text as logged (``570.124.06``, ``2.21.5+cuda12.4`` is logged as ``2.21.5``,
+    ``6.8.0-45-generic``, ``28.39.1002``); the latest line of a component wins."""
+
+    host: str
+    components: dict[str, str] = Field(default_factory=dict)
+
+
 class Attribution(_Timed):
     """The verdict for one scope.
 
@@ -598,6 +609,9 @@ class Attribution(_Timed):
 
     ``cost`` is what the failure cost (:class:`Cost`: GPU-hours lost, how long the job ran on
     after the cause, time to the verdict, jobs and nodes hit); None when no cause was found.
+
+    ``fingerprints`` are the stacks (:class:`Fingerprint`) of the culprit hosts that stated their
+    versions in the window's inputs, sorted by host; empty when none did.
 
     ``reasoning`` is the chain the verdict used, as short sentences in a fixed order (the
     cause and when, what it explains and leaves unexplained, what it absorbed, repetition on
@@ -628,6 +642,7 @@ class Attribution(_Timed):
     incident_id: str | None = None
     members: list[str] = Field(default_factory=list)
     cost: Cost | None = None
+    fingerprints: list[Fingerprint] = Field(default_factory=list)
     status: AttributionStatus = "final"
     superseded_by: list[str] = Field(default_factory=list)
     ruleset_version: str

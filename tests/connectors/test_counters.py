@@ -171,7 +171,9 @@ def test_tracker_equals_vectorised_deltas_on_the_same_series() -> None:
     assert tracker.update(polls[-1]) == [] and tracker.stale == 3
 
 
-def test_deltas_are_vectorised_fast_enough() -> None:
+def test_deltas_of_500k_samples_are_one_per_sample_after_the_first() -> None:
+    """A fleet-sized table (2,000 ports x 250 polls) in one vectorised pass; its speed is
+    bench/fabric.py's to measure."""
     n_ports, n = 2000, 250  # 500k samples
     f = pl.DataFrame({
         "at_ns": pl.int_range(0, n_ports * n, eager=True) % n * 10 * S + T0,
@@ -179,11 +181,8 @@ def test_deltas_are_vectorised_fast_enough() -> None:
         "port": pl.Series([f"mlx5_{i % 4}/1" for i in range(n_ports)]).gather(pl.int_range(0, n_ports * n, eager=True) // n),
         **{c: pl.int_range(0, n_ports * n, eager=True, dtype=pl.UInt64) for c in ("symbol_error", "port_xmit_data", "link_downed")},
     })
-    t = time.perf_counter()
     out = deltas(f)
-    took = time.perf_counter() - t
     assert out.height == n_ports * (n - 1)
-    assert took < 5.0, f"{took:.2f}s for 500k samples"
 
 
 # ----------------------------------------------------------------------------- tools
