@@ -9,7 +9,10 @@ table                key (ORDER BY)           version column (highest wins under
 ===================  =======================  ==========================================
 ``observations``     ``observation_id``       -- (last inserted)
 ``events``           ``event_id``             -- (last inserted)
-``attributions``     ``attribution_id``       ``revision``
+``attributions``     ``attribution_id``       ``revision`` (the latest revision)
+``attribution_       ``attribution_id,        -- (every revision: the provisional ones and
+revisions``          revision``               withdrawals too; written by
+                                              ``write_attributions`` too)
 ``remediations``     ``action_id``            ``sequence`` (one higher with every
                                               lifecycle transition: the latest state)
 ``remediation_       ``action_id, sequence``  -- (every transition: the lifecycle as events;
@@ -391,6 +394,18 @@ def _certification_row(c: Certification, record: str) -> list[Any]:
     ]
 
 
+_ATTRIBUTION_COLUMNS = (
+    "attribution_id", "revision", "schema_version", "scope_kind", "scope_id",
+    "cluster", "window_start", "window_end", "outcome", "domain",
+    "root_cause_code", "root_cause_text", "root_cause_event_id", "culprit_hosts",
+    "culprit_ranks", "culprit_gpus", "culprit_ports", "affected_hosts",
+    "affected_ranks", "affected_workloads", "symptom_count", "confidence",
+    "quality", "status", "gpu_hours_lost", "node_hours_lost", "ran_after_cause_s",
+    "verdict_after_s", "jobs_hit", "nodes_hit", "alternative_codes", "coverage_problems", "incident_id",
+    "ruleset_version", "engine_version", "decided_at", "record",
+)
+
+
 _REMEDIATION_COLUMNS = (
     "action_id", "sequence", "schema_version", "attribution_id", "incident_id", "cluster",
     "action", "mode", "state", "policy_id", "policy_version", "cause_code", "severity",
@@ -466,16 +481,15 @@ TABLES: dict[str, _Table] = {
             Attribution,
             "attribution_id",
             lambda a: a.revision,
-            (
-                "attribution_id", "revision", "schema_version", "scope_kind", "scope_id",
-                "cluster", "window_start", "window_end", "outcome", "domain",
-                "root_cause_code", "root_cause_text", "root_cause_event_id", "culprit_hosts",
-                "culprit_ranks", "culprit_gpus", "culprit_ports", "affected_hosts",
-                "affected_ranks", "affected_workloads", "symptom_count", "confidence",
-                "quality", "status", "gpu_hours_lost", "node_hours_lost", "ran_after_cause_s",
-                "verdict_after_s", "jobs_hit", "nodes_hit", "alternative_codes", "coverage_problems", "incident_id",
-                "ruleset_version", "engine_version", "decided_at", "record",
-            ),
+            _ATTRIBUTION_COLUMNS,
+            _attribution_row,
+        ),
+        _Table(
+            "attribution_revisions",
+            Attribution,
+            "attribution_id",
+            lambda a: a.revision,
+            _ATTRIBUTION_COLUMNS,
             _attribution_row,
         ),
         _Table(
@@ -777,9 +791,11 @@ class ClickHouseSink:
         return self._write("events", events, on_reject)
 
     def write_attributions(self, attrs: Sequence[Attribution], *, on_reject: Reject | None = None) -> int:
-        """Write attributions; under FINAL the highest ``revision`` per ``attribution_id``
-        wins. Returns the number submitted."""
-        return self._write("attributions", attrs, on_reject)
+        """Write attributions to ``attributions`` (under FINAL the highest ``revision`` per
+        ``attribution_id`` wins) and to ``attribution_revisions`` (one row per
+        ``attribution_id`` and ``revision``: what a verdict said over time, its first revision
+        included). Returns the number of distinct records submitted."""
+        return self._write_history("attribution_revisions", "attributions", attrs, on_reject)
 
     def write_remediations(self, actions: Sequence[RemediationAction], *,
                            on_reject: Reject | None = None) -> int:
@@ -787,16 +803,21 @@ class ClickHouseSink:
         with the highest ``sequence`` per ``action_id``: the latest state, whatever the order
         of the writes) and to ``remediation_transitions`` (one row per ``action_id`` and
         ``sequence``: the lifecycle). Returns the number of distinct records submitted."""
+        return self._write_history("remediation_transitions", "remediations", actions, on_reject)
+
+    def _write_history(self, history: str, latest: str, records: Sequence[BaseModel],
+                       on_reject: Reject | None) -> int:
+        """Write ``records`` to the ``history`` table (every version) and the ``latest`` one;
+        a record both refuse is reported once. Returns what :meth:`_write` of ``latest`` does."""
         rejected: set[int] = set()
 
         def once(rec: BaseModel, reason: str) -> None:
-            # a record both tables refuse is reported once
             if id(rec) not in rejected and on_reject is not None:
                 rejected.add(id(rec))
                 on_reject(rec, reason)
 
-        self._write("remediation_transitions", actions, once if on_reject else None)
-        return self._write("remediations", actions, once if on_reject else None)
+        self._write(history, records, once if on_reject else None)
+        return self._write(latest, records, once if on_reject else None)
 
     def write_certifications(self, certs: Sequence[Certification], *, on_reject: Reject | None = None) -> int:
         """Write certification results (ids filled from content when empty). Returns the
@@ -907,8 +928,8 @@ class ClickHouseSink:
         if table not in TABLES:
             raise SinkError(f"unknown table {table!r}; one of {', '.join(TABLES)}")
         spec = TABLES[table]
-        version_col = {"attributions": ", revision", "remediations": ", sequence",
-                       "remediation_transitions": ", sequence"}.get(table, "")
+        version_col = {"attributions": ", revision", "attribution_revisions": ", revision",
+                       "remediations": ", sequence", "remediation_transitions": ", sequence"}.get(table, "")
         sql = f"SELECT record FROM {self.database}.{table}{' FINAL' if final else ''}"
         params: dict[str, Any] = {}
         if ids is not None:

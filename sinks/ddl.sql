@@ -183,6 +183,13 @@ ENGINE = ReplacingMergeTree(sequence)
 ORDER BY (action_id)
 SETTINGS non_replicated_deduplication_window = 10000
 ;
+-- every revision of every verdict (attributions keeps the latest): what a verdict said over
+-- time, the stream's first (provisional) revision included
+CREATE TABLE IF NOT EXISTS {database}.attribution_revisions AS {database}.attributions
+ENGINE = ReplacingMergeTree
+ORDER BY (attribution_id, revision)
+SETTINGS non_replicated_deduplication_window = 10000
+;
 CREATE TABLE IF NOT EXISTS {database}.remediation_transitions AS {database}.remediations
 ENGINE = ReplacingMergeTree
 ORDER BY (action_id, sequence)

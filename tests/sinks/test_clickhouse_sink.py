@@ -245,6 +245,15 @@ def test_latest_revision_wins(sink: ClickHouseSink) -> None:
         f"SELECT revision, quality, confidence FROM {sink.database}.attributions FINAL"
     ).result_rows
     assert row == [(2, "definitive", 0.93)]
+    # every revision stays in attribution_revisions, also after a merge collapses attributions
+    sink.client.command(f"OPTIMIZE TABLE {sink.database}.attributions FINAL")
+    sink.client.command(f"OPTIMIZE TABLE {sink.database}.attribution_revisions FINAL")
+    assert sink.count("attributions", final=False) == 1
+    assert [(a.revision, a.confidence) for a in sink.fetch("attribution_revisions")] == [(1, 0.62), (2, 0.93)]
+    first = sink.client.query(
+        f"SELECT argMin(confidence, revision) FROM {sink.database}.attribution_revisions FINAL"
+    ).result_rows
+    assert first == [(0.62,)]
 
 
 def test_remediation_later_state_wins(sink: ClickHouseSink) -> None:
@@ -434,7 +443,7 @@ def test_transient_classification() -> None:
 
 
 def test_wrong_record_type_and_unknown_table(sink: ClickHouseSink) -> None:
-    with pytest.raises(TypeError, match="attributions takes Attribution records, got Event"):
+    with pytest.raises(TypeError, match="attribution_revisions takes Attribution records, got Event"):
         sink.write_attributions([xid_event(xid_observation())])  # type: ignore[list-item]
     with pytest.raises(SinkError, match="unknown table"):
         sink.count("verdicts")
@@ -449,8 +458,8 @@ def test_ddl_is_idempotent(chdb_dir: Path) -> None:
         tables = [r[0] for r in s2.client.query(
             "SELECT name FROM system.tables WHERE database = 'ddl_twice' ORDER BY name"
         ).result_rows]
-        assert tables == ["attributions", "certifications", "dead_letters", "events", "observations",
-                          "remediation_transitions", "remediations"]
+        assert tables == ["attribution_revisions", "attributions", "certifications", "dead_letters", "events",
+                          "observations", "remediation_transitions", "remediations"]
         engines = {r[0] for r in s2.client.query(
             "SELECT engine FROM system.tables WHERE database = 'ddl_twice'"
         ).result_rows}
