@@ -39,6 +39,7 @@ BUILTIN: dict[str, str] = {
     "certifications": "connectors.certifications:connect_certifications_cli",
     "counters": "connectors.counters:connect_counters_cli",
     "files": "connectors.files:connect_files_cli",
+    "kubernetes": "connectors.kubernetes:connect_kubernetes_cli",
     "loki": "connectors.loki:connect_loki_cli",
     "nvml": "connectors.nvml:connect_nvml_cli",
     "nvsentinel": "connectors.nvsentinel:connect_nvsentinel_cli",

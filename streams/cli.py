@@ -10,6 +10,10 @@ Commands:
   [--cluster C] [--diff]`` -- replay a Kafka range of the observations topic or the stored
   observations (``streams/sources.py``); ``--diff`` prints what changed against the stored
   verdicts and exits 1 when anything did.
+* ``faultstream replay BUNDLE --html report.html`` -- also write the verdicts as one
+  self-contained HTML page (``streams/report.py``; inline assets, opens offline).
+* ``faultstream ui [--clickhouse URL] [--port N] [--allow-commands]`` -- the web incident
+  explorer over the stored verdicts (``streams/ui``); read-only unless ``--allow-commands``.
 * ``faultstream bundle export W --out DIR`` -- write a stored incident as a bundle
   (``streams/export.py``).
 * ``faultstream score DIR...`` -- replay every bundle with an ``expected.yaml`` below the given
@@ -62,11 +66,29 @@ err = Console(stderr=True)
 logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
 
 
-def _replay(bundle: Path, *, show_progress: bool):
+def _engine_config(recipe: Path | None):
+    """The engine configuration of a replay: the packaged rules, with the AICR recipe's stack
+    versions as the drift baseline when ``recipe`` is given (exit 2 for a bad recipe)."""
+    import dataclasses
+
+    from correlators.config import EngineConfig
+
+    config = EngineConfig.default()
+    if recipe is None:
+        return config
+    from connectors.aicr import RecipeError, load_recipe
+
+    try:
+        return dataclasses.replace(config, baseline=load_recipe(recipe))
+    except (RecipeError, OSError) as exc:
+        cli_fail(f"--recipe {recipe}: {exc}")
+
+
+def _replay(bundle: Path, *, show_progress: bool, config=None):
     from streams.replay import replay_bundle
 
     if not show_progress:
-        return replay_bundle(bundle)
+        return replay_bundle(bundle, config=config)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=err, transient=True) as bar:
         task = bar.add_task(f"reading {bundle}", total=None)
         count = 0
@@ -77,7 +99,7 @@ def _replay(bundle: Path, *, show_progress: bool):
             if count % 1000 == 0:
                 bar.update(task, description=f"reading {bundle}: {count:,} records with candidate lines")
 
-        return replay_bundle(bundle, on_observation=tick)
+        return replay_bundle(bundle, on_observation=tick, config=config)
 
 
 SourceOption = {
@@ -179,6 +201,8 @@ def replay(
     bootstrap: Optional[str] = SourceOption["bootstrap"],
     kafka_timeout: float = SourceOption["kafka_timeout"],
     diff: bool = typer.Option(False, "--diff", help="print what changed against the stored verdicts; exit 1 if anything did"),
+    html: Optional[Path] = typer.Option(None, "--html", help="also write the verdicts as one self-contained HTML page (opens offline)"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="AICR recipe YAML: the stack versions the nodes should run (drift is a cause)"),
 ) -> None:
     """Replay an incident bundle, a Kafka time range or stored observations, and print the
     verdicts -- or, with --diff, what changed against the verdicts stored in ClickHouse
@@ -186,11 +210,12 @@ def replay(
     or is gone). Only a bundle's replay is stored, and never with --diff."""
     if sum([bundle is not None, from_kafka, from_clickhouse]) != 1:
         cli_fail("give exactly one source: a BUNDLE directory, --from-kafka or --from-clickhouse")
+    if bundle is None and html is not None:
+        cli_fail("--html writes the report of a BUNDLE replay")
+    config = _engine_config(recipe)
     if bundle is None:
-        from correlators.config import EngineConfig
         from streams.replay import replay_observations
 
-        config = EngineConfig.default()
         observations, plan, report = _read_source(
             config, from_kafka=from_kafka, clickhouse=clickhouse, since=since, until=until, workload=workload,
             cluster=cluster, topic_prefix=topic_prefix, bootstrap=bootstrap, kafka_timeout=kafka_timeout)
@@ -214,9 +239,17 @@ def replay(
     if since or until or workload or cluster:
         cli_fail("--since, --until, --workload and --cluster select from --from-kafka or --from-clickhouse, not a bundle")
     try:
-        result = _replay(bundle, show_progress=not json_lines and err.is_terminal)
+        result = _replay(bundle, show_progress=not json_lines and err.is_terminal, config=config)
     except BundleError as exc:
         cli_fail(str(exc))
+    if html is not None:
+        from streams.report import render_report
+
+        try:
+            html.write_text(render_report(result), encoding="utf-8")
+        except OSError as exc:
+            cli_fail(f"--html {html}: {exc.strerror or exc}")
+        typer.echo(f"report: {html}", err=True)
     if diff:
         _print_diff(result.attributions, clickhouse, json_lines,
                     [a.scope.id for a in result.attributions if a.scope.kind == "workload"])
@@ -534,6 +567,49 @@ def rules_suggest(
             cli_fail(str(exc))
         unknown.extend(e for e in result.events if e.type == EVENT_TYPE)
     typer.echo(suggest_rules(mine_templates(unknown), min_count=min_count), nl=False)
+
+
+@app.command()
+def ui(
+    clickhouse: str = typer.Option(
+        DEFAULT_CLICKHOUSE, "--clickhouse", envvar="FAULTSTREAM_CLICKHOUSE", help="chdb://DIR or http(s)://host:8123"
+    ),
+    database: Optional[str] = typer.Option(None, "--database", help="the database the sink writes [faultstream]"),
+    host: Optional[str] = typer.Option(None, "--host", help="address to listen on [127.0.0.1]"),
+    port: Optional[int] = typer.Option(None, "--port", min=1, max=65535, help="port to listen on [8077]"),
+    allow_commands: bool = typer.Option(False, "--allow-commands", help="offer approve / reject: needs a command key "
+                                        "(FAULTSTREAM_COMMAND_KEYS) and UI logins (FAULTSTREAM_UI_TOKENS)"),
+    bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help="Kafka host:port[,...] for decisions "
+                                                                      "(default: KAFKA_BOOTSTRAP_SERVERS)"),
+    poll: Optional[float] = typer.Option(None, "--poll", min=0.5, help="seconds between the list's refreshes [5]"),
+) -> None:
+    """Serve the web incident explorer over the verdicts in ClickHouse: the incident list
+    (filters, live), each incident's page and timeline, the fabric, nodes and the remediation
+    queue. Read-only unless --allow-commands; then approving or rejecting needs a login and
+    sends the signed command `faultstream remediation approve` would. Settings: streams/ui/settings.py."""
+    from pydantic import ValidationError
+
+    from streams.ui.app import serve
+    from streams.ui.settings import UISettings, UISettingsError
+    from streams.ui.queries import StoreError
+
+    given = {"database": database, "host": host, "port": port, "bootstrap": bootstrap, "poll_s": poll,
+             "allow_commands": True if allow_commands else None}
+    try:
+        settings = UISettings(clickhouse=clickhouse, **{k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        cli_fail("ui settings: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+    except ValueError as exc:  # pydantic-settings' SettingsError: a FAULTSTREAM_UI_* value that is not JSON
+        cli_fail(f"ui settings: {exc}")
+    if settings.allow_commands and settings.host not in ("127.0.0.1", "::1", "localhost") and not settings.secure_cookies:
+        typer.echo("warning: decisions are allowed on a non-loopback address without FAULTSTREAM_UI_SECURE_COOKIES: "
+                   "serve it behind TLS", err=True)
+    typer.echo(f"faultstream ui: http://{settings.host}:{settings.port}/ over {settings.clickhouse} "
+               f"({'decisions allowed, login required' if settings.allow_commands else 'read-only'})", err=True)
+    try:
+        serve(settings)
+    except (UISettingsError, StoreError) as exc:
+        cli_fail(str(exc))
 
 
 def main() -> None:  # pragma: no cover - console entry

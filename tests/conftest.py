@@ -4,7 +4,8 @@ Layout: ``tests/`` mirrors the source tree; a test module sits beside the packag
 exercises, one directory (a package, with ``__init__.py``) per source package:
 
 * ``tests/correlators/``: the pure engine with its ``rules/`` and ``remediation/`` subpackages
-* ``tests/connectors/``: the inputs: bundle, files, counters, topology, Slurm, certifications
+* ``tests/connectors/``: the inputs: bundle, files, counters, topology, Slurm, certifications,
+  Kubernetes, Prometheus, Loki, NVSentinel, NVML
 * ``tests/schemas/``: the record contract, the JSON Schema and AsyncAPI files, the YAML reader
 * ``tests/sinks/``: the ClickHouse sink and the remediation executors (``sinks/executors``)
 * ``tests/streams/``: the worker, the CLI, replay sources, rendering, logging, poison records
@@ -17,10 +18,10 @@ exercises, one directory (a package, with ``__init__.py``) per source package:
 checkout). Tests that need it fail -- never skip -- when it is missing.
 
 Markers (``pyproject.toml``), set here from what a test uses: ``kafka`` (the broker fixtures),
-``slurm`` (the single-node Slurm), ``clickhouse`` (the embedded chDB engine, by module:
-:data:`CLICKHOUSE_MODULES`); ``k8s`` (a Kubernetes cluster from ``KUBECONFIG``) is on the tests
-themselves. The fast inner
-loop is ``pytest -m "not kafka and not slurm"``.
+``slurm`` (the single-node Slurm), ``k8s`` (the loopback Kubernetes control plane of
+``tests/k8s_fixtures.py``), ``clickhouse`` (the embedded chDB engine, by module:
+:data:`CLICKHOUSE_MODULES`); ``prometheus`` and ``browser`` are on the tests themselves. The
+fast inner loop is ``pytest -m "not kafka and not slurm and not k8s and not browser"``.
 """
 
 from __future__ import annotations
@@ -47,14 +48,16 @@ def real_fixtures() -> Path:
 # Real services: a Kafka broker and a single-node Slurm, started by the fixtures when needed.
 from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: E402,F401
 from tests.slurm_fixtures import slurm_cluster  # noqa: E402,F401
+from tests.k8s_fixtures import k8s_cluster  # noqa: E402,F401
 
 
 #: test modules that open the embedded ClickHouse engine (chDB), by file name without ``.py``:
 #: the last part of the dotted module name (``tests.streams.test_stream`` -> ``test_stream``)
 CLICKHOUSE_MODULES = {"test_cli", "test_clickhouse_sink", "test_logs", "test_remediation_sink",
-                      "test_remediation_stream", "test_replay_sources", "test_stream", "test_poison", "test_fuzz"}
+                      "test_remediation_stream", "test_replay_sources", "test_stream", "test_poison", "test_fuzz",
+                      "test_ui", "test_report", "test_grafana_panels"}
 _SERVICE_FIXTURES = {"kafka_bootstrap": "kafka", "kafka_config": "kafka", "kafka_topic_factory": "kafka",
-                     "slurm_cluster": "slurm"}
+                     "slurm_cluster": "slurm", "k8s_cluster": "k8s"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

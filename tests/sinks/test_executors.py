@@ -10,8 +10,8 @@
 * Kubernetes: the patch/taint/eviction builders; the executor's requests against a *stub* of
   the Kubernetes REST API (a local HTTP server that answers the handful of endpoints the
   official client calls -- it checks what faultstream sends, it is not a cluster); and an
-  integration test against the cluster ``KUBECONFIG`` names, SKIPPED with "no Kubernetes
-  cluster: set KUBECONFIG" when there is none (CI here has none).
+  integration test against a real control plane on loopback (``tests.k8s_fixtures``: etcd,
+  kube-apiserver, kube-controller-manager, kwok nodes and pods); it fails when that cannot start.
 * Dry run: logs the exact command, changes nothing (the Slurm node, the webhook, the API stub).
 * ExecutorSettings: everything off but dry-run; per-cluster entries; option errors at load.
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import re
 import socket
 import subprocess
@@ -686,27 +685,23 @@ def test_kubernetes_unknown_node_and_unreachable_api(api):
     assert res.ok is False and res.detail.startswith("cordon node node-a01: MaxRetryError")
 
 
-# == Kubernetes: a real cluster (KUBECONFIG) ==========================================================
-
-needs_cluster = pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="no Kubernetes cluster: set KUBECONFIG")
+# == Kubernetes: a real control plane (tests.k8s_fixtures) ============================================
 
 
 @pytest.mark.k8s
-@needs_cluster
-def test_kubernetes_cluster_cordon_drain_resume():
-    """Against the cluster KUBECONFIG names: cordons, taints and drains one node (env
-    ``FAULTSTREAM_TEST_K8S_NODE``, default: the first schedulable node), with a pod pinned to it in
-    a fresh namespace protected by a PodDisruptionBudget, then without it; resumes the node in any
-    case and deletes the namespace."""
-    from kubernetes import config
-
-    api_client = config.new_client_from_config(config_file=os.environ["KUBECONFIG"])
+def test_kubernetes_cluster_cordon_drain_resume(k8s_cluster):
+    """Against the loopback control plane (``k8s_cluster``: kube-apiserver, the controller
+    manager's disruption controller, kwok): cordons, taints and drains one kwok node
+    (``node-x01``), with a pod pinned to it in a fresh namespace protected by a
+    PodDisruptionBudget, then without it; resumes the node in any case and deletes the
+    namespace."""
+    api_client = k8s_cluster.api_client()
     core, policy = k8s.CoreV1Api(api_client), k8s.PolicyV1Api(api_client)
-    nodes = [n for n in core.list_node().items if not n.spec.unschedulable]
-    name = os.environ.get("FAULTSTREAM_TEST_K8S_NODE") or (nodes[0].metadata.name if nodes else None)
-    assert name, "no schedulable node in the cluster"
+    name = "node-x01"
+    k8s_cluster.add_node(name)
     ns = f"faultstream-test-{uuid.uuid4().hex[:8]}"
     core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
+    k8s_cluster.wait_for_service_account(ns)
     ex = KubernetesExecutor(api_client=api_client, drain_timeout_s=120)
     action = make_action("drain", name)
     try:
