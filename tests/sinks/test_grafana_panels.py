@@ -43,8 +43,6 @@ import pytest
 import yaml
 
 from connectors.publish import bundle_records
-from correlators.config import EngineConfig, WindowPolicy
-from correlators.pipeline import InMemoryRouter, Pipeline, Publish
 from correlators.remediation import RemediationEngine, load_policy
 from correlators.remediation.guards import CircuitBreakerSettings
 from schemas.bundle import TopologySpec
@@ -89,13 +87,12 @@ STREAMED = "fabric-port-flap-host-and-switch"
 
 #: The dashboard time range of the tests: every example above lies in it.
 RANGE = (datetime(2025, 1, 1, tzinfo=timezone.utc), datetime(2026, 12, 31, 23, 59, 59, tzinfo=timezone.utc))
-#: Live mode as tests/correlators/test_pipeline.py runs it: short idle timeout and fabric flush.
-LIVE = EngineConfig.default(window=WindowPolicy(idle_timeout_s=10.0, fabric_flush_s=2.0))
 
 
-def _load(name: str) -> ModuleType:
-    """deploy/grafana/<name>.py loaded by path (deploy/ is not a Python package)."""
-    spec = importlib.util.spec_from_file_location(f"faultstream_grafana_{name}", GRAFANA / f"{name}.py")
+def _load_build() -> ModuleType:
+    """deploy/grafana/build.py loaded by path (deploy/ is not a Python package); it loads
+    panels.py and macros.py the same way (:func:`build._load`)."""
+    spec = importlib.util.spec_from_file_location("faultstream_grafana_build", GRAFANA / "build.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -103,9 +100,9 @@ def _load(name: str) -> ModuleType:
     return module
 
 
-panels = _load("panels")
-macros = _load("macros")
-build = _load("build")
+build = _load_build()
+panels = build.panels
+macros = build._load("macros")
 PANELS = {p.key: p for p in panels.PANELS}
 
 
@@ -194,32 +191,12 @@ def cli_replay(bundle: Path, url: str) -> list[Attribution]:
 
 
 def stream_revisions(records: list[Observation]) -> list[Attribution]:
-    """Every verdict revision the pipeline publishes in live mode for ``records`` fed one by
-    one (driver clock 0.5 s a record), then the idle timer and the fabric flush until nothing
-    is left -- the stream worker's output for them, in order."""
-    pipeline = Pipeline(LIVE)
-    router = InMemoryRouter(pipeline)
-    now = 0.0
+    """Every verdict revision the pipeline publishes in live mode for ``records`` (the stream
+    worker's output for them, in order: :func:`tests.correlators.test_pipeline.live_run`)."""
+    from tests.correlators.test_pipeline import live_run
 
-    def drain() -> None:
-        while router.queue:
-            route = router.queue.popleft()
-            router.send(pipeline.apply(route.channel, route.key, route.message, now=now))
-
-    for obs in records:
-        router.send(pipeline.ingest(obs))
-        drain()
-        now += 0.5
-    for _ in range(50):
-        now += 60.0
-        ticks = pipeline.idle(now) + pipeline.due_flushes(now)
-        if not ticks:
-            break
-        router.send(ticks)
-        drain()
-    else:
-        pytest.fail("the live pipeline did not settle within 50 timer rounds")
-    return [e.record for e in router.published if isinstance(e, Publish) and e.topic == "attributions"]
+    _, published = live_run(records)
+    return published
 
 
 def command(kind: str, action: RemediationAction | None, by: str, reason: str, at: int,
