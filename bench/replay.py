@@ -9,7 +9,8 @@ scan of the same lines with the rule pack's keyword prefilter only (read + vecto
 as a ratio.
 
 Usage: ``python3 bench/replay.py [--runs 5] [--nodes 2048] [--lines-per-node 500] [--store]``
-Prints its figures; asserts nothing.
+Prints its figures and checks the verdict of every run (cause ``gpu.xid.79``, the bad host and
+rank, quality definitive); exits 1 when one is wrong.
 """
 
 from __future__ import annotations
@@ -184,21 +185,23 @@ def main() -> None:
     med = statistics.median(r["seconds"] for r in runs)
     floor = statistics.median(f["seconds"] for f in floors)
     last = runs[-1]
-    correct = (
-        last["root_cause"] == "gpu.xid.79"
-        and last["hosts"] == [facts["bad_host"]]
-        and last["ranks"] == [facts["bad_rank"]]
-    )
+
+    def correct(run: dict) -> bool:
+        return (run["root_cause"] == "gpu.xid.79" and run["hosts"] == [facts["bad_host"]]
+                and run["ranks"] == [facts["bad_rank"]] and run["quality"] == "definitive")
+
+    wrong = [i for i, run in enumerate(runs) if not correct(run)]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(f"lines: {last['lines']:,}  events: {last['events']:,}  runs: {args.runs}  store: {args.store}")
     print(f"end to end: median {med:.3f} s = {last['lines'] / med:,.0f} lines/s")
     print(f"peak RSS (child, VmHWM): median {statistics.median(r['rss_mib'] for r in runs):,.0f} MiB")
     print(f"floor (read + keyword scan only): median {floor:.3f} s = {last['lines'] / floor:,.0f} lines/s")
     print(f"end to end / floor time ratio: {med / floor:.2f}x")
-    print(
-        f"verdict: {last['root_cause']} hosts={last['hosts']} ranks={last['ranks']} quality={last['quality']} "
-        f"-> {'CORRECT' if correct else 'WRONG'}"
-    )
+    for i, run in enumerate(runs):
+        print(f"verdict of run {i + 1}: {run['root_cause']} hosts={run['hosts']} ranks={run['ranks']} "
+              f"quality={run['quality']} -> {'WRONG' if i in wrong else 'CORRECT'}")
+    if wrong:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
