@@ -372,10 +372,10 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     async def extract(stream: Any) -> None:
         processed, dead_lettered = (metrics.inputs.labels("extract", outcome) for outcome in ("processed", "dead_lettered"))
         async for item in stream.events():
-            raw: bytes = item.value or b""
+            raw: bytes | None = item.value
             message = item.message
             metrics.observations.inc()
-            obs = decode_observation(raw) if item.value is not None else "tombstone: no value"
+            obs = decode_observation(raw) if raw is not None else "tombstone: no value"
             if isinstance(obs, str):
                 await dead_letter("agent.extract", obs, raw, message)
                 dead_lettered.inc()
