@@ -15,6 +15,7 @@ COPY connectors ./connectors
 COPY correlators ./correlators
 COPY streams ./streams
 COPY sinks ./sinks
+COPY transport ./transport
 RUN pip install . \
     && useradd --create-home --uid 10001 faultstream \
     && mkdir -p /data && chown faultstream /data

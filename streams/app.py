@@ -271,13 +271,14 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         key_serializer="raw",
         value_serializer="raw",
         topic_partitions=settings.partitions,
-        topic_replication_factor=1,
+        topic_replication_factor=settings.replication_factor,
         topic_allow_declare=True,
         consumer_auto_offset_reset="earliest",
         web_enabled=True,
         web_host="127.0.0.1",
-        web_bind="127.0.0.1",
+        web_bind=settings.web_bind,
         web_port=settings.web_port,
+        consumer_group_instance_id=settings.group_instance_id,
         # a dead letter carries its input base64-encoded: up to the observations topic's
         # limit (schemas.topics.LARGE_MESSAGE_BYTES) plus a third
         producer_max_request_size=DEAD_LETTER_MESSAGE_BYTES,

@@ -18,7 +18,11 @@ FAULTSTREAM_FABRIC_FLUSH_S          re-decide a cluster's fabric at most this of
                                    (s); later records wait for the flush tick
                                    (wall-clock s); 0 disables
 FAULTSTREAM_PARTITIONS             partitions of the internal topics             12
-FAULTSTREAM_WEB_PORT               port of /metrics (127.0.0.1)                  6066
+FAULTSTREAM_WEB_PORT               port of /metrics and health                   6066
+FAULTSTREAM_WEB_BIND               address they listen on (0.0.0.0 in a pod)      127.0.0.1
+FAULTSTREAM_GROUP_INSTANCE_ID      static consumer-group member id (the pod      none
+                                   name): a restart takes its partitions back
+FAULTSTREAM_REPLICATION_FACTOR     of the topics the worker declares             1
 FAULTSTREAM_MAX_MESSAGE_BYTES      larger observations are dead-lettered         1048576
 FAULTSTREAM_SHUTDOWN_TIMEOUT_S     after SIGTERM/SIGINT, exit without           30
                                    committing if the stop takes longer (s)
@@ -69,6 +73,14 @@ class WorkerSettings(BaseSettings):
     fabric_flush_s: float = Field(2.0, ge=0, allow_inf_nan=False)
     partitions: int = Field(12, ge=1)
     web_port: int = Field(6066, ge=1, le=65535)
+    #: the address /metrics and the health pages listen on (0.0.0.0 in a pod, for scraping)
+    web_bind: str = "127.0.0.1"
+    #: a stable member id in the consumer group (Kafka static membership: a restarted pod
+    #: takes its partitions back without a rebalance); None: dynamic membership
+    group_instance_id: str | None = None
+    #: replication factor of the topics the worker declares (its changelogs and internal
+    #: topics); 1 for a single broker
+    replication_factor: int = Field(1, ge=1)
     max_message_bytes: int = Field(1_048_576, ge=1)
     #: after SIGTERM/SIGINT the worker exits without committing if its stop takes longer
     shutdown_timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
