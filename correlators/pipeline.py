@@ -9,7 +9,8 @@ replay; messages are :mod:`schemas.messages`)::
         | all telemetry) and node history (the host's XIDs), which it sends every workload
         | holding an event of the host that names a GPU (HostFactsMessage)
         |-> Publish("events")                        every extracted event, raw
-        |-> Route("workload", wid | "host:<c>/<h>") events, specs, coverage, claims, host facts
+        |-> Route("workload", "<c>/<wid>" | "host:<c>/<h>") events, specs, coverage, claims,
+        |                                           host facts (workload_key: job ids are per cluster)
         '-> Route("fabric", cluster)                cable / node-down events, topology, spans
     Route("workload", wid) --apply--> WorkloadWindow (correlators.windows)
         '-> Publish("attributions") + Route("fabric", VerdictMessage)
@@ -46,6 +47,7 @@ from correlators.windows import (
     host_key,
     is_decisive,
     reads_host_facts,
+    workload_key,
 )
 from schemas.bundle import TopologySpec, WorkloadSpec
 from schemas.messages import (
@@ -221,7 +223,7 @@ class Pipeline:
             if self.route_by_index:
                 self.index.add(span)
             out.append(Route("fabric", spec.cluster, SpanMessage(span=span)))
-            out.append(Route("workload", spec.workload_id, SpecMessage(spec=spec)))
+            out.append(Route("workload", workload_key(spec.cluster, spec.workload_id), SpecMessage(spec=spec)))
             # events of these hosts routed before this record wait in their host's window
             out += [Route("workload", f"{HOST}{host_key(span.cluster, h)}", ClaimMessage(span=span))
                     for h in span.nodes]
@@ -229,7 +231,7 @@ class Pipeline:
         if obs.kind == "health_event" and obs.format == "coverage":
             entry = CoverageEntry.model_validate(obs.attributes["coverage"])
             if obs.workload_id:
-                out.append(Route("workload", obs.workload_id, CoverageMessage(entry=entry)))
+                out.append(Route("workload", workload_key(obs.cluster, obs.workload_id), CoverageMessage(entry=entry)))
             return out
         hkey = host_key(obs.cluster, obs.host)
         if obs.kind == "telemetry" and obs.gpu and obs.gpu.pci_bus_id and obs.gpu.index is not None:
@@ -240,7 +242,7 @@ class Pipeline:
         for event in events:
             cluster = event.cluster or obs.cluster
             wid = event.workload_id or (self.index.route(cluster, event.host, event.at) if self.route_by_index else None)
-            key = wid or f"{HOST}{host_key(cluster, event.host)}"
+            key = workload_key(cluster, wid) if wid else f"{HOST}{host_key(cluster, event.host)}"
             out.append(Publish("events", wid or f"{HOST}{event.host}", event))
             out.append(Route("workload", key, EventMessage(event=event)))
             if event.type == "gpu.xid":
@@ -377,7 +379,9 @@ class Pipeline:
         the host that names a GPU; :func:`~correlators.windows.reads_host_facts`). Each of
         those gets the host's facts (:class:`~schemas.messages.HostFactsMessage`) once it
         both claims and wants them, and whenever they change; a verdict reads a host's facts
-        only for such events, so the others need none."""
+        only for such events, so the others need none. Claims, wants and history owners hold
+        bare workload ids: all are of the host's cluster, whose windows they are routed to."""
+        cluster, host = key[len(HOST):].split("/", 1)
         meta = self.hosts.get(key)
         if meta is None:  # the cache is filled from the store once per key after forget()
             meta = self.hosts[key] = dict(self.stores.window_meta.get(key) or {})
@@ -408,7 +412,8 @@ class Pipeline:
             for stored_key in sorted(waiting):
                 event = stored_event(self.stores.window_events[stored_key])
                 if self.index.route("", "", event.at, [entry]):
-                    out.append(Route("workload", span.workload_id, EventMessage(event=event)))
+                    out.append(Route("workload", workload_key(span.cluster, span.workload_id),
+                                     EventMessage(event=event)))
                     del self.stores.window_events[stored_key]
                     waiting.discard(stored_key)
                     if reads_host_facts(event):
@@ -424,7 +429,7 @@ class Pipeline:
                 self.stores.window_events[stored_key] = canonical_json(event).encode()
                 self._waiting(key).add(stored_key)
                 return out
-            out.append(Route("workload", target, message))
+            out.append(Route("workload", workload_key(cluster, target), message))
             # an XID kept as history before its workload was known is that workload's own
             fixed = False
             if event.type == "gpu.xid":
@@ -457,12 +462,11 @@ class Pipeline:
             raise ValueError(f"host window: unexpected message {message.kind!r}")
         meta = self.hosts[key] = {"claims": claims, "gpus": gpus, "history": history, "wants": wants}
         self.stores.window_meta[key] = meta
-        host = key[len(HOST):].split("/", 1)[1]
         for wid, start, _ in notify:
             if not gpus and not history:
                 break
             earlier = [Event.model_validate(data) for w, data in history if w != wid and data["at"] < start]
-            out.append(Route("workload", wid, HostFactsMessage(host=host, gpus=gpus, history=earlier)))
+            out.append(Route("workload", workload_key(cluster, wid), HostFactsMessage(host=host, gpus=gpus, history=earlier)))
         return out
 
     def _waiting(self, key: str) -> set[str]:
@@ -584,7 +588,8 @@ class Pipeline:
         routes = fw.route_faults(self.config)
         verdicts = fw.publish(self.config)
         self.stores.fabric_meta[fw.cluster] = fw.to_state()
-        out: list[Effect] = [Route("workload", wid, FaultsMessage(events=events)) for wid, events in routes.items()]
+        out: list[Effect] = [Route("workload", workload_key(fw.cluster, wid), FaultsMessage(events=events))
+                             for wid, events in routes.items()]
         out += publish_verdicts(verdicts)
         return out
 
@@ -672,7 +677,7 @@ class InMemoryRouter:
             fw.refresh(p.config)
             routes = fw.route_faults(p.config)
             for wid, events in routes.items():
-                self.send([Route("workload", wid, FaultsMessage(events=events))])
+                self.send([Route("workload", workload_key(cluster, wid), FaultsMessage(events=events))])
         self.drain()
         p._load_windows()
         for wid in sorted(p.windows):

@@ -40,7 +40,7 @@ from schemas.bundle import TopologySpec, WorkloadSpec
 from schemas.messages import Span
 from schemas.records import Attribution, CoverageEntry, Event, canonical_json
 
-__all__ = ["WindowPolicy", "fabric_relevant", "host_key", "WorkloadIndex", "WorkloadWindow", "FabricWindow", "verdict_digest", "is_decisive"]
+__all__ = ["WindowPolicy", "fabric_relevant", "host_key", "workload_key", "WorkloadIndex", "WorkloadWindow", "FabricWindow", "verdict_digest", "is_decisive"]
 
 
 
@@ -75,6 +75,13 @@ def host_key(cluster: str, host: str) -> str:
     """The key of a host's facts in the pipeline's host-keyed stores: ``<cluster>/<host>``
     (node names are unique within a cluster only)."""
     return f"{cluster}/{host}"
+
+
+def workload_key(cluster: str, workload_id: str) -> str:
+    """The key of a workload's window on the workload channel and in the stores:
+    ``<cluster>/<workload id>``, the bare id for a workload of no cluster (scheduler job ids
+    are unique within a cluster only: job 1001 of two clusters is two windows)."""
+    return f"{cluster}/{workload_id}" if cluster else workload_id
 
 
 class WorkloadIndex:

@@ -235,7 +235,7 @@ def test_events_before_their_workload_wait_in_the_host_window_and_are_claimed() 
     assert p.apply("workload", f"{HOST}c1/node-a01", EventMessage(event=event)) == []
     span = Span.of(spec("job-1", ["node-a01"], T0, T0 + 600 * S))
     out = p.apply("workload", f"{HOST}c1/node-a01", ClaimMessage(span=span))
-    assert [(r.key, r.message.event.event_id) for r in out if isinstance(r, Route)] == [("job-1", event.event_id)]
+    assert [(r.key, r.message.event.event_id) for r in out if isinstance(r, Route)] == [("c1/job-1", event.event_id)]
     assert not any(k.startswith(HOST) for k in p.stores.window_events)
     # an event outside every claim stays
     late = xid_event("node-a01", T0 + 10_000 * S)
@@ -248,15 +248,15 @@ def test_windows_rebuild_from_the_stores_after_forget() -> None:
     stores = Stores()
     p = Pipeline(config, stores)
     p.apply("workload", "job-1", SpecMessage(spec=spec("job-1", ["node-a01"], T0, T0 + 600 * S)))
-    p.apply("workload", "job-1", EventMessage(event=xid_event("node-a01", T0 + 60 * S)))
+    p.apply("workload", "c1/job-1", EventMessage(event=xid_event("node-a01", T0 + 60 * S)))
     from schemas.messages import HostFactsMessage
 
     facts = HostFactsMessage(host="node-a01", gpus={"0000:9c:00": 3}, history=[xid_event("node-a01", T0 - 600 * S)])
-    p.apply("workload", "job-1", facts)
-    before = p.windows["job-1"].to_state()
+    p.apply("workload", "c1/job-1", facts)
+    before = p.windows["c1/job-1"].to_state()
     p.forget()
     assert p.windows == {}
-    w = p.window("job-1")
+    w = p.window("c1/job-1")
     assert w.to_state() == before and len(w.events) == 1
     assert w.gpus() == {("node-a01", "0000:9c:00"): 3} and [e.event_id for e in w.history()] == [
         facts.history[0].event_id]
@@ -287,9 +287,9 @@ def test_gpu_facts_from_telemetry_without_a_workload_id_reach_the_window() -> No
     assert p.ingest(obs) == [] and p.due_flushes(10.0) == []  # the same sample again: nothing new
     s1 = spec("job-1", ["node-a01"], T0, T0 + 600 * S)
     span = Span.of(s1)
-    run_routes(p, [Route("workload", "job-1", SpecMessage(spec=s1)),
+    run_routes(p, [Route("workload", "c1/job-1", SpecMessage(spec=s1)),
                    Route("workload", "host:c1/node-a01", ClaimMessage(span=span))])
-    w = p.windows["job-1"]
+    w = p.windows["c1/job-1"]
     assert w.gpus() == {}  # no event of the job names a GPU of the host: its facts are not read
     run_routes(p, [Route("workload", "host:c1/node-a01", EventMessage(event=xid_event("node-a01", T0 + 60 * S)))])
     assert w.gpus() == {("node-a01", "0000:9c:00"): 3} and w.history() == []
@@ -301,7 +301,7 @@ def test_host_facts_go_only_to_workloads_with_an_event_naming_a_gpu_of_the_host(
     s1 = spec("job-1", ["node-a01", "node-a02"], T0, T0 + 600 * S)
     span = Span.of(s1)
     messages = [
-        Route("workload", "job-1", SpecMessage(spec=s1)),
+        Route("workload", "c1/job-1", SpecMessage(spec=s1)),
         Route("workload", "host:c1/node-a01", ClaimMessage(span=span)),
         Route("workload", "host:c1/node-a02", ClaimMessage(span=span)),
         Route("workload", "host:c1/node-a01", GpuMessage(host="node-a01", gpus={"0000:9c:00": 3})),
@@ -314,7 +314,7 @@ def test_host_facts_go_only_to_workloads_with_an_event_naming_a_gpu_of_the_host(
         p = Pipeline(EngineConfig.default(), hold=True)
         published = run_routes(p, [messages[0], *order])
         assert published == []
-        w = p.windows["job-1"]
+        w = p.windows["c1/job-1"]
         assert w.gpus() == {("node-a01", "0000:9c:00"): 3}, seed
         assert set(w.host_facts) == {"node-a01"}, seed
 
@@ -347,7 +347,7 @@ def test_node_history_reaches_later_jobs_in_any_order_and_not_the_jobs_own() -> 
     from schemas.messages import HistoryMessage
 
     messages = [
-        Route("workload", "job-1", SpecMessage(spec=s1)), Route("workload", "job-2", SpecMessage(spec=s2)),
+        Route("workload", "c1/job-1", SpecMessage(spec=s1)), Route("workload", "c1/job-2", SpecMessage(spec=s2)),
         Route("workload", "host:c1/node-a01", ClaimMessage(span=Span.of(s1))),
         Route("workload", "host:c1/node-a01", ClaimMessage(span=Span.of(s2))),
         Route("workload", "host:c1/node-a01", HistoryMessage(workload_id="job-1", event=first)),
@@ -361,9 +361,9 @@ def test_node_history_reaches_later_jobs_in_any_order_and_not_the_jobs_own() -> 
         random.Random(seed).shuffle(order)
         p = Pipeline(EngineConfig.default(), hold=True)
         run_routes(p, order)
-        assert [e.event_id for e in p.window("job-2").history()] == [first.event_id]
-        assert p.window("job-1").history() == []
-        states.add(json.dumps(p.window("job-2").to_state(), sort_keys=True))
+        assert [e.event_id for e in p.window("c1/job-2").history()] == [first.event_id]
+        assert p.window("c1/job-1").history() == []
+        states.add(json.dumps(p.window("c1/job-2").to_state(), sort_keys=True))
     assert len(states) == 1
 
 
@@ -378,7 +378,7 @@ def test_an_xid_routed_by_its_host_window_is_the_jobs_own_not_its_history() -> N
 
     host = "host:c1/node-a01"
     messages = [
-        Route("workload", "job-1", SpecMessage(spec=s1)), Route("workload", "job-2", SpecMessage(spec=s2)),
+        Route("workload", "c1/job-1", SpecMessage(spec=s1)), Route("workload", "c1/job-2", SpecMessage(spec=s2)),
         Route("workload", host, ClaimMessage(span=Span.of(s1))), Route("workload", host, ClaimMessage(span=Span.of(s2))),
         Route("workload", host, EventMessage(event=early)), Route("workload", host, HistoryMessage(event=early)),
         Route("workload", host, EventMessage(event=later)), Route("workload", host, HistoryMessage(event=later)),
@@ -387,9 +387,9 @@ def test_an_xid_routed_by_its_host_window_is_the_jobs_own_not_its_history() -> N
         order = messages[:2] + random.Random(seed).sample(messages[2:], len(messages) - 2)
         p = Pipeline(EngineConfig.default(), hold=True)
         run_routes(p, order)
-        assert early.event_id in p.window("job-1").events, seed
-        assert p.window("job-1").history() == [], seed
-        assert [e.event_id for e in p.window("job-2").history()] == [early.event_id], seed
+        assert early.event_id in p.window("c1/job-1").events, seed
+        assert p.window("c1/job-1").history() == [], seed
+        assert [e.event_id for e in p.window("c1/job-2").history()] == [early.event_id], seed
 
 
 # -- FabricWindow ------------------------------------------------------------------------------
@@ -516,3 +516,42 @@ def test_a_topology_tombstone_deletes_the_clusters_topology_and_its_fabric_verdi
     withdrawn = next(e.record for e in published if isinstance(e, Publish) and e.key == before.attribution_id)
     assert withdrawn.status == "withdrawn" and withdrawn.superseded_by
     assert any(isinstance(e, Tombstone) and e.key == before.attribution_id for e in published)
+
+
+def _as(records: list[Observation], cluster: str, workload_id: str) -> list[Observation]:
+    """``records`` of a one-workload bundle moved to ``cluster`` with the job id ``workload_id``."""
+    out = []
+    for obs in records:
+        data = json.loads(canonical_json(obs))
+        data["cluster"] = cluster
+        if data.get("workload_id"):
+            data["workload_id"] = workload_id
+        spec = data["attributes"].get("workload")
+        if obs.format == "workload_yaml" and isinstance(spec, dict):
+            spec.update(cluster=cluster, workload_id=workload_id)
+        for k in ("observation_id", "observed_at_utc"):
+            data.pop(k, None)
+        out.append(Observation.model_validate(data).with_id())
+    return out
+
+
+def test_one_job_id_in_two_clusters_is_two_workloads() -> None:
+    """Scheduler job ids are unique within a cluster only: job 7 of cluster east (an XID 79)
+    and job 7 of cluster west (a CUDA out of memory), with the same node names, are decided
+    apart, each as its bundle alone."""
+    from streams.replay import replay_observations
+
+    east_bundle = EXAMPLES / "public-rc15-pcie-aer-xid79-multinode"
+    west_bundle = EXAMPLES / "public-rc69-rank11-cuda-oom"
+    east = _as(bundle_records(east_bundle)[0], "east", "7")
+    west = _as(bundle_records(west_bundle)[0], "west", "7")
+    alone = {b.name: replay_bundle(b).attribution for b in (east_bundle, west_bundle)}
+    for order in (east + west, west + east):
+        verdicts, _, _ = replay_observations(order, EngineConfig.default())
+        got = {(a.scope.cluster, a.scope.id): a for a in verdicts if a.scope.kind == "workload"}
+        assert sorted(got) == [("east", "7"), ("west", "7")]
+        for (cluster, _), bundle in ((("east", "7"), east_bundle), (("west", "7"), west_bundle)):
+            att, want = got[(cluster, "7")], alone[bundle.name]
+            assert (att.root_cause.code, att.culprits.hosts, att.culprits.ranks, att.quality) == (
+                want.root_cause.code, want.culprits.hosts, want.culprits.ranks, want.quality), cluster
+            assert len(att.symptoms) == len(want.symptoms), cluster
