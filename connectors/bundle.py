@@ -693,6 +693,13 @@ class BundleConnector:
         data = _read_bytes(file, stats)
         if data is None:
             return None
+        if data.endswith(b"\x00"):
+            # the zero-filled tail a file system leaves when a node crashed after allocating a
+            # log's blocks and before writing them: not content
+            text_end = len(data.rstrip(b"\x00"))
+            stats.notes.append(f"{len(data) - text_end} NUL bytes at the end (the unwritten tail a crash "
+                               "leaves): left out")
+            data = data[:text_end]
         if not data:
             stats.status = "empty"
             stats.notes.append("empty file")

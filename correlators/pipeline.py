@@ -262,10 +262,11 @@ class Pipeline:
     def _learn_gpu(self, hkey: str, pci: str | None, index: int) -> list[Effect]:
         """Collect a telemetry sample's PCI id -> index; a host's table is sent (one
         :class:`~schemas.messages.GpuMessage`) when a sample repeats a GPU already collected
-        -- one sampling round is complete --, before the host's next events, and by
+        -- one sampling round is complete --, before the host's next events, by
         :meth:`due_flushes` once it held unchanged for a whole flush interval (a host whose
-        samples trickle in is sent once, not once per GPU). The collected tables are a cache
-        (a resend is harmless)."""
+        samples trickle in is sent once, not once per GPU), and whenever a driver is about to
+        commit (:meth:`pending_tables`). The collected tables are a cache (a resend is
+        harmless)."""
         if not pci:
             return []
         new = self._gpus_new.get(hkey)
@@ -278,6 +279,13 @@ class Pipeline:
         new[pci] = index
         self._gpus_still.discard(hkey)
         return []
+
+    def pending_tables(self) -> list[Effect]:
+        """Every GPU table collected from telemetry and not sent yet, now. A driver calls it
+        before it commits the offsets of the observations they came from (the tables live in
+        memory only: a table held past a commit would be lost with the process) and at the end
+        of a batch."""
+        return [e for k in sorted(self._gpus_new) for e in self._send_gpus(k)]
 
     def _send_gpus(self, hkey: str) -> list[Effect]:
         table = self._gpus_new.pop(hkey)
@@ -670,7 +678,7 @@ class InMemoryRouter:
         incident verdicts in the fabric correlator's order."""
         p = self.pipeline
         start = len(self.published)
-        self.send([e for k in sorted(p._gpus_new) for e in p._send_gpus(k)])
+        self.send(p.pending_tables())
         self.drain()
         for cluster in sorted(p.fabric):
             fw = p.fabric[cluster]

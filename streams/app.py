@@ -386,7 +386,9 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                 topic=message.topic, partition=message.partition, offset=message.offset,
             )
             try:
-                await run(pipeline.ingest(obs))
+                # a GPU table goes out with the record that completed it: Faust commits the
+                # record's offset without knowing of tables held in memory
+                await run(pipeline.ingest(obs) + pipeline.pending_tables())
                 if hooks.workload_seen is not None:
                     await hooks.workload_seen(obs)
             except Exception as exc:  # noqa: BLE001 -- a bad record never stops the agent

@@ -681,13 +681,16 @@ def topics_list(
 ) -> None:
     """Print the catalogue: name, key, value schema, partitions, cleanup policy, retention."""
     from rich.table import Table
+    from rich.text import Text
 
     from schemas.topics import catalogue
 
     table = Table("topic", "key", "value", "partitions", "cleanup", "retention")
     for spec in catalogue(prefix).values():
         retention = "-" if spec.retention_ms is None else f"{spec.retention_ms / 86_400_000:g} d"
-        table.add_row(spec.name, spec.key, spec.value_schema or "-", str(spec.partitions), spec.cleanup_policy, retention)
+        # the key recipes hold [..] lists: plain text, not rich markup
+        table.add_row(spec.name, Text(spec.key), spec.value_schema or "-", str(spec.partitions), spec.cleanup_policy,
+                      retention)
     Console(width=160).print(table)
 
 

@@ -200,6 +200,8 @@ class IngestStage:
                     continue
                 raise KafkaException(error)
             self.handle(msg)
+        # the batch's GPU tables before its offsets are committed (held in memory only)
+        self._effects(self.pipeline.pending_tables())
         self.producer.flush()
         if self._failed:
             failed, self._failed = self._failed, []

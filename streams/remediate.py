@@ -453,6 +453,13 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
                 if not cert.cluster:
                     raise ValueError(f"certification of {cert.host} names no cluster (the remediation engine is "
                                      "sharded by cluster): publish it with --cluster")
+                # a result from the future would return a node now and date every later
+                # transition after it (updated_at never goes back): refused, as a command is
+                ahead_s = (cert.finished_at - time.time_ns()) / 1e9
+                if ahead_s > auth.max_skew_s:
+                    raise ValueError(f"certification of {cert.host} finished at {cert.finished_at_utc}, "
+                                     f"{ahead_s:,.0f} s after this worker's clock (more than "
+                                     f"{auth.max_skew_s:g} s of skew)")
             except (ValueError, ValidationError) as exc:
                 await dead_letter("agent.remediation", f"invalid certification: {reason_of(exc)}", original,
                                   item.message)

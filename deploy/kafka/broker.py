@@ -6,6 +6,8 @@ kafka_2.13``) on loopback only; all its state lives under the repository's git-i
 ``.state/kafka/``:
 
 * ``libs/``                    the jars (``fetch()``; Maven runs only when they are missing)
+* ``tools/``                   ``kafka-tools-<version>.jar``, Kafka's command-line tools (the
+                               console consumer and producer; ``fetch_tools()``)
 * ``data-<port>/``             the KRaft metadata log and the topic data
 * ``server-<port>.properties`` the generated broker configuration
 * ``broker-<port>.log``        the broker's log (stdout+stderr of the JVM), truncated at start
@@ -21,6 +23,7 @@ Python API (stdlib + confluent_kafka only)::
 CLI::
 
     python3 deploy/kafka/broker.py fetch                  # resolve the jars (idempotent, quiet)
+    python3 deploy/kafka/broker.py tools                  # + kafka-tools; prints the tools' classpath
     python3 deploy/kafka/broker.py start [--port 9092]    # detached; prints the bootstrap address
     python3 deploy/kafka/broker.py status [--port 9092]   # exit 0 when it answers, 1 otherwise
     python3 deploy/kafka/broker.py stop [--port 9092]
@@ -113,6 +116,31 @@ def fetch(*, force: bool = False) -> Path:
         out = (proc.stdout + proc.stderr)[-4000:]
         raise BrokerError(f"Maven could not fetch the Kafka jars (exit {proc.returncode}):\n{out}")
     return LIBS
+
+
+def fetch_tools() -> str:
+    """The classpath (``os.pathsep``-joined) of Kafka's command-line tools for the fetched broker
+    version: the broker's jars (:func:`fetch`) and ``kafka-tools-<version>.jar``, copied by
+    Maven into ``.state/kafka/tools/`` when missing. Raises BrokerError when ``mvn`` is missing
+    or cannot resolve the jar."""
+    libs = fetch()
+    version = kafka_version()
+    tools = STATE / "tools"
+    jar = tools / f"kafka-tools-{version}.jar"
+    if not jar.exists():
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise BrokerError(f"`mvn` not found on PATH: Maven 3 is needed to fetch org.apache.kafka:kafka-tools:{version}")
+        tools.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            [mvn, "-q", "-B", "dependency:copy", f"-Dartifact=org.apache.kafka:kafka-tools:{version}",
+             f"-DoutputDirectory={tools}"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )
+        if proc.returncode != 0 or not jar.exists():
+            raise BrokerError(f"Maven could not fetch org.apache.kafka:kafka-tools:{version} (exit {proc.returncode}):\n"
+                              f"{(proc.stdout + proc.stderr)[-3000:]}")
+    return f"{jar}{os.pathsep}{libs / '*'}"
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -476,9 +504,9 @@ def attach(port: int = DEFAULT_PORT) -> Broker | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``fetch | start | stop | status [--port N]``; exit 0 on success, 1 on failure."""
+    """``fetch | tools | start | stop | status [--port N]``; exit 0 on success, 1 on failure."""
     parser = argparse.ArgumentParser(prog="broker.py", description="local single-node Kafka (KRaft)")
-    parser.add_argument("command", choices=["fetch", "start", "stop", "status"])
+    parser.add_argument("command", choices=["fetch", "tools", "start", "stop", "status"])
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="PLAINTEXT port on 127.0.0.1 (default 9092)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the broker (start)")
     parser.add_argument("--fresh", action="store_true", help="start: delete the port's data dir first")
@@ -487,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "fetch":
             fetch()
             print(f"Kafka {kafka_version()} jars in {LIBS}")
+        elif args.command == "tools":
+            print(fetch_tools())
         elif args.command == "start":
             running = attach(args.port)
             if running is not None:

@@ -107,6 +107,20 @@ def test_a_gzip_bomb_is_stopped_at_its_bound_not_unpacked(tmp_path: Path) -> Non
     assert result.attribution.root_cause.code == replay_bundle(EXAMPLE).attribution.root_cause.code
 
 
+def test_the_zero_filled_tail_a_crash_leaves_is_left_out_and_the_log_still_read(tmp_path: Path) -> None:
+    """The dmesg of the node that crashed ends in 600 NUL bytes (blocks allocated, never
+    written): the tail is left out, the file is read, its XID 79 still decides."""
+    root = copy_bundle(tmp_path)
+    dmesg = root / "logs" / "node-a02" / "dmesg-raw.log"
+    dmesg.write_bytes(dmesg.read_bytes() + b"\x00" * 600)
+    result = replay_bundle(root)
+    want = replay_bundle(EXAMPLE).attribution
+    assert (result.attribution.root_cause.code, result.attribution.culprits.hosts) == (
+        want.root_cause.code, want.culprits.hosts) == ("gpu.xid.79", ["node-a02"])
+    entry = next(c for c in result.attribution.coverage if c.source.endswith("node-a02/dmesg-raw.log"))
+    assert entry.status == "present" and "600 NUL bytes at the end" in entry.detail
+
+
 def test_a_replay_keeps_the_scheduler_records_with_its_evidence() -> None:
     """So what `faultstream replay` stores can be replayed from ClickHouse and exported."""
     result = replay_bundle(EXAMPLE)

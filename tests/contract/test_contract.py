@@ -14,9 +14,9 @@ topic prefix of its own:
   ``schema_version`` 99 record) and on the commands topic (not JSON);
 * a remediation approve flow on the XID 79 bundle: drain and reboot of node-a02 proposed,
   approved with ``faultstream remediation approve``, run in dry run; a breaker reset;
-  certifications with ``faultstream connect certifications``: a failing run, one that cannot
-  apply (finished in 2001, before the drain: dead-lettered), one of a host no action awaits
-  (recorded, not an error), a passing run.
+  certifications with ``faultstream connect certifications``: a failing run, two that cannot
+  apply (finished in 2001, before the drain; in 2099, after the worker's clock: both
+  dead-lettered), one of a host no action awaits (recorded, not an error), a passing run.
 
 The worker is stopped, and every public topic of the catalogue (``schemas.topics``) is read
 with Kafka's Java console consumer (``kafka-tools``). Then:
@@ -524,10 +524,12 @@ def _drive(r: Run, replayed: dict[Path, list[dict]]) -> None:  # noqa: F811
                        until=lambda recs: flow_actions(recs).get("drain", {}).get("sequence", 0) > before)
 
         _step(r, "failed certification recorded", failed_run)
-        # one that cannot apply: it finished before the drain started (dead-lettered); and one
-        # of a host no action awaits (recorded as a known-healthy host, not an error)
+        # two that cannot apply, dead-lettered: one finished before the drain started, one in
+        # 2099 (after the worker's clock); and one of a host no action awaits (recorded as a
+        # known-healthy host, not an error)
         _step(r, "certifications that cannot apply published", lambda: (
             certify(CERTS / "dcgm-diag-r2-3x-pass.json", finished="2001-01-01T00:00:00Z"),
+            certify(CERTS / "dcgm-diag-r2-3x-pass.json", finished="2099-01-01T00:00:00Z"),
             certify(CERTS / "dcgm-diag-r2-3x-pass.json", host="node-z99")))
 
         def passed_run() -> None:
@@ -762,9 +764,10 @@ def test_dead_letters_keep_the_original_bytes_in_standard_base64(run: Run):
 
     not_applied = sorted((c["host"], year(c) if c["host"] == FLOW_HOST else None, d["reason"])
                          for d in letters if (c := certification(d)) is not None)
-    if [(host, y) for host, y, _ in not_applied] != [(FLOW_HOST, 2001)] or not all(
-            reason.startswith("certification not applied: ") for *_, reason in not_applied):
-        problems["certifications that cannot apply (finished 2001 on node-a02)"] = not_applied
+    reasons = [reason.split(":")[0] for *_, reason in not_applied]
+    if [(host, y) for host, y, _ in not_applied] != [(FLOW_HOST, 2001), (FLOW_HOST, 2099)] or \
+            reasons != ["certification not applied", "invalid certification"]:
+        problems["certifications that cannot apply (finished 2001 and 2099 on node-a02)"] = not_applied
     assert problems == {}, json.dumps(problems, indent=1)
 
 

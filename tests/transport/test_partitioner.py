@@ -162,27 +162,9 @@ def java_tools_classpath() -> str:
     is missing or cannot resolve the jar."""
     broker = _local_broker()
     try:
-        libs = broker.fetch()
-        version = broker.kafka_version()
+        return broker.fetch_tools()
     except broker.BrokerError as exc:
-        pytest.fail(f"the Java producer needs the broker's Kafka jars: {exc}", pytrace=False)
-    tools = broker.STATE / "tools"
-    jar = tools / f"kafka-tools-{version}.jar"
-    if not jar.exists():
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            pytest.fail(f"`mvn` not found on PATH: Maven is needed to fetch org.apache.kafka:kafka-tools:{version} "
-                        "for the Java producer", pytrace=False)
-        tools.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            [mvn, "-q", "-B", "dependency:copy", f"-Dartifact=org.apache.kafka:kafka-tools:{version}",
-             f"-DoutputDirectory={tools}"],
-            capture_output=True, text=True, timeout=300, check=False,
-        )
-        if proc.returncode != 0 or not jar.exists():
-            pytest.fail(f"Maven could not fetch org.apache.kafka:kafka-tools:{version} (exit {proc.returncode}):\n"
-                        f"{(proc.stdout + proc.stderr)[-3000:]}", pytrace=False)
-    return f"{jar}{os.pathsep}{libs / '*'}"
+        pytest.fail(f"Kafka's Java tools could not be fetched: {exc}", pytrace=False)
 
 
 def java_binary() -> str:
