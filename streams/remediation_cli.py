@@ -39,7 +39,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, get_args
 
 import typer
 from rich.console import Console
@@ -47,7 +47,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from connectors.registry import cli_fail
-from schemas.records import RemediationAction, RemediationCommand, canonical_json
+from schemas.records import ActionState, RemediationAction, RemediationCommand, canonical_json
 
 __all__ = ["app", "read_actions", "ActionLog", "latest", "send_command", "signed"]
 
@@ -212,6 +212,10 @@ def list_actions(
     timeout: TimeoutOpt = 10.0,
 ) -> None:
     """The latest state of every remediation action (highest sequence per action id)."""
+    known = set(get_args(ActionState))
+    unknown = sorted(set(state or []) - known - {"active"})
+    if unknown:
+        cli_fail(f"--state {', '.join(unknown)}: not a state; one of active, {', '.join(sorted(known))}")
     actions, topic = _load(bootstrap, timeout)
     wanted = {s for x in (state or []) for s in (ACTIVE if x == "active" else (x,))}
     rows = sorted((log.latest for log in actions.values()), key=lambda a: (a.created_at, a.action_id))

@@ -132,14 +132,26 @@ def _utc(text: str) -> datetime:
 
 
 def _query(url: str, database: str, time_from: datetime, time_to: datetime) -> int:
-    """Run every panel against ``url`` and print its rows; 1 if any panel fails."""
+    """Run every panel against ``url`` and print its rows; 1 if any panel fails, 2 (one line on
+    stderr) when the store cannot be opened: a chDB directory that does not exist (it is not
+    created) or is held by another process, a server that does not answer."""
     import clickhouse_connect
 
     macros = _load("macros")
-    if url.startswith("chdb://"):
-        client = clickhouse_connect.get_client(interface="chdb", path=url[len("chdb://"):], database=database)
-    else:
-        client = clickhouse_connect.get_client(dsn=url, database=database)
+    chdb = url.startswith("chdb://")
+    if chdb and not Path(url[len("chdb://"):]).is_dir():
+        print(f"error: no chDB store at {url[len('chdb://'):]} (replay a bundle into it first)", file=sys.stderr)
+        return 2
+    try:
+        if chdb:
+            client = clickhouse_connect.get_client(interface="chdb", path=url[len("chdb://"):], database=database)
+        else:
+            client = clickhouse_connect.get_client(dsn=url, database=database)
+    except Exception as exc:  # noqa: BLE001 -- any failure to open the store is one line, exit 2
+        hint = " (a chdb:// store is held by one process at a time: stop faultstream ui or the worker)" if chdb else ""
+        print(f"error: cannot open {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}{hint}",
+              file=sys.stderr)
+        return 2
     failed = 0
     try:
         for p in panels.PANELS:

@@ -725,3 +725,10 @@ def test_the_time_range_filters(store: Store) -> None:
     assert [(r["source"], r["dead_letters"]) for r in store.query("dead_letters_per_source", *only_2025)] == [
         ("stage.ingest", 1)]
     assert [(r["state"], r["actions"]) for r in store.query("remediation_outcomes", *only_2025)] == [("expired", 1)]
+
+
+def test_query_of_a_store_that_is_not_there_is_one_line_and_creates_nothing(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "no-store"
+    assert build.main(["--query", f"chdb://{missing}"]) == 2
+    assert capsys.readouterr().err == f"error: no chDB store at {missing} (replay a bundle into it first)\n"
+    assert not missing.exists()

@@ -178,3 +178,12 @@ def test_non_regular_files_are_reported_in_coverage(tmp_path):
         entry = cov[f"file:logs/node-a01/{name}"]
         assert entry["status"] == "failed"
         assert "not a regular file" in entry["detail"]
+
+
+def test_remediation_list_refuses_a_state_that_does_not_exist():
+    """A misspelt --state is an error naming the states, not an empty table (no broker needed:
+    it is refused before Kafka is asked)."""
+    result = runner.invoke(app, ["remediation", "list", "--state", "bogus", "--state", "done"])
+    assert result.exit_code == 2
+    assert ("--state bogus: not a state; one of active, approved, cancelled, done, executing, expired, "
+            "failed, proposed, rejected") in result.output
