@@ -380,6 +380,7 @@ def worker(
     if stage not in ("all", "ingest", "correlate"):
         cli_fail(f"--stage {stage!r}: expected all, ingest or correlate")
 
+    from schemas.deadletter import reason_of
     from streams.app import DataDirLocked, Worker, create_app
     from streams.logs import configure_logging, logging_config
     from streams.settings import WorkerSettings
@@ -402,7 +403,7 @@ def worker(
         settings = WorkerSettings(**{k: v for k, v in overrides.items() if v is not None})
         kafka = KafkaSettings()
     except ValueError as exc:  # pydantic.ValidationError is a ValueError
-        cli_fail(f"worker settings: {exc}")
+        cli_fail(f"worker settings: {reason_of(exc, most=None)}")
     logging.getLogger("faultstream.worker").info(
         "worker starting", extra={"app_id": settings.app_id, "bootstrap": kafka.bootstrap_servers, "stage": stage})
     if stage == "ingest":
@@ -413,7 +414,7 @@ def worker(
     except DataDirLocked as exc:
         cli_fail(str(exc))
     except ValueError as exc:  # invalid remediation / executor settings (pydantic)
-        cli_fail(f"worker settings: {exc}")
+        cli_fail(f"worker settings: {reason_of(exc, most=None)}")
     except OSError as exc:  # the data directory cannot be created or locked
         cli_fail(f"data directory {settings.data_dir}: {exc}")
     try:

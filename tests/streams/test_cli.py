@@ -187,3 +187,9 @@ def test_remediation_list_refuses_a_state_that_does_not_exist():
     assert result.exit_code == 2
     assert ("--state bogus: not a state; one of active, approved, cancelled, done, executing, expired, "
             "failed, proposed, rejected") in result.output
+
+
+def test_a_worker_setting_out_of_range_is_one_line_naming_the_field():
+    result = runner.invoke(app, ["worker", "--web-port", "99999"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: worker settings: field 'web_port': Input should be less than or equal to 65535"
