@@ -535,7 +535,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
 
         attach_clickhouse(app, settings, metrics, observations=observations, events=public["events"],
                           attributions=public["attributions"], dead_letters=dead_letters,
-                          exit_without_commit=exit_without_commit)
+                          dead_letter=dead_letter, exit_without_commit=exit_without_commit)
     from streams.remediate import attach_remediation
 
     hooks.workload_seen = attach_remediation(app, settings, attributions_topic=public["attributions"],

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import faust
 from prometheus_client import Counter
@@ -33,8 +32,7 @@ from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from schemas.deadletter import DeadLetter, reason_of
-from schemas.records import Attribution, Certification, Event, Observation, Position, RemediationAction
-from schemas.wire import encode_record
+from schemas.records import Attribution, Certification, Event, Observation, RemediationAction
 from streams.settings import WorkerSettings
 
 log = logging.getLogger("faultstream.worker")
@@ -67,9 +65,12 @@ def valid(model: type[BaseModel], batch: list[Any], skipped: Any,
 
 def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Any, *, observations: Any,
                       events: Any, attributions: Any, dead_letters: Any,
+                      dead_letter: Callable[[str, str, bytes | None, Any], Awaitable[None]],
                       exit_without_commit: Callable[[str], Any]) -> None:
     """Add the ClickHouse writer agents to ``app`` (see the module docstring); ``metrics`` is
-    the worker's :class:`streams.app.Metrics`. The sink opens on the first write. The agents
+    the worker's :class:`streams.app.Metrics`; ``dead_letters`` the topic whose records its
+    writer stores; ``dead_letter(source, reason, original, message)`` the worker's dead-letter
+    publisher. The sink opens on the first write. The agents
     stop retrying once ``app.faultstream_stop`` (an ``asyncio.Event``, set by the worker's
     signal handler) is set or the app stops; then ``exit_without_commit(reason)``
     (:func:`streams.app.exit_without_commit`) ends the process."""
@@ -104,22 +105,14 @@ def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Any, *,
         except asyncio.TimeoutError:
             pass
 
-    async def dead_letter(table: str, event: Any, reason: str) -> None:
-        message = event.message
-        letter = DeadLetter(
-            source=f"sink.clickhouse.{table}", reason=reason, original=event.value,
-            original_key=message.key,
-            position=Position(topic=message.topic, partition=message.partition, offset=message.offset),
-            at_ns=time.time_ns(),
-        ).with_id()
-        value, headers = encode_record(letter)
-        await dead_letters.send(key=letter.source.encode(), value=value, headers=headers)
+    async def refuse(table: str, event: Any, reason: str) -> None:
+        await dead_letter(f"sink.clickhouse.{table}", reason, event.value, event.message)
 
     async def store(table: str, batch: list[Any], model: type[BaseModel], own_input: bool) -> None:
         invalid: list[tuple[Any, str]] = []
         records = valid(model, batch, skipped, invalid if own_input else None)
         for event, reason in invalid:
-            await dead_letter(table, event, reason)
+            await refuse(table, event, reason)
         if not records:
             return
         loop = asyncio.get_running_loop()
@@ -144,7 +137,7 @@ def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Any, *,
             log.warning("%s not stored in ClickHouse: %s", model.__name__, reason)
             event = by_record.get(id(rec))
             if table != "dead_letters" and event is not None:
-                await dead_letter(table, event, reason)
+                await refuse(table, event, reason)
         metrics.clickhouse_rows.labels(table).inc(len(records) - len(refused))
 
     def writer(topic: Any, table: str, model: type[BaseModel], size: int, *, own_input: bool = False) -> None:
