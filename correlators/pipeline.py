@@ -508,26 +508,28 @@ class Pipeline:
         return out
 
     def _load_windows(self) -> None:
-        """Bring every stored workload window into the cache (after a restart)."""
+        """Bring every stored workload window into the cache (after a restart or a
+        rebalance): each window with a state, an event or a host's facts in the stores. A
+        window that holds events but has no state yet (its spec has not come, nothing was
+        decided) is rebuilt from its events alone."""
         self._loaded = True
         # values come from the iteration: a changelogged table answers a lookup by key only
         # for the partition of the record being processed
-        missing = {k: v for k, v in self.stores.window_meta.items()
-                   if v and not k.startswith(HOST) and k not in self.windows}
-        if not missing:
-            return
+        states = {k: v for k, v in self.stores.window_meta.items()
+                  if v and not k.startswith(HOST) and k not in self.windows}
         grouped: dict[str, list[Event]] = collections.defaultdict(list)
         for k, v in self.stores.window_events.items():
             wid = k.split(SEP, 1)[0]
-            if wid in missing:
+            if not wid.startswith(HOST) and wid not in self.windows:
                 grouped[wid].append(stored_event(v))
         facts: dict[str, dict[str, Any]] = collections.defaultdict(dict)
         for k, v in self.stores.window_facts.items():
             wid, host = k.split(SEP, 1)
-            if wid in missing:
+            if wid not in self.windows:
                 facts[wid][host] = v
-        for wid in sorted(missing):
-            self.windows[wid] = WorkloadWindow.from_state(missing[wid], grouped.get(wid, []), facts.get(wid))
+        for wid in sorted(states.keys() | grouped.keys() | facts.keys()):
+            state = states.get(wid) or {"workload_id": wid}
+            self.windows[wid] = WorkloadWindow.from_state(state, grouped.get(wid, []), facts.get(wid))
 
     # -- the fabric channel ----------------------------------------------------------------
 

@@ -262,6 +262,23 @@ def test_windows_rebuild_from_the_stores_after_forget() -> None:
         facts.history[0].event_id]
 
 
+def test_a_window_with_events_and_no_spec_yet_survives_forget() -> None:
+    """Events routed to a workload before its spec leave no window state, only stored events: a
+    rebalance (forget) in between must not lose them -- the spec then decides on them."""
+    config = EngineConfig.default(window=WindowPolicy(idle_timeout_s=None))
+    p = Pipeline(config, Stores())
+    event = xid_event("node-a01", T0 + 60 * S)
+    assert p.apply("workload", "c1/job-1", EventMessage(event=event)) == []
+    assert "c1/job-1" not in p.stores.window_meta
+    p.forget()
+    out = p.apply("workload", "c1/job-1", SpecMessage(spec=spec("job-1", ["node-a01"], T0, T0 + 600 * S)))
+    verdicts = [e.record for e in out if isinstance(e, Publish)]
+    assert len(verdicts) == 1
+    att = verdicts[0]
+    assert att.root_cause is not None and att.root_cause.code == "gpu.xid.79"
+    assert att.culprits.hosts == ["node-a01"]
+
+
 def run_routes(p: Pipeline, effects: list) -> list:
     """Apply routed messages until none is left; returns the publications."""
     router = InMemoryRouter(p)
