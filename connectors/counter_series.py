@@ -35,6 +35,12 @@ the current one,
 The first sample of a port has no delta (it is dropped); rows flag ``saturated`` when any
 saturating counter reads its maximum.
 
+**Only the rows that matter** (:func:`error_deltas`, what a bundle's counter series need): the
+rows of :func:`deltas` that are a reset or carry an error delta (:func:`error_condition`). Such
+a row needs an error counter that changed or a counter that went down since the port's
+previous sample, so those rows are found first with integer keys (whole ns times; node and
+port ids; no string sort) and the rules above run on just them and their previous samples.
+
 **Error counters** (:func:`is_error_counter`): every counter except data, packet, request,
 wait and congestion-notification counters (:data:`TRAFFIC_COUNTERS` plus names ending in
 ``_data``, ``_packets``, ``_pkts``, ``_bytes``, ``_requests``, or holding ``xmit_wait``,
@@ -54,8 +60,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
 import polars as pl
 
 __all__ = [
@@ -69,7 +77,10 @@ __all__ = [
     "DeltaTracker",
     "counter_spec",
     "deltas",
+    "error_condition",
+    "error_deltas",
     "is_error_counter",
+    "plain_integers",
     "samples_frame",
 ]
 
@@ -314,6 +325,251 @@ def deltas(frame: pl.DataFrame, *, counters: Sequence[str] | None = None,
         "at_ns", "node", "port", interval, reset, saturated, *keep, *d_exprs, "_same",
     )
     return out.filter(pl.col("_same")).drop("_same")
+
+
+def error_condition(counters: Sequence[str]) -> pl.Expr:
+    """The rows of a :func:`deltas` frame worth an Observation: a reset, or a nonzero delta of
+    an error counter (:func:`is_error_counter`) among ``counters``."""
+    errs = [c for c in counters if is_error_counter(c)]
+    cond = pl.col("reset")
+    if errs:
+        cond = cond | pl.any_horizontal([pl.col(c).fill_null(0) > 0 for c in errs])
+    return cond
+
+
+#: Private columns :func:`error_deltas` adds while it works.
+_FLAG_COLUMNS = ("_pair", "_ord")
+
+
+#: 10**k for k = 0..19 (every power of ten a UInt64 holds).
+_POW10 = np.array([10**k for k in range(20)], dtype=np.uint64)
+
+
+def plain_integers(col: pl.Series) -> np.ndarray | None:
+    """The values of a String column whose every cell is a plain non-negative integer (ASCII
+    digits, no sign, padding or leading zero: ``0``, ``17``, ``1796001600``) that fits an
+    Int64, as an Int64 array; None when some cell is not (or is null).
+
+    A cell passes when its integer value has exactly as many decimal digits as the cell has
+    bytes: a sign, a space, a fraction or a non-ASCII digit adds a byte. So distinct cells
+    give distinct values, and each value is the cell read as decimal."""
+    if col.dtype != pl.String:
+        return None
+    got = pl.DataFrame({"t": col}).select(pl.col("t").cast(pl.Int64, strict=False).alias("v"),
+                                          pl.col("t").str.len_bytes().alias("n"))
+    if got["v"].null_count() or got["n"].null_count():
+        return None
+    v = got["v"].to_numpy()
+    k = got["n"].to_numpy()
+    if not len(v):
+        return v
+    k_lo, k_hi = int(k.min()), int(k.max())
+    if k_lo < 1 or k_hi > 19:
+        return None
+    # k digits without a leading zero: 10**(k-1) <= v < 10**k ("0" itself: k = 1, v = 0)
+    if k_lo == k_hi:  # one width (epoch seconds): compare the extremes
+        return v if (10 ** (k_lo - 1) if k_lo > 1 else 0) <= int(v.min()) and int(v.max()) < 10 ** k_lo else None
+    if (v < 0).any():
+        return None
+    u = v.astype(np.uint64)
+    if (u < np.where(k > 1, _POW10[k - 1], 0)).any() or (u >= _POW10[k]).any():
+        return None
+    return v
+
+
+def _constant_within(col: pl.Series, prefix: np.ndarray | None) -> bool:
+    """True when ``col`` changes (row to row) only where ``prefix`` (a key of the columns
+    before it) does and every prefix value is one run of rows: then (prefix, col) groups the
+    rows exactly as prefix alone. No prefix: ``col`` is constant."""
+    n = col.len()
+    changed = (col.slice(1, n - 1) != col.slice(0, n - 1)).to_numpy()
+    if prefix is None:
+        return not changed.any()
+    step = np.diff(prefix)
+    return bool((step >= 0).all()) and not bool((changed & (step == 0)).any())
+
+
+def _key_codes(frame: pl.DataFrame, names: Sequence[str]) -> list[np.ndarray] | None:
+    """Integer codes of the key columns ``names``, grouping the rows exactly as the values
+    do: an integer column as it is; a String column by 0 where it is constant within the
+    groups of the columns before it (:func:`_constant_within`), else by its value where
+    every cell is a plain integer (:func:`plain_integers`), else by its categorical code.
+    None when a column holds nulls or is of another type."""
+    codes: list[np.ndarray] = []
+    prefix: np.ndarray | None = None
+    for i, name in enumerate(names):
+        col = frame[name]
+        if col.null_count():
+            return None
+        if col.dtype.is_integer():
+            code = col.to_numpy()
+        elif col.dtype == pl.String:
+            if (i == 0 or prefix is not None) and _constant_within(col, prefix):
+                code = np.zeros(col.len(), dtype=np.int64)
+            else:
+                code = plain_integers(col)
+                if code is None:
+                    code = col.cast(pl.Categorical).to_physical().to_numpy()
+        else:
+            return None
+        codes.append(code)
+        prefix = _series_key(codes)
+    return codes
+
+
+def _series_key(codes: Sequence[np.ndarray]) -> np.ndarray | None:
+    """One Int64 per row, equal where all ``codes`` are equal and ordered as the codes are
+    (lexicographically); None when they do not fit in 63 bits together."""
+    shifts = []
+    total = 0
+    for c in codes:
+        lo, hi = int(c.min()), int(c.max())
+        if lo < 0:
+            return None
+        shifts.append(hi.bit_length())
+        total += shifts[-1]
+    if total > 63:
+        return None
+    key = np.zeros(len(codes[0]), dtype=np.int64)
+    for c, bits in zip(codes, shifts):
+        key = (key << np.int64(bits)) | c.astype(np.int64)
+    return key
+
+
+def _moved(values: Sequence[tuple[np.ndarray, bool]], new: slice, old: slice) -> np.ndarray:
+    """Per row of ``new``: some error counter differs from ``old``'s row, or some counter is
+    below it (``values``: (column, is an error counter)). Only such rows can be a reset or
+    carry an error delta."""
+    out: np.ndarray | None = None
+    for v, error in values:
+        a, b = v[new], v[old]
+        step = (a != b) if error else (a < b)
+        out = step if out is None else (out | step)
+    assert out is not None
+    return out
+
+
+def _poll_periods(key: np.ndarray, by_key: np.ndarray | None, t: np.ndarray) -> list[tuple[int, int, int]] | None:
+    """The rows as a collector appends them, when they are: per run of one ``by`` value
+    (``by_key``; each value one run) the same ports in the same order at every poll, times
+    not going back. Returns (start, end, ports per poll) per run, so that a row's previous
+    sample is the row ``ports`` earlier; None when the rows are not so."""
+    n = len(key)
+    if by_key is None:
+        bounds = [0, n]
+    else:
+        step = np.diff(by_key)
+        if bool((step < 0).any()):
+            return None
+        bounds = [0, *(np.flatnonzero(step) + 1).tolist(), n]
+    out = []
+    for a, b in pairwise(bounds):
+        ks = key[a:b]
+        again = np.flatnonzero(ks[1:] == ks[0])
+        p = int(again[0]) + 1 if len(again) else b - a
+        if np.unique(ks[:p]).size != p:
+            return None
+        if p < b - a and not (bool((ks[p:] == ks[:-p]).all()) and bool((t[a + p:b] >= t[a:b - p]).all())):
+            return None
+        out.append((a, b, p))
+    return out
+
+
+def _empty_deltas(frame: pl.DataFrame, counters: Sequence[str], keep: Sequence[str]) -> pl.DataFrame:
+    """A :func:`deltas` frame without rows: its columns and types for ``frame``'s."""
+    schema = {"at_ns": frame.schema["at_ns"], "node": frame.schema["node"], "port": frame.schema["port"],
+              "interval_s": pl.Float64, "reset": pl.Boolean, "saturated": pl.Boolean}
+    schema.update((c, frame.schema[c]) for c in keep)
+    schema.update((c, _U64) for c in counters)
+    return pl.DataFrame(schema=schema)
+
+
+def error_deltas(frame: pl.DataFrame, *, counters: Sequence[str] | None = None,
+                 keep: Sequence[str] = (), by: Sequence[str] = ()) -> pl.DataFrame:
+    """``deltas(frame, counters=, keep=, by=).filter(error_condition(counters))``: the same
+    rows, columns, values and order, computed only where they can be nonzero.
+
+    A row can only be a reset or carry an error delta where some error counter changed or
+    some counter went down since the port's previous sample. Each row's previous sample is
+    found with integer keys (:func:`_key_codes`; ``at_ns`` as Int64 ns, no string sort): the
+    row before when the frame is already in (``*by``, node, port, at_ns) order, the row one
+    poll earlier when it is in poll order (:func:`_poll_periods`), else by one stable integer
+    sort. Then the delta rules (:func:`deltas`) run on just the rows so flagged and their
+    previous samples, and the result is put in :func:`deltas`' order. Falls back to
+    :func:`deltas` on the whole frame when a counter or key column holds nulls (missing
+    readings are carried forward over a port's whole series) or a key column is neither
+    String nor integer. Arguments and columns as :func:`deltas`."""
+    by = list(by)
+    keep = list(keep)
+    if counters is None:
+        skip = set(KEY_COLUMNS) | set(keep) | set(by)
+        counters = [c for c in frame.columns if c not in skip]
+    counters = list(counters)
+    cond = error_condition(counters)
+    if any(c in frame.columns for c in _FLAG_COLUMNS):
+        return deltas(frame, counters=counters, keep=keep, by=by).filter(cond)
+    schema = frame.schema
+    casts = [pl.col(c).cast(_U64, strict=False) for c in counters if schema[c] != _U64]
+    if casts:
+        frame = frame.with_columns(casts)
+    if frame.height < 2 or not counters:
+        return deltas(frame, counters=counters, keep=keep, by=by, assume_sorted=frame.height < 2).filter(cond)
+    nulls = frame.select(pl.col(counters).null_count()).row(0)
+    at = frame["at_ns"]
+    codes = None if any(nulls) or at.null_count() or not at.dtype.is_integer() \
+        else _key_codes(frame, [*by, "node", "port"])
+    if codes is None:
+        return deltas(frame, counters=counters, keep=keep, by=by).filter(cond)
+    t = at.to_numpy()
+    values = [(frame[c].to_numpy(), is_error_counter(c)) for c in counters]
+    key = _series_key(codes)
+    new_rows: np.ndarray | None = None  # frame rows that may be flagged ...
+    old_rows: np.ndarray | None = None  # ... and their ports' previous samples
+    ordinal: np.ndarray | None = None  # their place in (*by, node, port, at_ns) order
+    if key is not None:
+        step = np.diff(key)
+        if bool(((step > 0) | ((step == 0) & (t[1:] >= t[:-1]))).all()):
+            # already in (*by, node, port, at_ns) order: a row's previous sample is the row before
+            hits = np.flatnonzero((step == 0) & _moved(values, slice(1, None), slice(0, -1))) + 1
+            new_rows, old_rows, ordinal = hits, hits - 1, hits
+        else:
+            periods = _poll_periods(key, _series_key(codes[:len(by)]) if by else None, t)
+            if periods is not None:
+                # poll order: a row's previous sample is one poll (period) earlier in its file
+                found, back = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+                for a, b, p in periods:
+                    if b - a > p:
+                        found.append(np.flatnonzero(_moved(values, slice(a + p, b), slice(a, b - p))) + (a + p))
+                        back.append(found[-1] - p)
+                new_rows, old_rows = np.concatenate(found), np.concatenate(back)
+                ordinal = new_rows
+    if new_rows is None:
+        # stable sort by (*by, node, port, at_ns): ties keep frame order, as deltas' sort does
+        order = np.lexsort([t, key] if key is not None else [t, *reversed(codes)])
+        same = np.ones(len(order) - 1, dtype=bool)
+        for c in [key] if key is not None else codes:
+            cs = c[order]
+            same &= cs[1:] == cs[:-1]
+        moved = np.zeros(len(order) - 1, dtype=bool)
+        for v, error in values:
+            vs = v[order]
+            moved |= (vs[1:] != vs[:-1]) if error else (vs[1:] < vs[:-1])
+        hits = np.flatnonzero(same & moved)  # sorted position - 1 of each flagged row
+        new_rows, old_rows, ordinal = order[hits + 1], order[hits], hits + 1
+    m = len(new_rows)
+    if m == 0:
+        return _empty_deltas(frame, counters, keep)
+    rows = np.empty(2 * m, dtype=np.int64)
+    rows[0::2] = old_rows
+    rows[1::2] = new_rows
+    extra = [c for c in by if c not in keep]
+    pairs = frame.select("at_ns", "node", "port", *keep, *extra, *counters)[rows].with_columns(
+        pl.Series("_pair", np.repeat(np.arange(m, dtype=np.int64), 2)),
+        pl.Series("_ord", np.repeat(ordinal, 2), dtype=pl.Int64))
+    out = deltas(pairs, counters=counters, keep=[*keep, *extra, "_ord"], by=["_pair"], assume_sorted=True)
+    out = out.filter(cond)
+    # back to (*by, node, port, at_ns) order: the sorted position breaks ties as deltas' sort does
+    return out.sort(*by, "node", "port", "_ord").drop("_ord", *extra)
 
 
 class DeltaTracker:
