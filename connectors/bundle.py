@@ -71,7 +71,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
@@ -90,6 +90,7 @@ from connectors.counter_readers import (
 from connectors.slurm_pids import ListpidsError, parse_listpids, slurm_job_of, task_pid_rows
 from connectors.telemetry import TelemetrySample, parse_telemetry
 from correlators.attribution import default_causal_rules
+from correlators.rules.engine import gc_paused, json_attributes, light_record
 from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, record_span
 from connectors.timefmt import TIMESTAMP_HINT, LineClock, LineTime, TimeContext, parse_line_time
 from correlators.windows import WorkloadIndex
@@ -97,13 +98,18 @@ from schemas.bundle import ExpectedSpec, TaskPid, TopologySpec, WorkloadSpec, to
 from schemas.deadletter import reason_of
 from schemas.messages import Span
 from schemas.records import (
+    SCHEMA_VERSION,
+    TIME_NS_MAX,
+    TIME_NS_MIN,
     TIME_QUALITY_INHERITED,
     TIME_QUALITY_TRANSPORT,
     CoverageEntry,
     Observation,
+    ObservationKind,
     Position,
     Source,
 )
+from schemas.utc import format_utc
 from schemas.yamlspec import load_yaml
 
 __all__ = ["MAX_BODY_CHARS", "MAX_STEP_RECORD_BYTES", "NUL_MARK", "RANK_PREFIX", "cut_body", "rank_of_prefix", "SCHEDULER_DIR", "SCHEDULER_HOST",
@@ -133,6 +139,10 @@ _RAW_DMESG = r"^(?:kernel: |<\d{1,3}>|[a-z]+\d? *:[a-z]+ *: )?\[ *\d+\.\d+(?: <[
 #: ``dmesg -H`` relative lines (``[  +0.000123]``): timed only in file order
 _REL_DMESG = r"^(?:<\d{1,3}>|[a-z]+\d? *:[a-z]+ *: )?\[ *\+\d+\.\d+\]"
 NUL_MARK = "\u2400"  # SYMBOL FOR NULL: NUL bytes in text files are shown as this
+_OBS_KINDS = frozenset(get_args(ObservationKind))
+#: the fields a validated log-record :class:`Observation` of this reader is given
+_LOG_OBS_GIVEN = frozenset({"source", "kind", "observed_at", "time_source", "time_quality", "host", "cluster",
+                            "workload_id", "rank", "format", "body", "attributes", "position"})
 
 
 def cut_body(text: str, attributes: dict[str, Any], skipped: int = 0) -> str:
@@ -535,10 +545,15 @@ class BundleConnector:
         def flush() -> Iterator[Observation]:
             nonlocal batch, batch_lines
             if batch:
-                scans = self._scan([d for _, _, d in batch])
-                for (src, stats, decoded), scan in zip(batch, scans):
-                    yield from self._process(decoded, stats, scan)
-                    self._cover(src, stats)
+                # a batch's records are built with the garbage collector paused (they hold no
+                # reference cycles; a collection would only walk the heap), then handed out
+                out: list[Observation] = []
+                with gc_paused():
+                    scans = self._scan([d for _, _, d in batch])
+                    for (src, stats, decoded), scan in zip(batch, scans):
+                        out.extend(self._process(decoded, stats, scan))
+                        self._cover(src, stats)
+                yield from out
             batch, batch_lines = [], 0
 
         def flush_counters() -> Iterator[Observation]:
@@ -547,8 +562,8 @@ class BundleConnector:
             if pending:
                 yield from self._counter_batch(pending)
 
-        for file in self._files():
-            src = self._source(file)
+        for rel, file in self._files():
+            src = self._source(file, rel)
             seen_hosts.add(src.host)
             stats = _FileStats()
             decoded = None
@@ -596,7 +611,11 @@ class BundleConnector:
                 yield from flush()
         yield from flush_counters()
         yield from flush()
-        for node in sorted({n for w in self.workloads for n in w.nodes}, key=self._node_order):
+        order: dict[str, int] = {}
+        for i, node in enumerate(self.workload.nodes):
+            order.setdefault(node, i)  # a node's first place in workload.yaml
+        for node in sorted({n for w in self.workloads for n in w.nodes},
+                           key=lambda n: (order[n], "") if n in order else (len(order), n)):
             if node not in seen_hosts:
                 self._coverage.append(CoverageEntry(
                     source=f"host:{node}", status="empty",
@@ -608,10 +627,6 @@ class BundleConnector:
             source=f"file:{src.rel}", status=stats.status, records=stats.records,
             unparsed=stats.unparsed, detail="; ".join(stats.notes),
         ))
-
-    def _node_order(self, node: str) -> tuple[int, str]:
-        nodes = self.workload.nodes
-        return (nodes.index(node), "") if node in nodes else (len(nodes), node)
 
     def workload_of(self, host: str, at_ns: int) -> str | None:
         """The workload a record of ``host`` at ``at_ns`` (UTC ns) belongs to. A one-workload
@@ -656,15 +671,23 @@ class BundleConnector:
 
     # -- files ----------------------------------------------------------------------------
 
-    def _files(self) -> list[Path]:
+    def _files(self) -> list[tuple[str, Path]]:
+        """(path relative to the bundle in POSIX form, path) of every entry under the top
+        directories but directories, sorted by the relative path."""
+        base = str(self.path) + "/"
         files = []
         for top in _TOP_DIRS:
             root = self.path / top
             if root.is_dir():
                 # everything but directories: entries that are not regular files are listed
                 # too, so coverage reports them instead of skipping them silently
-                files.extend(p for p in root.rglob("*") if not p.is_dir())
-        return sorted(files, key=lambda p: p.relative_to(self.path).as_posix())
+                for p in root.rglob("*"):
+                    if not p.is_dir():
+                        text = str(p)
+                        rel = text[len(base):] if text.startswith(base) else p.relative_to(self.path).as_posix()
+                        files.append((rel, p))
+        files.sort(key=lambda item: item[0])
+        return files
 
     def _ctx(self, host: str) -> TimeContext:
         ctx = self._contexts.get(host)
@@ -672,8 +695,9 @@ class BundleConnector:
             ctx = self._contexts[host] = TimeContext(year=self.workload.start.year, ref_ns=self._start_ns)
         return ctx
 
-    def _source(self, file: Path) -> _Source:
-        rel = file.relative_to(self.path).as_posix()
+    def _source(self, file: Path, rel: str | None = None) -> _Source:
+        if rel is None:
+            rel = file.relative_to(self.path).as_posix()
         parts = rel.split("/")
         top = parts[0]
         host = parts[1] if len(parts) > 2 else "_unknown"
@@ -851,6 +875,25 @@ class BundleConnector:
                 at, source, quality = self._transport_ns, "transport", TIME_QUALITY_TRANSPORT
         tally[source] += 1
         rank = rank_of_prefix(lines[s])
+        kind, host, cluster = src.kind, src.host, self.workload.cluster
+        workload_id = self.workload_of(host, at)
+        if (type(at) is int and TIME_NS_MIN <= at <= TIME_NS_MAX and type(quality) is float
+                and 0.0 <= quality <= 1.0 and kind in _OBS_KINDS and type(host) is str
+                and type(cluster) is str and (workload_id is None or type(workload_id) is str)
+                and (rank is None or rank < 2**31) and type(fmt) is str and type(text) is str
+                and json_attributes(attributes)):
+            # every value already as validation would leave it: the same record, built light
+            return light_record(Observation, {
+                "schema_version": SCHEMA_VERSION, "observation_id": "",
+                "source": light_record(Source, {"connector": "bundle", "instance": self._instance},
+                                       {"connector", "instance"}),
+                "kind": kind, "observed_at": at, "observed_at_utc": format_utc(at), "time_source": source,
+                "time_quality": quality, "host": host, "cluster": cluster, "workload_id": workload_id,
+                "rank": rank, "gpu": None, "fabric_port": None, "format": fmt, "body": text, "metric": None,
+                "attributes": attributes,
+                "position": light_record(Position, {"file": src.rel, "line": s + 1, "topic": None,
+                                                    "partition": None, "offset": None}, {"file", "line"}),
+            }, set(_LOG_OBS_GIVEN)).with_id()
         return Observation(
             source=Source(connector="bundle", instance=self._instance),
             kind=src.kind,
@@ -859,7 +902,7 @@ class BundleConnector:
             time_quality=quality,
             host=src.host,
             cluster=self.workload.cluster,
-            workload_id=self.workload_of(src.host, at),
+            workload_id=workload_id,
             rank=rank,
             format=fmt,
             body=text,

@@ -25,9 +25,10 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _RFC3339 = re.compile(
     r"(\d{4})-(\d\d)-(\d\d)[Tt](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?([Zz]|[+-]\d\d:\d\d)\Z"
 )
-# (the last whole second formatted, its text): consecutive records mostly share one second;
-# replaced as one tuple so concurrent readers never see a second with another's text
-_last: list[tuple[int | None, str]] = [(None, "")]
+# whole second -> its text, for the seconds formatted lately (up to _SECONDS_KEPT): records come
+# in runs of a few seconds, an event and its back-dated start alternate between two
+_seconds: dict[int, str] = {}
+_SECONDS_KEPT = 4096
 
 
 def twin_name(field: str) -> str:
@@ -41,14 +42,16 @@ def format_utc(ns: int) -> str:
     digits, e.g. ``"2024-05-01T12:00:00.123456789Z"``. Raises ``ValueError`` for an instant
     before year 1 or after year 9999."""
     seconds, frac = divmod(ns, _NS)
-    cached_second, text = _last[0]
-    if cached_second != seconds:
+    text = _seconds.get(seconds)
+    if text is None:
         try:
             stamp = _EPOCH + dt.timedelta(seconds=seconds)
         except OverflowError:
             raise ValueError(f"{ns} ns is outside the years 1..9999 RFC 3339 can write") from None
         text = f"{stamp.year:04d}-{stamp:%m-%dT%H:%M:%S}"
-        _last[0] = (seconds, text)
+        if len(_seconds) >= _SECONDS_KEPT:
+            _seconds.clear()
+        _seconds[seconds] = text
     return f"{text}.{frac:09d}Z"
 
 

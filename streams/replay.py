@@ -18,6 +18,7 @@ from correlators.config import EngineConfig
 from correlators.fabric import Fault
 from correlators.pipeline import HOST, InMemoryRouter, Pipeline, Publish, stored_event
 from correlators.rules import RulePack
+from correlators.rules.engine import gc_paused
 from schemas.bundle import ExpectedSpec
 from schemas.records import Attribution, Event, Observation
 
@@ -88,10 +89,17 @@ def replay_bundle(
     ``config`` defaults to the packaged rules (``rule_pack`` replaces just the pack). Raises
     :class:`connectors.bundle.BundleError` for a missing or invalid bundle (the message names
     the file and field). ``on_observation`` is called for every materialised observation
-    (progress reporting)."""
+    (progress reporting). Runs with the garbage collector paused
+    (:func:`correlators.rules.engine.gc_paused`): the records it builds hold no reference cycles."""
     config = config or EngineConfig.default()
     if rule_pack is not None:
         config = dataclasses.replace(config, pack=rule_pack)
+    with gc_paused():
+        return _replay(path, config, on_observation)
+
+
+def _replay(path: str | Path, config: EngineConfig,
+            on_observation: Callable[[Observation], None] | None) -> ReplayResult:
     records, connector = bundle_records(path, keywords=config.pack.prefilter_keywords)
     verdicts, pipeline, used = replay_observations(records, config, on_observation=on_observation)
     # the bundle's order: workload.yaml's verdict first, then workloads/*.yaml's, then the rest

@@ -19,13 +19,18 @@ event (attributes ``severity``, ``text``: the error line, truncated), rule
 
 Speed: rules are indexed by keyword (an Aho-Corasick automaton, pyahocorasick); a record is
 only tried against the rules whose keywords occur in it, and a single prefilter regex (rule
-keywords plus the error-severity literals) rejects records that hold neither.
+keywords plus the error-severity literals) rejects records that hold neither. Events whose
+values already have the record's exact types and ranges are built without a second pydantic
+validation (:func:`light_record`); any other value goes through the validated constructor, so
+an event is the same -- fields, twins, id -- whichever way it was built.
 """
 
 from __future__ import annotations
 
+import gc
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import ahocorasick
 import pydantic
@@ -34,9 +39,97 @@ from correlators import unrecognised as _unrecognised
 import correlators.rules.code as _code
 from correlators.rules.code import HOOKS, Draft, normalize_peer, normalize_pci
 from correlators.rules.model import MISSING, FieldSpec, Rule, RuleError
-from schemas.records import EvidenceRef, Event, GpuRef, Observation
+from schemas.records import SCHEMA_VERSION, TIME_NS_MAX, TIME_NS_MIN, EvidenceRef, Event, GpuRef, Observation, Position, check_json_value
+from schemas.utc import format_utc
 
-__all__ = ["RulePack"]
+__all__ = ["RulePack", "gc_paused", "light_record", "json_attributes"]
+
+
+# ----------------------------------------------------------------------------- batch work
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the ``with`` body, restoring its previous
+    state after (nested uses keep it paused until the outermost ends). For batch work that
+    allocates many records and frees almost none of them (building the rule pack, reading a
+    bundle, replaying it): each full collection in between walks the whole heap and finds
+    nothing, as records hold no reference cycles."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+# ----------------------------------------------------------------------------- light records
+
+_setattr = object.__setattr__
+_NS = 1_000_000_000
+_I32 = 2**31
+
+
+def light_record(cls: type, values: dict[str, Any], fields_set: set[str]) -> Any:
+    """An instance of the pydantic record class ``cls`` holding ``values`` as its field dict,
+    without validation (what ``cls.model_construct`` does, without its per-field Python loop).
+
+    ``values`` must hold every field of ``cls`` in declaration order, each already of the type
+    and range validation would give (time twins included); ``fields_set`` is what
+    ``model_fields_set`` reports (the names a validated construction was given). The caller
+    checks the values; the classes built here are asserted at import to have the field order
+    the callers write (:data:`LIGHT_FIELDS`)."""
+    obj = cls.__new__(cls)
+    _setattr(obj, "__dict__", values)
+    _setattr(obj, "__pydantic_fields_set__", fields_set)
+    _setattr(obj, "__pydantic_extra__", None)
+    _setattr(obj, "__pydantic_private__", None)
+    return obj
+
+
+#: the field order :func:`light_record`'s callers write, per record class
+LIGHT_FIELDS: dict[type, tuple[str, ...]] = {
+    Event: ("schema_version", "event_id", "type", "at", "at_utc", "began_at", "began_at_utc",
+            "time_quality", "host", "cluster", "workload_id", "rank", "gpu", "fabric_port", "peer",
+            "attributes", "rule", "evidence"),
+    Observation: ("schema_version", "observation_id", "source", "kind", "observed_at", "observed_at_utc",
+                  "time_source", "time_quality", "host", "cluster", "workload_id", "rank", "gpu",
+                  "fabric_port", "format", "body", "metric", "attributes", "position"),
+    GpuRef: ("index", "uuid", "pci_bus_id"),
+    EvidenceRef: ("observation_id", "position"),
+    Position: ("file", "line", "topic", "partition", "offset"),
+}
+for _cls, _names in LIGHT_FIELDS.items():
+    if tuple(_cls.model_fields) != _names:  # pragma: no cover - a schema change must update the light paths
+        raise RuntimeError(f"{_cls.__name__} fields are {tuple(_cls.model_fields)}, the light record path "
+                           f"writes {_names}: update correlators/rules/engine.py and connectors/bundle.py")
+
+def json_attributes(attributes: Any) -> bool:
+    """True when ``attributes`` is what an ``Attributes`` field keeps as it is after validation:
+    a dict with str keys whose values pass :func:`schemas.records.check_json_value`."""
+    if type(attributes) is not dict:
+        return False
+    for key in attributes:
+        if type(key) is not str:
+            return False
+    try:
+        check_json_value(attributes)
+    except ValueError:
+        return False
+    return True
+
+
+def _time_ok(ns: Any) -> bool:
+    return type(ns) is int and TIME_NS_MIN <= ns <= TIME_NS_MAX
+
+
+def _opt_str(value: Any) -> bool:
+    return value is None or type(value) is str
+
+
+def _opt_i32(value: Any) -> bool:
+    return value is None or (type(value) is int and -_I32 <= value < _I32)
 
 
 # ----------------------------------------------------------------------------- conversion
@@ -322,23 +415,55 @@ class RulePack:
 
     def _event(self, rule: Rule, d: Draft, obs: Observation) -> Event:
         pci = normalize_pci(d.gpu_pci) if d.gpu_pci else None
-        if pci is not None or d.gpu_index is not None:
-            gpu: GpuRef | None = GpuRef(index=d.gpu_index, pci_bus_id=pci)
+        gi = d.gpu_index
+        if pci is not None or gi is not None:
+            if _opt_i32(gi) and _opt_str(pci):
+                gpu: GpuRef | None = light_record(GpuRef, {"index": gi, "uuid": None, "pci_bus_id": pci},
+                                                  {"index", "pci_bus_id"})
+            else:
+                gpu = GpuRef(index=gi, pci_bus_id=pci)
         else:
             gpu = obs.gpu.model_copy() if obs.gpu is not None else None
+        at, began, quality = obs.observed_at, d.began_at, obs.time_quality
+        host = d.host or obs.host
+        rank = d.rank if d.rank is not None else obs.rank
+        peer = normalize_peer(d.peer) if d.peer else None
+        ref = rule.ref
+        pos = obs.position
+        if (type(d.type) is str and _time_ok(at) and (began is None or _time_ok(began))
+                and type(quality) is float and 0.0 <= quality <= 1.0 and type(host) is str
+                and type(obs.cluster) is str and _opt_str(obs.workload_id) and _opt_i32(rank)
+                and _opt_str(obs.fabric_port) and _opt_str(peer) and type(ref) is str
+                and type(obs.observation_id) is str and type(pos) is Position
+                and json_attributes(d.attributes)):
+            position = light_record(Position, dict(pos.__dict__), set(pos.__pydantic_fields_set__))
+            evidence = light_record(EvidenceRef, {"observation_id": obs.observation_id, "position": position},
+                                    {"observation_id", "position"})
+            return light_record(Event, {
+                "schema_version": SCHEMA_VERSION, "event_id": "", "type": d.type, "at": at, "at_utc": format_utc(at),
+                "began_at": began, "began_at_utc": None if began is None else format_utc(began),
+                "time_quality": quality, "host": host, "cluster": obs.cluster,
+                "workload_id": obs.workload_id, "rank": rank, "gpu": gpu, "fabric_port": obs.fabric_port,
+                "peer": peer, "attributes": dict(d.attributes), "rule": ref, "evidence": [evidence],
+            }, set(_EVENT_GIVEN)).with_id()
         return Event(
             type=d.type,
-            at=obs.observed_at,
-            began_at=d.began_at,
-            time_quality=obs.time_quality,
-            host=d.host or obs.host,
+            at=at,
+            began_at=began,
+            time_quality=quality,
+            host=host,
             cluster=obs.cluster,
             workload_id=obs.workload_id,
-            rank=d.rank if d.rank is not None else obs.rank,
+            rank=rank,
             gpu=gpu,
             fabric_port=obs.fabric_port,
-            peer=normalize_peer(d.peer) if d.peer else None,
+            peer=peer,
             attributes=d.attributes,
-            rule=rule.ref,
-            evidence=[EvidenceRef(observation_id=obs.observation_id, position=obs.position.model_copy())],
+            rule=ref,
+            evidence=[EvidenceRef(observation_id=obs.observation_id, position=pos.model_copy())],
         ).with_id()
+
+
+#: the fields a validated :class:`Event` construction in :meth:`RulePack._event` is given
+_EVENT_GIVEN = frozenset({"type", "at", "began_at", "time_quality", "host", "cluster", "workload_id", "rank",
+                          "gpu", "fabric_port", "peer", "attributes", "rule", "evidence"})
