@@ -50,6 +50,7 @@ from schemas.wire import Headers, encode_record, headers_for
 from schemas.deadletter import DeadLetter, reason_of
 from sinks.kafka_settings import KafkaSettings
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
+from streams.offsets import ContinuityGuard
 from streams.settings import WorkerSettings
 
 log = logging.getLogger("faultstream.worker")
@@ -68,6 +69,8 @@ class Metrics:
         self.verdicts = Counter("faultstream_verdicts_total", "verdicts emitted", ["domain", "kind"], registry=r)
         self.open_windows = Gauge("faultstream_open_windows", "workload windows not closed (sampled every 5 s)", registry=r)
         self.lag = Gauge("faultstream_consumer_lag", "messages behind the high watermark", ["topic", "partition"], registry=r)
+        self.offset_gaps = Counter("faultstream_offset_gaps_total", "records an agent's stream left out and "
+                                   "read again (streams/offsets.py)", ["topic"], registry=r)
         self.clickhouse_rows = Counter("faultstream_clickhouse_rows_total", "rows written", ["table"], registry=r)
         self.inputs = Counter("faultstream_agent_inputs_total", "records an agent read, by outcome "
                               "(processed | dead_lettered)", ["agent", "outcome"], registry=r)
@@ -370,12 +373,26 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
 
     # -- agents ----------------------------------------------------------------------------
 
+    guard = ContinuityGuard()
+
+    async def read_again_if_left_out(message: Any) -> None:
+        """Seek the record's partition back when records before it were left out of the stream
+        (:mod:`streams.offsets`)."""
+        back = guard.seen(message.tp, message.offset, app.consumer_generation_id)
+        if back is None:
+            return
+        metrics.offset_gaps.labels(message.topic).inc()
+        log.warning("%s/%s: offsets %d..%d were not handed to the agent; reading them again",
+                    message.topic, message.partition, back, message.offset - 1)
+        await app.consumer.seek(message.tp, back)
+
     async def extract(stream: Any) -> None:
         processed, dead_lettered = (metrics.inputs.labels("extract", outcome) for outcome in ("processed", "dead_lettered"))
         async for item in stream.events():
             raw: bytes | None = item.value
             message = item.message
             metrics.observations.inc()
+            await read_again_if_left_out(message)
             obs = decode_observation(raw) if raw is not None else "tombstone: no value"
             if isinstance(obs, str):
                 await dead_letter("agent.extract", obs, raw, message)
@@ -444,6 +461,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
 
     async def apply(channel: str, item: Any) -> None:
         """One internal record through the pipeline; a bad one is dead-lettered."""
+        await read_again_if_left_out(item.message)
         try:
             if item.value is None:
                 raise ValueError("tombstone: no value")
@@ -503,6 +521,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     @app.on_partitions_revoked.connect
     async def on_revoked(app: faust.App, revoked: set[TP], **kwargs: Any) -> None:
         pipeline.forget()
+        guard.reset()
 
     def agent_topics() -> set[str]:
         """The topics agents consume (changelogs are read by table recovery, not agents)."""

@@ -1,4 +1,5 @@
-"""Faust's Kafka transport (aiokafka) with the consumer's fetch wait set for latency.
+"""Faust's Kafka transport (aiokafka) with the consumer's fetch wait set for latency, and
+stream partitions resumed only after they were seeked to their committed offsets.
 
 Faust builds its worker consumer with ``fetch_max_wait_ms=1500`` and no setting to change it
 (``faust/transport/drivers/aiokafka.py``, ``AIOKafkaConsumerThread._create_worker_consumer``):
@@ -6,7 +7,7 @@ a broker holds each fetch of an idle partition up to 1.5 s, and every internal h
 pipeline (observations -> by-workload -> a verdict) can wait that long. This transport is
 aiokafka's with the app's ``faultstream_fetch_max_wait_ms`` (``FAULTSTREAM_FETCH_MAX_WAIT_MS``,
 :class:`streams.settings.WorkerSettings`; default :data:`FETCH_MAX_WAIT_MS`) instead; everything
-else is Faust's. It is registered
+else is Faust's but one ordering fix (:class:`Consumer`). It is registered
 under the URL scheme ``faultstream://`` through Faust's ``faust.transports`` entry point
 (``pyproject.toml``), and the worker's broker URLs use it (``streams/app.py``).
 """
@@ -32,10 +33,47 @@ class ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
 
 class Consumer(faust_aiokafka.Consumer):
-    """Faust's aiokafka consumer with :class:`ConsumerThread`."""
+    """Faust's aiokafka consumer with :class:`ConsumerThread`, and stream partitions that
+    resume only once seeked to their committed offsets.
+
+    After a rebalance Faust's recovery (``faust/tables/recovery.py``, ``_resume_streams``)
+    resumes the stream partitions and then seeks them to their committed offsets, with the
+    flow already running: for the length of the seek (hundreds of ms) the fetcher hands the
+    agents records from the consumer's fetch position, which is past the committed offset
+    when the worker fetched ahead before the rebalance. Faust then drops the records it reads
+    again after the seek below the highest offset it has read, and commits past them:
+    observations never processed, a verdict decided without its events (seen with two
+    workers and a rebalance mid-stream). Here :meth:`resume_partitions` holds back the
+    partitions of stream topics (changelogs resume at once: recovery reads them) until
+    :meth:`perform_seek` has seeked every partition; only then do they resume, from the
+    committed offsets."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._resume_after_seek: set[Any] = set()  # stream partitions waiting for the seek
 
     def _new_consumer_thread(self) -> ConsumerThread:
         return ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    def resume_partitions(self, tps: Any) -> None:
+        """Resume changelog partitions now; stream partitions after the next seek."""
+        tps = set(tps)
+        streams = {tp for tp in tps if not self._is_changelog_tp(tp)}
+        self._resume_after_seek |= streams
+        super().resume_partitions(tps - streams)
+
+    def pause_partitions(self, tps: Any) -> None:
+        """Pause ``tps`` (a partition paused again is no longer waiting for a seek)."""
+        tps = set(tps)
+        self._resume_after_seek -= tps
+        super().pause_partitions(tps)
+
+    async def perform_seek(self) -> None:
+        """Seek every partition to its committed offset, then resume the stream partitions
+        that were waiting for it."""
+        await super().perform_seek()
+        waiting, self._resume_after_seek = self._resume_after_seek, set()
+        super().resume_partitions(waiting & set(self.assignment()))
 
 
 class Transport(faust_aiokafka.Transport):

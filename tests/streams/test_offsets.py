@@ -1,0 +1,62 @@
+"""The agents' offset continuity guard (streams/offsets.py): a jump past offsets not handed
+over asks for a seek back to the first one left out, once per gap (again after RESEEK_AFTER
+records), records read again after the seek fill it, and a new generation starts afresh."""
+
+from __future__ import annotations
+
+from streams.offsets import MAX_AHEAD, RESEEK_AFTER, ContinuityGuard
+
+
+def test_consecutive_offsets_ask_for_nothing() -> None:
+    guard = ContinuityGuard()
+    assert [guard.seen("obs-1", o, 3) for o in range(100, 110)] == [None] * 10
+    assert guard.gaps == 0 and guard.missing("obs-1") == 0
+
+
+def test_a_jump_seeks_back_to_the_first_offset_left_out_and_the_re_read_fills_it() -> None:
+    guard = ContinuityGuard()
+    for o in range(473, 485):
+        assert guard.seen("obs-1", o, 3) is None
+    assert guard.seen("obs-1", 493, 3) == 485  # 485..492 were never handed over
+    assert guard.missing("obs-1") == 8
+    # the records already queued behind 493 do not ask again: the seek is on its way
+    assert [guard.seen("obs-1", o, 3) for o in range(494, 505)] == [None] * 11
+    # read again from 485 after the seek: the gap fills, 493..504 are repeats
+    assert [guard.seen("obs-1", o, 3) for o in range(485, 505)] == [None] * 20
+    assert guard.missing("obs-1") == 0 and guard.gaps == 1
+    # a second gap later in the same partition is a new one
+    assert guard.seen("obs-1", 507, 3) == 505
+    assert guard.gaps == 2
+
+
+def test_a_gap_that_stays_open_asks_again_after_reseek_after_records() -> None:
+    guard = ContinuityGuard()
+    guard.seen("wl-2", 10, 1)
+    assert guard.seen("wl-2", 12, 1) == 11
+    asks = [guard.seen("wl-2", o, 1) for o in range(13, 13 + RESEEK_AFTER)]
+    assert asks[:-1] == [None] * (RESEEK_AFTER - 1) and asks[-1] == 11
+    assert guard.gaps == 1  # the same gap, asked again
+
+
+def test_partitions_and_generations_are_apart() -> None:
+    guard = ContinuityGuard()
+    guard.seen("obs-1", 5, 3)
+    guard.seen("obs-2", 900, 3)
+    assert guard.seen("obs-2", 901, 3) is None
+    assert guard.seen("obs-1", 9, 3) == 6
+    # after a rebalance the partition starts again wherever the new generation reads first
+    assert guard.seen("obs-1", 2, 4) is None and guard.seen("obs-1", 3, 4) is None
+    assert guard.missing("obs-1") == 0
+    guard.reset()
+    assert guard.seen("obs-1", 40, 4) is None and guard.missing("obs-1") == 0
+
+
+def test_a_gap_that_never_fills_is_not_held_forever() -> None:
+    guard = ContinuityGuard()
+    guard.seen("obs-1", 0, 1)
+    assert guard.seen("obs-1", 2, 1) == 1
+    for o in range(3, MAX_AHEAD + 3):
+        guard.seen("obs-1", o, 1)
+    # past MAX_AHEAD offsets ahead the partition starts again at the newest offset
+    assert guard.missing("obs-1") == 0
+    assert guard.seen("obs-1", MAX_AHEAD + 3, 1) is None
