@@ -39,13 +39,23 @@ Usage::
 
     python3 bench/stream.py [--runs 3] [--seconds 10] [--live-seconds 30] [--live-rate 1000]
                             [--jobs 20] [--idle-timeout 1] [--lateness 30] [--clickhouse]
-                            [--stages all|split]
+                            [--stages all|split] [--workers 1,2]
 
 ``--stages split`` runs the worker as two processes, ``worker --stage ingest`` (the batch
 loop, whose observation count is the throughput) and ``worker --stage correlate``.
+``--workers 1,2,3``: for each N, every run starts N workers (N of each stage with ``split``)
+in one consumer group, separate processes with separate data directories; throughput is the
+sum of their observation counters. It prints throughput per N and whether the verdicts of
+each N equal those of the first N.
+
+**Verdicts checked.** Every run's verdict of every job must be there and be right: the final
+verdict (outcome ``failed``) names root cause ``gpu.xid.79``, exactly the host of the XID and
+the rank whose GPU fell off the bus (the one rank without a watchdog timeout), quality
+``probable`` (the XID names a PCI id the host's telemetry does not report, so the rank is
+inferred from the timeouts). The script exits 1 when one is wrong or missing.
 
 Starts its own broker on a free port unless ``KAFKA_BOOTSTRAP_SERVERS`` is set, and stops
-it (and every worker) on exit, errors included. Prints its figures; asserts nothing.
+it (and every worker) on exit, errors included.
 """
 
 from __future__ import annotations
@@ -191,7 +201,7 @@ class Noise:
                         "ecc_uncorrected_volatile": 0.0, "ecc_corrected_volatile": 0.0, "hw_slowdown": 0.0,
                     }
                     d = _obs("telemetry", at, host, "nvidia_smi_csv", metric=metric, connector="telemetry",
-                             gpu={"index": g, "uuid": f"GPU-00000000-0000-4000-8000-{h:08x}{g:04d}", "pci_bus_id": f"0000:{0x10 + g:02x}:00"})
+                             gpu={"index": g, "uuid": f"GPU-00000000-0000-4000-8000-{h:08x}{g:04d}", "pci_bus_id": gpu_pci(g)})
                 out.append((host.encode(), canonical_json(d).encode()))
         return out
 
@@ -215,7 +225,20 @@ def workload_record(wid: str, hosts: list[str], start_ns: int, *, state: str, en
     return b"_scheduler", canonical_json(obs).encode()
 
 
+#: the local index of the GPU that falls off the bus: its rank is the one rank of the job
+#: without a watchdog timeout
+BAD_GPU = 5
+
+
+def gpu_pci(g: int) -> str:
+    """The PCI bus id nvidia-smi reports for GPU index ``g`` of every synthetic host."""
+    return f"0000:{0x10 + g:02x}:00"
+
+
 def xid_line(h: int, at: int) -> tuple[bytes, bytes]:
+    """XID 79 on host ``h``, on a PCI id its telemetry samples do not report: the verdict's
+    rank comes from the ranks that timed out, not from the host's GPU table (quality
+    ``probable``)."""
     host = f"node-b{h:04d}"
     body = f"{_dmesg_ts(at)} NVRM: Xid (PCI:0000:9c:00): 79, pid=0, GPU has fallen off the bus."
     d = _obs("log_line", at, host, "dmesg", body=body, file=f"logs/{host}/dmesg.log", line=999_999,
@@ -223,9 +246,11 @@ def xid_line(h: int, at: int) -> tuple[bytes, bytes]:
     return host.encode(), canonical_json(d).encode()
 
 
-def watchdog_line(h: int, g: int, at: int, rnd: random.Random) -> tuple[bytes, bytes]:
+def watchdog_line(h: int, g: int, at: int, rnd: random.Random, first: int = 0) -> tuple[bytes, bytes]:
+    """The PyTorch NCCL watchdog timeout of GPU ``g`` on host ``h``, whose job's first host is
+    ``first`` (ranks count from 0 per job, ``ranks_per_node`` = 8)."""
     host = f"node-b{h:04d}"
-    rank = h * GPUS + g
+    rank = (h - first) * GPUS + g
     body = (f"[rank{rank}]:[{_glog_ts(at, 'E')} {4000 + g} ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog caught "
             f"collective operation timeout: WorkNCCL(SeqNum=88412, OpType=ALLREDUCE, NumelIn=262144, "
             f"NumelOut=262144, Timeout(ms)=600000) ran for {600_000 + rnd.randrange(5, 900)} milliseconds before timing out.")
@@ -237,6 +262,8 @@ def watchdog_line(h: int, g: int, at: int, rnd: random.Random) -> tuple[bytes, b
 class Job:
     wid: str
     hosts: int
+    bad_host: str = ""  # the host of the XID
+    bad_rank: int = -1  # the rank of the GPU that fell off the bus (no watchdog timeout)
     xid_index: int = -1  # message index of the XID in its segment
     terminal_index: int = -1
     xid_sent: float | None = None  # wall time of produce()
@@ -256,11 +283,11 @@ def build_bulk(seconds: int, seed: int) -> Segment:
     noise = Noise(seed)
     seconds = max(seconds, 6)  # room for the XID, the watchdogs and the terminal state
     seg = Segment()
-    job = Job("job-big-16384", HOSTS)
+    bad = HOSTS // 3
+    job = Job("job-big-16384", HOSTS, bad_host=f"node-b{bad:04d}", bad_rank=bad * GPUS + BAD_GPU)
     seg.jobs.append(job)
     hosts = [f"node-b{h:04d}" for h in range(HOSTS)]
     start = T0 - 3600 * NS
-    bad = HOSTS // 3
     xid_s = max(1, seconds // 5)
     xid_at = T0 + xid_s * NS + NS // 2
     end = xid_at + 605 * NS
@@ -273,7 +300,7 @@ def build_bulk(seconds: int, seed: int) -> Segment:
         if s == max(xid_s + 1, (3 * seconds) // 10):  # the watchdogs, 600 s of event time later
             for h in range(HOSTS):
                 for g in range(GPUS):
-                    if not (h == bad and g == 5):
+                    if not (h == bad and g == BAD_GPU):
                         seg.messages.append(watchdog_line(h, g, xid_at + 600 * NS + rnd.randrange(NS), rnd))
         if s == max(xid_s + 2, (4 * seconds) // 10):
             seg.marks[len(seg.messages)] = (job, "terminal")
@@ -301,7 +328,8 @@ def build_live(n_messages: int, jobs: int, seed: int, run: int) -> Segment:
         s0 = int(j * stride)
         for k, what in enumerate(("start", "xid", "watchdogs", "terminal")):
             plan.setdefault(min(seconds - 1, s0 + k), []).append((j, what))
-    by_job = [Job(f"job-r{run}-{j:02d}", per_job) for j in range(jobs)]
+    by_job = [Job(f"job-r{run}-{j:02d}", per_job, bad_host=f"node-b{j * per_job + 3:04d}",
+                  bad_rank=3 * GPUS + BAD_GPU) for j in range(jobs)]
     seg.jobs.extend(by_job)
     # the jobs started an hour (event time) before they fail: their workload records come
     # first. (Published next to the XID instead, the XID -- another partition -- can be
@@ -330,8 +358,9 @@ def build_live(n_messages: int, jobs: int, seed: int, run: int) -> Segment:
             elif what == "watchdogs":
                 for h in range(first, first + per_job):
                     for g in range(GPUS):
-                        if not (h == bad and g == 5):
-                            seg.messages.append(watchdog_line(h, g, xid_at + 600 * NS + rnd.randrange(NS), rnd))
+                        if not (h == bad and g == BAD_GPU):
+                            seg.messages.append(watchdog_line(h, g, xid_at + 600 * NS + rnd.randrange(NS), rnd,
+                                                              first))
             else:
                 seg.marks[len(seg.messages)] = (job, "terminal")
                 seg.messages.append(workload_record(job.wid, hosts, start, state="FAILED", end_ns=end, at=end))
@@ -412,11 +441,24 @@ class Verdicts(threading.Thread):
                 if msg is None or msg.error():
                     continue
                 now = time.time()
+                if msg.value() is None:  # a tombstone after a withdrawal
+                    continue
                 att = json.loads(msg.value())
-                self.seen.append((now, {"wid": att["scope"]["id"], "code": att["root_cause"]["code"],
-                                        "outcome": att["outcome"], "revision": att["revision"]}))
+                cause = att.get("root_cause") or {}
+                self.seen.append((now, {"wid": att["scope"]["id"], "code": cause.get("code"),
+                                        "outcome": att["outcome"], "revision": att["revision"],
+                                        "hosts": att["culprits"]["hosts"], "ranks": att["culprits"]["ranks"],
+                                        "quality": att["quality"]}))
         finally:
             self.consumer.close()
+
+    def final(self, wid: str) -> dict[str, Any] | None:
+        """The last verdict of ``wid`` seen with outcome ``failed`` (None: none came)."""
+        last = None
+        for _, v in list(self.seen):
+            if v["wid"] == wid and v["outcome"] == "failed":
+                last = v
+        return last
 
     def first(self, wid: str, *, after: float, outcome: str | None = None) -> float | None:
         for t, v in list(self.seen):
@@ -486,27 +528,36 @@ def floor(bootstrap: str, topic: str, n: int, timeout: float = 300) -> float:
 # -- one run ---------------------------------------------------------------------------------
 
 
-def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segment, run: int, tmp: Path) -> dict[str, Any]:
+def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segment, run: int, tmp: Path,
+             members: int = 1) -> dict[str, Any]:
+    """One run with ``members`` workers (of each stage with ``--stages split``) in one consumer
+    group: the bulk segment as fast as it goes, then the paced live segment; returns the
+    figures and each job's final verdict."""
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "FAULTSTREAM_TOPIC_PREFIX": prefix,
            "FAULTSTREAM_APP_ID": f"{prefix}-worker", "FAULTSTREAM_IDLE_TIMEOUT_S": str(args.idle_timeout),
-           "FAULTSTREAM_ALLOWED_LATENESS_S": str(args.lateness), "FAULTSTREAM_DATA_DIR": str(tmp / f"faust-{run}"),
+           "FAULTSTREAM_ALLOWED_LATENESS_S": str(args.lateness),
            "FAULTSTREAM_PARTITIONS": str(args.partitions), "PYTHONPATH": str(ROOT)}
     if args.clickhouse:
-        env["FAULTSTREAM_CLICKHOUSE"] = f"chdb://{tmp / f'chdb-{run}'}"
+        env["FAULTSTREAM_CLICKHOUSE"] = f"chdb://{tmp / f'chdb-{members}-{run}'}"
     for job in bulk.jobs + live.jobs:
         job.xid_sent = job.terminal_sent = None
-    profile = Path(args.profile).resolve() if args.profile and run == 0 else None
+    profile = Path(args.profile).resolve() if args.profile and run == 0 and members == 1 else None
     split = args.stages == "split"
-    worker = Worker(env, tmp / f"worker-{run}.log", profile, stage="correlate" if split else "all")
-    # split: the batch ingest stage consumes the observations (its metrics are sampled)
-    ingest = Worker(env, tmp / f"ingest-{run}.log", stage="ingest") if split else None
-    consumer_of_observations = ingest or worker
+    workers: list[Worker] = []
+    ingests: list[Worker] = []
+    for i in range(members):
+        own = {**env, "FAULTSTREAM_DATA_DIR": str(tmp / f"faust-{members}-{run}-{i}")}
+        workers.append(Worker(own, tmp / f"worker-{members}-{run}-{i}.log", profile if i == 0 else None,
+                              stage="correlate" if split else "all"))
+        # split: the batch ingest stages consume the observations (their metrics are sampled)
+        if split:
+            ingests.append(Worker(own, tmp / f"ingest-{members}-{run}-{i}.log", stage="ingest"))
+    consumers_of_observations = ingests or workers
     verdicts = None
     try:
-        worker.wait_ready()
-        if ingest is not None:
-            ingest.wait_ready()
+        for w in workers + ingests:
+            w.wait_ready()
         verdicts = Verdicts(bootstrap, f"{prefix}.attributions")
         verdicts.start()
         samples: list[tuple[float, float]] = []
@@ -515,8 +566,9 @@ def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segm
 
         def sample() -> None:
             while not done.is_set():
-                v = consumer_of_observations.observations()
-                if v is not None:
+                counts = [w.observations() for w in consumers_of_observations]
+                if all(c is not None for c in counts):
+                    v = sum(counts)
                     samples.append((time.monotonic(), v))
                     if v >= total_bulk:
                         return
@@ -529,8 +581,8 @@ def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segm
         done.set()
         consumed = [s for s in samples if s[1] > 0]
         if not consumed or consumed[-1][1] < total_bulk:
-            raise RuntimeError(f"worker consumed {consumed[-1][1] if consumed else 0:.0f} of {total_bulk} in time; "
-                               f"log {consumer_of_observations.log}")
+            raise RuntimeError(f"workers consumed {consumed[-1][1] if consumed else 0:.0f} of {total_bulk} in time; "
+                               f"logs {[str(w.log) for w in consumers_of_observations]}")
         # first to last message consumed; the samples bracket both ends to within 0.25 s
         (t_a, n_a), (t_b, n_b) = consumed[0], consumed[-1]
         throughput = (n_b - n_a) / (t_b - t_a) if t_b > t_a else float("nan")
@@ -556,16 +608,26 @@ def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segm
                 lat["bulk_xid" if big else "xid"].append(tx - j.xid_sent)
             if tt is not None:
                 lat["bulk_terminal" if big else "terminal"].append(tt - j.terminal_sent)
+        # what a verdict says, not how many revisions it took (that depends on the timing)
+        finals = {j.wid: {k: v for k, v in (verdicts.final(j.wid) or {}).items() if k != "revision"} or None
+                  for j in jobs}
+        wrong = [j.wid for j in jobs if finals[j.wid] is not None and not right(finals[j.wid], j)]
     finally:
         if verdicts is not None:
             verdicts.stopping.set()
             verdicts.join(timeout=10)
-        worker.stop()
-        if ingest is not None:
-            ingest.stop()
+        for w in workers + ingests:
+            w.stop()
     floor_rate = floor(bootstrap, f"{prefix}.observations", total_bulk)
     return {"throughput": throughput, "drain_s": drain_s, "produce_s": produce_s, "live_s": live_s,
-            "floor": floor_rate, "lat": lat, "missing": missing, "prefix": prefix}
+            "floor": floor_rate, "lat": lat, "missing": missing, "wrong": wrong, "finals": finals,
+            "prefix": prefix}
+
+
+def right(verdict: dict[str, Any], job: Job) -> bool:
+    """The final verdict names what the synthetic job's failure was (module docstring)."""
+    return (verdict["code"] == "gpu.xid.79" and verdict["hosts"] == [job.bad_host]
+            and verdict["ranks"] == [job.bad_rank] and verdict["quality"] == "probable")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -573,6 +635,17 @@ def pct(values: list[float], q: float) -> float:
         return float("nan")
     v = sorted(values)
     return v[min(len(v) - 1, max(0, round(q / 100 * len(v) + 0.5) - 1))]
+
+
+def member_counts(text: str) -> list[int]:
+    """``--workers``: a comma-separated list of worker counts, e.g. ``1,2,3``."""
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected worker counts like 1,2,3") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every worker count must be at least 1")
+    return counts
 
 
 def main() -> None:
@@ -592,6 +665,9 @@ def main() -> None:
     parser.add_argument("--stages", choices=("all", "split"), default="all",
                         help="all: one worker process; split: `worker --stage ingest` (batch loop, its "
                              "observations are counted) and `worker --stage correlate`, two processes")
+    parser.add_argument("--workers", type=member_counts, default=[1],
+                        help="comma-separated worker counts, e.g. 1,2: each run is repeated with N workers "
+                             "in one consumer group")
     args = parser.parse_args()
 
     t_start = time.monotonic()
@@ -603,6 +679,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _terminate)
     broker = None
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    results: dict[int, list[dict[str, Any]]] = {n: [] for n in args.workers}
     with tempfile.TemporaryDirectory(prefix="fs-bench-stream-") as tmp_name:
         tmp = Path(tmp_name)
         try:
@@ -620,20 +697,17 @@ def main() -> None:
                 broker = start(ephemeral=True, fresh=True)
                 bootstrap = broker.bootstrap
                 print(f"broker {bootstrap} started in {broker.started_in_s:.1f} s", flush=True)
-            results = []
-            for r in range(args.runs):
-                res = run_once(args, bootstrap, bulk, lives[r], r, tmp)
-                results.append(res)
-                print(f"run {r + 1}: worker {res['throughput']:,.0f} obs/s (drained {len(bulk.messages):,} in "
-                      f"{res['drain_s']:.1f} s; producer {len(bulk.messages) / res['produce_s']:,.0f} obs/s), floor "
-                      f"{res['floor']:,.0f} obs/s; live XID p50 {pct(res['lat']['xid'], 50):.2f} s; "
-                      f"missing verdicts: {res['missing'] or 'none'}", flush=True)
+            for n in args.workers:
+                for r in range(args.runs):
+                    res = run_once(args, bootstrap, bulk, lives[r], r, tmp, members=n)
+                    results[n].append(res)
+                    print(f"{n} worker(s), run {r + 1}: {res['throughput']:,.0f} obs/s (drained {len(bulk.messages):,} "
+                          f"in {res['drain_s']:.1f} s; producer {len(bulk.messages) / res['produce_s']:,.0f} obs/s), "
+                          f"floor {res['floor']:,.0f} obs/s; live XID p50 {pct(res['lat']['xid'], 50):.2f} s; "
+                          f"missing verdicts: {res['missing'] or 'none'}; wrong: {res['wrong'] or 'none'}", flush=True)
         finally:
             if broker is not None:
                 broker.stop()
-    thr = statistics.median(r["throughput"] for r in results)
-    flo = statistics.median(r["floor"] for r in results)
-    lat = {k: [x for r in results for x in r["lat"][k]] for k in results[0]["lat"]}
     print()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{platform.system()} {platform.release()}")
@@ -641,21 +715,42 @@ def main() -> None:
           f"bulk {args.seconds} event s = {len(bulk.messages):,} obs; partitions {args.partitions}; "
           f"lateness {args.lateness:g} s; idle timeout {args.idle_timeout:g} s; clickhouse {args.clickhouse}; "
           f"stages {args.stages}")
-    print(f"worker throughput: median {thr:,.0f} obs/s over {args.runs} runs "
-          f"({', '.join(format(r['throughput'], ',.0f') for r in results)}); target 20,000")
-    print(f"floor (confluent_kafka consume + json.loads + Observation.model_validate): median {flo:,.0f} obs/s")
-    print(f"worker / floor: {thr / flo:.2f}")
-    print(f"live segment: {args.live_rate:g} obs/s for ~{args.live_seconds:g} s, {args.jobs} failing 64-rank jobs per run")
-    for key, label in (("xid", "XID produced -> provisional verdict"), ("terminal", "terminal state produced -> final verdict")):
-        v = lat[key]
-        print(f"  {label}: p50 {pct(v, 50):.3f} s  p99 {pct(v, 99):.3f} s  max {max(v, default=float('nan')):.3f} s  (n={len(v)})")
-    print(f"  target: p99 <= 2 s + lateness; the terminal verdict waits the idle timeout ({args.idle_timeout:g} s wall clock)")
-    print(f"bulk segment (saturated worker, backlog included), 16,384-rank job: "
-          f"XID -> verdict {', '.join(f'{x:.1f}' for x in lat['bulk_xid'])} s; "
-          f"terminal -> final verdict {', '.join(f'{x:.1f}' for x in lat['bulk_terminal'])} s")
-    missing = [m for r in results for m in r["missing"]]
-    print(f"verdicts missing: {missing or 'none'}")
+    first = args.workers[0]
+    failed = []
+    for n, runs in results.items():
+        thr = statistics.median(r["throughput"] for r in runs)
+        flo = statistics.median(r["floor"] for r in runs)
+        lat = {k: [x for r in runs for x in r["lat"][k]] for k in runs[0]["lat"]}
+        print(f"-- {n} worker(s) in one consumer group --")
+        print(f"throughput: median {thr:,.0f} obs/s over {len(runs)} runs "
+              f"({', '.join(format(r['throughput'], ',.0f') for r in runs)}); target 20,000 per worker "
+              f"(first bar), 50,000")
+        print(f"floor (confluent_kafka consume + json.loads + Observation.model_validate): median {flo:,.0f} obs/s")
+        print(f"throughput / floor: {thr / flo:.2f}")
+        print(f"live segment: {args.live_rate:g} obs/s for ~{args.live_seconds:g} s, {args.jobs} failing 64-rank jobs per run")
+        for key, label in (("xid", "XID produced -> provisional verdict"), ("terminal", "terminal state produced -> final verdict")):
+            v = lat[key]
+            print(f"  {label}: p50 {pct(v, 50):.3f} s  p99 {pct(v, 99):.3f} s  max {max(v, default=float('nan')):.3f} s  (n={len(v)})")
+        print(f"  target: provisional p99 <= 1 s; the terminal verdict waits the idle timeout "
+              f"({args.idle_timeout:g} s wall clock)")
+        print(f"bulk segment (saturated worker, backlog included), 16,384-rank job: "
+              f"XID -> verdict {', '.join(f'{x:.1f}' for x in lat['bulk_xid'])} s; "
+              f"terminal -> final verdict {', '.join(f'{x:.1f}' for x in lat['bulk_terminal'])} s (target <= 5 s)")
+        missing = [m for r in runs for m in r["missing"]]
+        wrong = [m for r in runs for m in r["wrong"]]
+        same = all(r["finals"] == r0["finals"] for r, r0 in zip(runs, results[first]))
+        print(f"verdicts missing: {missing or 'none'}; wrong: {wrong or 'none'}; "
+              f"equal to those of {first} worker(s): {'yes' if same else 'NO'}")
+        for r in runs:
+            for wid in r["wrong"][:3]:
+                print(f"  wrong: {wid}: {r['finals'][wid]}")
+        failed += [f"{n} worker(s): missing {m}" for m in missing] + [f"{n} worker(s): wrong {m}" for m in wrong]
+        if not same:
+            failed.append(f"{n} worker(s): verdicts differ from those of {first}")
     print(f"wall time: {time.monotonic() - t_start:.0f} s")
+    if failed:
+        print(f"FAILED: {'; '.join(failed)}")
+        sys.exit(1)
 
 
 if __name__ == "__main__":
