@@ -48,11 +48,12 @@ in one consumer group, separate processes with separate data directories; throug
 sum of their observation counters. It prints throughput per N and whether the verdicts of
 each N equal those of the first N.
 
-**Verdicts checked.** Every run's verdict of every job must be there and be right: the final
-verdict (outcome ``failed``) names root cause ``gpu.xid.79``, exactly the host of the XID and
-the rank whose GPU fell off the bus (the one rank without a watchdog timeout), quality
-``probable`` (the XID names a PCI id the host's telemetry does not report, so the rank is
-inferred from the timeouts). The script exits 1 when one is wrong or missing.
+**Verdicts checked.** Every run's verdict of every job must be there and be right: the last
+verdict with outcome ``failed`` once the attributions topic has been quiet for ``--quiet``
+seconds (late events revise a final verdict) names root cause ``gpu.xid.79``, exactly the host
+of the XID and the rank whose GPU fell off the bus (the one rank without a watchdog timeout),
+quality ``probable`` (the XID names a PCI id the host's telemetry does not report, so the rank
+is inferred from the timeouts). The script exits 1 when one is wrong or missing.
 
 Starts its own broker on a free port unless ``KAFKA_BOOTSTRAP_SERVERS`` is set, and stops
 it (and every worker) on exit, errors included.
@@ -596,6 +597,12 @@ def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segm
             if all(verdicts.first(j.wid, after=j.terminal_sent or 0, outcome="failed") for j in jobs):
                 break
             time.sleep(0.2)
+        # then the revisions that late events bring, until the topic has been quiet for --quiet s
+        count, quiet_since = len(verdicts.seen), time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - quiet_since < args.quiet:
+            time.sleep(0.2)
+            if len(verdicts.seen) != count:
+                count, quiet_since = len(verdicts.seen), time.monotonic()
         lat = {"bulk_xid": [], "bulk_terminal": [], "xid": [], "terminal": []}
         missing = []
         for j in jobs:
@@ -661,6 +668,8 @@ def main() -> None:
     parser.add_argument("--clickhouse", action="store_true", help="worker writes to embedded ClickHouse (chdb, tmp dir)")
     parser.add_argument("--timeout", type=float, default=600, help="give up on a run after this long (s)")
     parser.add_argument("--settle", type=float, default=60, help="wait this long after the live segment for the last verdicts (s)")
+    parser.add_argument("--quiet", type=float, default=10,
+                        help="after every job's first final verdict, wait until no verdict came for this long (s)")
     parser.add_argument("--profile", help="run the first run's worker under cProfile, stats to this file")
     parser.add_argument("--stages", choices=("all", "split"), default="all",
                         help="all: one worker process; split: `worker --stage ingest` (batch loop, its "
