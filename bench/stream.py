@@ -645,23 +645,36 @@ def pct(values: list[float], q: float) -> float:
 
 
 def member_counts(text: str) -> list[int]:
-    """``--workers``: a comma-separated list of worker counts, e.g. ``1,2,3``."""
+    """``--workers``: a comma-separated list of distinct worker counts, e.g. ``1,2,3``."""
     try:
-        counts = [int(x) for x in text.split(",") if x.strip()]
+        counts = [int(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected worker counts like 1,2,3") from None
-    if not counts or min(counts) < 1:
+    if min(counts) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: every worker count must be at least 1")
+    if len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: each worker count once")
     return counts
+
+
+def positive(text: str) -> int:
+    """An integer option that must be at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--seconds", type=int, default=10, help="event seconds of the bulk segment (x 20,480 obs)")
+    parser.add_argument("--runs", type=positive, default=3)
+    parser.add_argument("--seconds", type=positive, default=10, help="event seconds of the bulk segment (x 20,480 obs)")
     parser.add_argument("--live-seconds", type=float, default=30, help="wall seconds of the paced live segment")
     parser.add_argument("--live-rate", type=float, default=1000, help="obs/s of the live segment (keep below capacity)")
-    parser.add_argument("--jobs", type=int, default=20, help="64-rank failing jobs in the live segment")
+    parser.add_argument("--jobs", type=positive, default=20, help="64-rank failing jobs in the live segment")
     parser.add_argument("--idle-timeout", type=float, default=1.0, help="FAULTSTREAM_IDLE_TIMEOUT_S")
     parser.add_argument("--lateness", type=float, default=30.0, help="FAULTSTREAM_ALLOWED_LATENESS_S")
     parser.add_argument("--partitions", type=int, default=12, help="FAULTSTREAM_PARTITIONS")

@@ -50,7 +50,7 @@ from schemas.wire import Headers, encode_record, headers_for
 from schemas.deadletter import DeadLetter, reason_of
 from sinks.kafka_settings import KafkaSettings
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
-from streams.offsets import ContinuityGuard
+from streams.offsets import MAX_AHEAD, ContinuityGuard
 from streams.settings import WorkerSettings
 
 log = logging.getLogger("faultstream.worker")
@@ -69,8 +69,8 @@ class Metrics:
         self.verdicts = Counter("faultstream_verdicts_total", "verdicts emitted", ["domain", "kind"], registry=r)
         self.open_windows = Gauge("faultstream_open_windows", "workload windows not closed (sampled every 5 s)", registry=r)
         self.lag = Gauge("faultstream_consumer_lag", "messages behind the high watermark", ["topic", "partition"], registry=r)
-        self.offset_gaps = Counter("faultstream_offset_gaps_total", "records an agent's stream left out and "
-                                   "read again (streams/offsets.py)", ["topic"], registry=r)
+        self.offset_gaps = Counter("faultstream_offset_gaps_total", "seeks back over offsets an agent's stream "
+                                   "left out, to read them again (streams/offsets.py)", ["topic"], registry=r)
         self.clickhouse_rows = Counter("faultstream_clickhouse_rows_total", "rows written", ["table"], registry=r)
         self.inputs = Counter("faultstream_agent_inputs_total", "records an agent read, by outcome "
                               "(processed | dead_lettered)", ["agent", "outcome"], registry=r)
@@ -378,7 +378,11 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     async def read_again_if_left_out(message: Any) -> None:
         """Seek the record's partition back when records before it were left out of the stream
         (:mod:`streams.offsets`)."""
+        abandoned = guard.abandoned
         back = guard.seen(message.tp, message.offset, app.consumer_generation_id)
+        if guard.abandoned != abandoned:
+            log.error("%s/%s: a gap in offsets before %d did not fill after %d records; given up",
+                      message.topic, message.partition, message.offset, MAX_AHEAD)
         if back is None:
             return
         metrics.offset_gaps.labels(message.topic).inc()

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Hashable
 
 #: Largest number of offsets held past a gap per partition; beyond it the partition's
-#: tracking starts again at the newest offset (a gap that never fills is reported, not held).
+#: tracking starts again at the newest offset (a gap that never fills is counted in
+#: ``ContinuityGuard.abandoned`` and logged by the worker, not held).
 MAX_AHEAD = 100_000
 #: Records handed over past a gap after a seek back before the guard asks for the seek again
 #: (Faust can drop the records read again once more when a stale fetch follows the seek).
@@ -48,19 +49,23 @@ class ContinuityGuard:
     out) when ``offset`` skips past offsets not handed over yet and no seek to that offset is
     outstanding (again after :data:`RESEEK_AFTER` more records while it stays open); else
     None. The first record of a partition in a generation sets where it
-    starts (a gap before it is not seen here). ``tp`` is any hashable partition id (Faust's
+    starts (a gap before it is not seen here); a record of an earlier generation than the
+    partition's is ignored. ``tp`` is any hashable partition id (Faust's
     ``TP``); offsets are Kafka offsets (int); ``generation`` the consumer group generation."""
 
     def __init__(self) -> None:
         self._parts: dict[Hashable, _Partition] = {}
-        self.gaps = 0  # gaps seen (each sought once)
+        self.gaps = 0  # gaps seen (a gap partly filled by a re-read is still the same gap)
+        self.abandoned = 0  # gaps given up after MAX_AHEAD offsets past them
 
     def seen(self, tp: Hashable, offset: int, generation: int) -> int | None:
         part = self._parts.get(tp)
+        if part is not None and generation < part.generation:
+            return None  # a record of an earlier generation, handed over late: no bearing
         if part is None or part.generation != generation:
             self._parts[tp] = _Partition(generation=generation, next=offset + 1)
             return None
-        if offset < part.next:
+        if offset < part.next or offset in part.ahead:
             return None  # read again after a seek: handed over before
         if offset == part.next:
             part.next += 1
@@ -72,14 +77,15 @@ class ContinuityGuard:
             return None
         part.ahead.add(offset)
         if len(part.ahead) > MAX_AHEAD:
+            self.abandoned += 1
             self._parts[tp] = _Partition(generation=generation, next=offset + 1)
             return None
         if part.sought == part.next:
             part.since_seek += 1
             if part.since_seek < RESEEK_AFTER:
                 return None  # the seek back is on its way
-        else:
-            self.gaps += 1
+        elif part.sought is None:
+            self.gaps += 1  # a new gap (a re-read that fills part of one leaves the same gap)
         part.sought, part.since_seek = part.next, 0
         return part.next
 

@@ -29,6 +29,25 @@ def test_a_jump_seeks_back_to_the_first_offset_left_out_and_the_re_read_fills_it
     assert guard.gaps == 2
 
 
+def test_a_gap_partly_filled_is_the_same_gap_and_repeats_do_not_count() -> None:
+    guard = ContinuityGuard()
+    guard.seen("obs-1", 0, 1)
+    assert guard.seen("obs-1", 10, 1) == 1
+    assert [guard.seen("obs-1", o, 1) for o in (1, 2)] == [None, None]  # the re-read starts
+    assert guard.seen("obs-1", 11, 1) == 3  # it stopped at 3: seek again, the same gap
+    assert guard.gaps == 1 and guard.missing("obs-1") == 7
+    # the same record handed over again and again is not progress past the gap
+    assert all(guard.seen("obs-1", 11, 1) is None for _ in range(2 * RESEEK_AFTER))
+
+
+def test_a_record_of_an_earlier_generation_changes_nothing() -> None:
+    guard = ContinuityGuard()
+    guard.seen("obs-1", 10, 5)
+    assert guard.seen("obs-1", 15, 5) == 11
+    assert guard.seen("obs-1", 3, 4) is None  # stale, handed over late
+    assert guard.missing("obs-1") == 4  # the open gap stays open
+
+
 def test_a_gap_that_stays_open_asks_again_after_reseek_after_records() -> None:
     guard = ContinuityGuard()
     guard.seen("wl-2", 10, 1)
@@ -57,6 +76,6 @@ def test_a_gap_that_never_fills_is_not_held_forever() -> None:
     assert guard.seen("obs-1", 2, 1) == 1
     for o in range(3, MAX_AHEAD + 3):
         guard.seen("obs-1", o, 1)
-    # past MAX_AHEAD offsets ahead the partition starts again at the newest offset
-    assert guard.missing("obs-1") == 0
+    # past MAX_AHEAD offsets ahead the partition starts again at the newest offset, counted
+    assert guard.missing("obs-1") == 0 and guard.abandoned == 1
     assert guard.seen("obs-1", MAX_AHEAD + 3, 1) is None
