@@ -90,7 +90,7 @@ from connectors.counter_readers import (
 from connectors.slurm_pids import ListpidsError, parse_listpids, slurm_job_of, task_pid_rows
 from connectors.telemetry import TelemetrySample, parse_telemetry
 from correlators.attribution import default_causal_rules
-from correlators.rules.engine import gc_paused, json_attributes, light_record
+from correlators.rules.engine import gc_paused, json_attributes, light_record, opt_int32, opt_str, time_ok
 from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, record_span
 from connectors.timefmt import TIMESTAMP_HINT, LineClock, LineTime, TimeContext, parse_line_time
 from correlators.windows import WorkloadIndex
@@ -99,8 +99,6 @@ from schemas.deadletter import reason_of
 from schemas.messages import Span
 from schemas.records import (
     SCHEMA_VERSION,
-    TIME_NS_MAX,
-    TIME_NS_MIN,
     TIME_QUALITY_INHERITED,
     TIME_QUALITY_TRANSPORT,
     CoverageEntry,
@@ -877,11 +875,9 @@ class BundleConnector:
         rank = rank_of_prefix(lines[s])
         kind, host, cluster = src.kind, src.host, self.workload.cluster
         workload_id = self.workload_of(host, at)
-        if (type(at) is int and TIME_NS_MIN <= at <= TIME_NS_MAX and type(quality) is float
-                and 0.0 <= quality <= 1.0 and kind in _OBS_KINDS and type(host) is str
-                and type(cluster) is str and (workload_id is None or type(workload_id) is str)
-                and (rank is None or rank < 2**31) and type(fmt) is str and type(text) is str
-                and json_attributes(attributes)):
+        if (time_ok(at) and type(quality) is float and 0.0 <= quality <= 1.0 and kind in _OBS_KINDS
+                and type(host) is str and type(cluster) is str and opt_str(workload_id) and opt_int32(rank)
+                and type(fmt) is str and type(text) is str and json_attributes(attributes)):
             # every value already as validation would leave it: the same record, built light
             return light_record(Observation, {
                 "schema_version": SCHEMA_VERSION, "observation_id": "",

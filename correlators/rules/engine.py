@@ -39,10 +39,10 @@ from correlators import unrecognised as _unrecognised
 import correlators.rules.code as _code
 from correlators.rules.code import HOOKS, Draft, normalize_peer, normalize_pci
 from correlators.rules.model import MISSING, FieldSpec, Rule, RuleError
-from schemas.records import SCHEMA_VERSION, TIME_NS_MAX, TIME_NS_MIN, EvidenceRef, Event, GpuRef, Observation, Position, check_json_value
+from schemas.records import SCHEMA_VERSION, TIME_NS_MAX, TIME_NS_MIN, EvidenceRef, Event, GpuRef, Observation, Position, Source, check_json_value
 from schemas.utc import format_utc
 
-__all__ = ["RulePack", "gc_paused", "light_record", "json_attributes"]
+__all__ = ["RulePack", "gc_paused", "light_record", "json_attributes", "time_ok", "opt_str", "opt_int32"]
 
 
 # ----------------------------------------------------------------------------- batch work
@@ -99,6 +99,7 @@ LIGHT_FIELDS: dict[type, tuple[str, ...]] = {
     GpuRef: ("index", "uuid", "pci_bus_id"),
     EvidenceRef: ("observation_id", "position"),
     Position: ("file", "line", "topic", "partition", "offset"),
+    Source: ("connector", "instance"),
 }
 for _cls, _names in LIGHT_FIELDS.items():
     if tuple(_cls.model_fields) != _names:  # pragma: no cover - a schema change must update the light paths
@@ -120,15 +121,19 @@ def json_attributes(attributes: Any) -> bool:
     return True
 
 
-def _time_ok(ns: Any) -> bool:
+def time_ok(ns: Any) -> bool:
+    """True when ``ns`` is an int of UTC ns within the records' range (``TIME_NS_MIN`` ..
+    ``TIME_NS_MAX``), as a time field keeps it after validation."""
     return type(ns) is int and TIME_NS_MIN <= ns <= TIME_NS_MAX
 
 
-def _opt_str(value: Any) -> bool:
+def opt_str(value: Any) -> bool:
+    """True for None or a str (an optional text field, unchanged by validation)."""
     return value is None or type(value) is str
 
 
-def _opt_i32(value: Any) -> bool:
+def opt_int32(value: Any) -> bool:
+    """True for None or an int that fits a signed 32-bit column (``Int32`` fields)."""
     return value is None or (type(value) is int and -_I32 <= value < _I32)
 
 
@@ -417,7 +422,7 @@ class RulePack:
         pci = normalize_pci(d.gpu_pci) if d.gpu_pci else None
         gi = d.gpu_index
         if pci is not None or gi is not None:
-            if _opt_i32(gi) and _opt_str(pci):
+            if opt_int32(gi) and opt_str(pci):
                 gpu: GpuRef | None = light_record(GpuRef, {"index": gi, "uuid": None, "pci_bus_id": pci},
                                                   {"index", "pci_bus_id"})
             else:
@@ -430,10 +435,10 @@ class RulePack:
         peer = normalize_peer(d.peer) if d.peer else None
         ref = rule.ref
         pos = obs.position
-        if (type(d.type) is str and _time_ok(at) and (began is None or _time_ok(began))
+        if (type(d.type) is str and time_ok(at) and (began is None or time_ok(began))
                 and type(quality) is float and 0.0 <= quality <= 1.0 and type(host) is str
-                and type(obs.cluster) is str and _opt_str(obs.workload_id) and _opt_i32(rank)
-                and _opt_str(obs.fabric_port) and _opt_str(peer) and type(ref) is str
+                and type(obs.cluster) is str and opt_str(obs.workload_id) and opt_int32(rank)
+                and opt_str(obs.fabric_port) and opt_str(peer) and type(ref) is str
                 and type(obs.observation_id) is str and type(pos) is Position
                 and json_attributes(d.attributes)):
             position = light_record(Position, dict(pos.__dict__), set(pos.__pydantic_fields_set__))
