@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 from bisect import bisect_right
 import re
 import zlib
@@ -672,18 +673,16 @@ class BundleConnector:
     def _files(self) -> list[tuple[str, Path]]:
         """(path relative to the bundle in POSIX form, path) of every entry under the top
         directories but directories, sorted by the relative path."""
-        base = str(self.path) + "/"
         files = []
         for top in _TOP_DIRS:
             root = self.path / top
             if root.is_dir():
-                # everything but directories: entries that are not regular files are listed
-                # too, so coverage reports them instead of skipping them silently
-                for p in root.rglob("*"):
-                    if not p.is_dir():
-                        text = str(p)
-                        rel = text[len(base):] if text.startswith(base) else p.relative_to(self.path).as_posix()
-                        files.append((rel, p))
+                # one scan (os.walk's directory entries carry their type; symbolic links to
+                # directories are not followed): everything but directories, so entries that
+                # are not regular files are listed too and coverage reports them
+                for folder, _dirs, names in os.walk(root):
+                    rel_folder = Path(folder).relative_to(self.path).as_posix()
+                    files.extend((f"{rel_folder}/{name}", Path(folder, name)) for name in names)
         files.sort(key=lambda item: item[0])
         return files
 

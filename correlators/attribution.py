@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from typing import Any, Iterable, Sequence
 
@@ -140,6 +140,14 @@ class CausalRules:
     unrecognised_near_ns: int = 120 * NS
     #: the ``repetition``, ``gpu_count`` and ``quality`` blocks of causal.yaml, as written
     sections: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def causes_by_type(self) -> dict[str, tuple[CauseRule, ...]]:
+        """event type -> its cause rules, in file order (the first match wins)."""
+        by_type: dict[str, list[CauseRule]] = {}
+        for rule in self.causes:
+            by_type.setdefault(rule.type, []).append(rule)
+        return {etype: tuple(rules) for etype, rules in by_type.items()}
 
 
 def parse_causal_rules(data: dict[str, Any], name: str = "causal.yaml") -> CausalRules:
@@ -318,9 +326,7 @@ def propose(events: Sequence[Event], rules: CausalRules, start_ns: int | None = 
     transport level: no timestamp anywhere near it) counts at half weight: its place in the
     timeline is a guess. Before ``start_ns`` only strong, persistent faults count."""
     by_key: dict[tuple[str, str], Hypothesis] = {}
-    by_type: dict[str, list[CauseRule]] = {}
-    for rule in rules.causes:  # file order kept within a type: the first match wins
-        by_type.setdefault(rule.type, []).append(rule)
+    by_type = rules.causes_by_type
     for event in events:
         if end_ns is not None and event.at > end_ns:
             continue

@@ -2,7 +2,7 @@
 
 It maps the pipeline onto Kafka and only adds transport, timers and sinks::
 
-    <prefix>.observations (key host) --agent extract--> Pipeline.ingest
+    <prefix>.observations (key host) --batch ingest stage (streams.ingest, a child process)--> Pipeline.ingest
     <app_id>-by-workload (key workload | host:<h>) --agent correlate--> Pipeline.apply("workload")
     <app_id>-by-fabric (key cluster) --agent fabric--> Pipeline.apply("fabric")
     effects: Route -> the two internal topics; Publish -> <prefix>.events, <prefix>.attributions
@@ -12,12 +12,17 @@ It maps the pipeline onto Kafka and only adds transport, timers and sinks::
 
 The pipeline's :class:`~correlators.pipeline.Stores` are changelogged Faust tables
 (``FAULTSTREAM_STORE``): ``window_meta``, ``window_events``, ``window_facts``, ``fabric_meta``,
-``fabric_events`` partitioned like their channel, and the global tables ``allocation`` (written
-while consuming observations) and ``topology``, which every worker reads. The in-memory windows are a cache of the tables, rebuilt after a restart
+``fabric_events`` partitioned like their channel, and the global table ``topology``, which
+every worker reads. The in-memory windows are a cache of the tables, rebuilt after a restart
 or a rebalance. A record that does not decode or fails is dead-lettered with the reason.
 
-With ``create_app(stage="correlate")`` the ``extract`` agent is left out: the batch ingest
-stage (:mod:`streams.ingest`, ``faultstream worker --stage ingest``) feeds the internal topics.
+The observations, the high-volume input, do not pass through Faust: the batch ingest stage
+(:mod:`streams.ingest`, a confluent-kafka loop in consumer group ``<app_id>-ingest``, which
+commits a batch's offsets only after every record it produced was delivered) runs as a child
+process of the worker (:class:`IngestService`), started once the tables are recovered and
+stopped before the agents; ``/metrics`` serves both processes' metrics. With
+``create_app(stage="correlate")`` it is left out and runs apart (``faultstream worker --stage
+ingest``), so the two stages scale on their own.
 
 The verdict content is the engine's decision over a window's whole evidence; only *when* it
 is emitted depends on arrival and the wall clock (``docs/architecture.md``).
@@ -27,101 +32,44 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import json
 import logging
 import os
+import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
-from types import SimpleNamespace
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import faust
+import mode
 from faust.types import TP
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import generate_latest
 from pydantic import ValidationError
 
 from correlators.config import EngineConfig, WindowPolicy
 from correlators.pipeline import Effect, Pipeline, Route, Stores, Tombstone
-from schemas.messages import message_json, parse_fabric_message, parse_workload_message
-from schemas.records import SCHEMA_VERSION, Attribution, Observation, Position
-from schemas.wire import Headers, encode_record, headers_for
+from schemas.messages import parse_fabric_message, parse_workload_message
+from schemas.records import Attribution, Observation, Position
+from schemas.wire import encode_record
 from schemas.deadletter import DeadLetter, reason_of
 from sinks.kafka_settings import KafkaSettings
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
+from streams.codec import decode_record, encode_effect
+from streams.metrics import Metrics, merge_expositions
 from streams.offsets import MAX_AHEAD, ContinuityGuard
 from streams.settings import WorkerSettings
 
 log = logging.getLogger("faultstream.worker")
 
 
-class Metrics:
-    """Prometheus metrics of one worker process (served at ``/metrics``)."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.observations = Counter("faultstream_observations_total", "observations consumed", registry=r)
-        self.processed = Counter("faultstream_observations_processed_total", "observations processed (not dead-lettered)", registry=r)
-        self.events = Counter("faultstream_events_total", "events extracted", ["type"], registry=r)
-        self.dead_letters = Counter("faultstream_dead_letters_total", "inputs dead-lettered", ["reason"], registry=r)
-        self.verdicts = Counter("faultstream_verdicts_total", "verdicts emitted", ["domain", "kind"], registry=r)
-        self.open_windows = Gauge("faultstream_open_windows", "workload windows not closed (sampled every 5 s)", registry=r)
-        self.lag = Gauge("faultstream_consumer_lag", "messages behind the high watermark", ["topic", "partition"], registry=r)
-        self.offset_gaps = Counter("faultstream_offset_gaps_total", "seeks back over offsets an agent's stream "
-                                   "left out, to read them again (streams/offsets.py)", ["topic"], registry=r)
-        self.clickhouse_rows = Counter("faultstream_clickhouse_rows_total", "rows written", ["table"], registry=r)
-        self.inputs = Counter("faultstream_agent_inputs_total", "records an agent read, by outcome "
-                              "(processed | dead_lettered)", ["agent", "outcome"], registry=r)
-
-
-def decode_record(raw: bytes, limit: int | None) -> Observation | str:
-    """The observation in ``raw`` (at most ``limit`` bytes; None: any size), or the reason
-    it is dead-lettered (``too large: ...``, ``schema version: ...``, ``invalid json: ...``,
-    ``invalid record: ...``). Never raises."""
-    if limit is not None and len(raw) > limit:
-        return f"too large: {len(raw)} bytes > {limit}"
-    try:
-        # the common case in one pass (pydantic's JSON parser); anything it refuses, or a
-        # record without this schema version, takes the path below, which says why
-        obs = Observation.model_validate_json(raw)
-        if obs.schema_version == SCHEMA_VERSION and "schema_version" in obs.model_fields_set:
-            return obs
-    except (ValueError, ValidationError):
-        pass
-    try:
-        # JSON on Kafka is UTF-8 (RFC 8259): other bytes are not guessed at as UTF-16/32
-        data = json.loads(raw.decode("utf-8"))
-        if not isinstance(data, dict):
-            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        if data.get("schema_version") != SCHEMA_VERSION:
-            return f"schema version: {data.get('schema_version')!r} is not {SCHEMA_VERSION}"
-        return Observation.model_validate(data)
-    except RecursionError:
-        return "invalid json: nested too deeply"
-    except UnicodeDecodeError as exc:
-        return f"invalid json: not UTF-8: {exc.reason} at byte {exc.start}"
-    except ValidationError as exc:
-        return f"invalid record: {reason_of(exc)}"
-    except ValueError as exc:
-        reason = "invalid json" if isinstance(exc, json.JSONDecodeError) else "invalid record"
-        return f"{reason}: {reason_of(exc)}"
-
-
-def encode_effect(effect: Effect) -> tuple[str, bytes, bytes | None, Headers | None]:
-    """A pipeline effect as a Kafka record: (where -- the channel of a route, ``workload`` or
-    ``fabric``, or the public topic of a publication or tombstone, ``events`` or
-    ``attributions`` --, key, value, headers). Routes carry
-    :func:`schemas.messages.message_json` and no headers; publications the record's canonical
-    JSON and the contract's headers (:mod:`schemas.wire`); a tombstone a None value and the
-    headers of its schema. Keys are UTF-8."""
-    if isinstance(effect, Route):
-        return effect.channel, effect.key.encode(), message_json(effect.message), None
-    if isinstance(effect, Tombstone):
-        return effect.topic, effect.key.encode(), None, headers_for(effect.schema)
-    value, headers = encode_record(effect.record)
-    return effect.topic, effect.key.encode(), value, headers
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's pick)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 class DataDirLocked(RuntimeError):
@@ -247,13 +195,18 @@ def declare_topics(settings: WorkerSettings, kafka: KafkaSettings) -> list[str]:
 
 
 def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | None = None, *,
-               stage: str = "all") -> faust.App:
-    """Build the worker app. ``stage``: ``all`` (the observations are read by the ``extract``
-    agent) or ``correlate`` (no ``extract`` agent: a batch ingest stage apart,
-    :mod:`streams.ingest`, feeds the internal topics). Raises ``pydantic.ValidationError`` for
-    invalid settings, ``ValueError`` for another stage."""
+               stage: str = "all", batch_size: int = 2000, loglevel: str = "info",
+               log_format: str = "text") -> faust.App:
+    """Build the worker app. ``stage``: ``all`` (the batch ingest stage runs as a child process
+    of the worker, ``batch_size`` records per batch, logging at ``loglevel`` in ``log_format``:
+    :class:`IngestService`; its metrics are served with the worker's) or ``correlate`` (no
+    ingest: a stage apart, :mod:`streams.ingest`, feeds the internal topics). Raises
+    ``pydantic.ValidationError`` for invalid settings, ``ValueError`` for another stage or a
+    batch size below 1."""
     if stage not in ("all", "correlate"):
         raise ValueError(f"stage {stage!r}: expected all or correlate (the ingest stage is streams.ingest)")
+    if batch_size < 1:
+        raise ValueError(f"batch_size {batch_size}: must be at least 1")
     settings = settings or WorkerSettings()
     kafka = kafka or KafkaSettings()
     config = EngineConfig.default(window=WindowPolicy(
@@ -300,7 +253,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     def raw_topic(name: str, **kw: Any) -> Any:
         return app.topic(name, value_serializer="raw", key_serializer="raw", **kw)
 
-    observations = raw_topic(settings.topic("observations"))
+    observations = raw_topic(settings.topic("observations"))  # read by the ClickHouse sink only
     topology_in = raw_topic(settings.topic("topology"))
     public = {"events": raw_topic(settings.topic("events")),
               "attributions": raw_topic(settings.topic("attributions"))}
@@ -322,16 +275,12 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         window_facts=table("window_facts", json_schema),
         fabric_meta=table("fabric_meta", json_schema),
         fabric_events=table("fabric_events", raw_values),
-        # written while consuming observations (keyed by host), read by every worker
-        allocation=table("allocation", json_schema, global_=True),
         # written from the by-fabric stream (a table's changelog has as many partitions as
         # the topic whose stream writes it); read by the remediation agent for failure domains
         topology=table("topology", json_schema, global_=True),
     )
     app.faultstream_topology = stores.topology  # type: ignore[attr-defined]
     pipeline = Pipeline(config, stores)
-    # set once the remediation agents are attached: it receives every decoded observation
-    hooks = SimpleNamespace(workload_seen=None)
 
     async def dead_letter(source: str, reason: str, original: bytes | None, message: Any) -> None:
         letter = DeadLetter(
@@ -389,40 +338,6 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         log.warning("%s/%s: offsets %d..%d were not handed to the agent; reading them again",
                     message.topic, message.partition, back, message.offset - 1)
         await app.consumer.seek(message.tp, back)
-
-    async def extract(stream: Any) -> None:
-        processed, dead_lettered = (metrics.inputs.labels("extract", outcome) for outcome in ("processed", "dead_lettered"))
-        async for item in stream.events():
-            raw: bytes | None = item.value
-            message = item.message
-            metrics.observations.inc()
-            await read_again_if_left_out(message)
-            obs = decode_observation(raw) if raw is not None else "tombstone: no value"
-            if isinstance(obs, str):
-                await dead_letter("agent.extract", obs, raw, message)
-                dead_lettered.inc()
-                continue
-            obs.position = Position.model_construct(
-                file=obs.position.file, line=obs.position.line,
-                topic=message.topic, partition=message.partition, offset=message.offset,
-            )
-            try:
-                # a GPU table goes out with the record that completed it: Faust commits the
-                # record's offset without knowing of tables held in memory
-                await run(pipeline.ingest(obs) + pipeline.pending_tables())
-                if hooks.workload_seen is not None:
-                    await hooks.workload_seen(obs)
-            except Exception as exc:  # noqa: BLE001 -- a bad record never stops the agent
-                log.exception("observation %s failed", obs.observation_id)
-                await dead_letter("agent.extract", f"processing error: {type(exc).__name__}: {str(exc)[:300]}",
-                                  raw, message)
-                dead_lettered.inc()
-                continue
-            metrics.processed.inc()
-            processed.inc()
-
-    if stage == "all":
-        app.agent(observations)(extract)
 
     @app.agent(topology_in)
     async def topology_records(stream: Any) -> None:
@@ -549,9 +464,22 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             position = read + 1 if read is not None else (committed if committed is not None else 0)
             metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, high - position))
 
+    ingest_port = free_port() if stage == "all" else None
+    ingest_metrics = f"http://127.0.0.1:{ingest_port}/metrics" if ingest_port else None
+
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:
-        return web.bytes(generate_latest(metrics.registry), content_type="text/plain; version=0.0.4")
+        body = generate_latest(metrics.registry)
+        if ingest_metrics is not None:  # the ingest stage's, one family per name
+            import aiohttp
+
+            try:
+                async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+                    async with session.get(ingest_metrics) as response:
+                        body = merge_expositions(body.decode(), await response.text())
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+                log.warning("the ingest stage's metrics at %s: %s", ingest_metrics, exc)
+        return web.bytes(body, content_type="text/plain; version=0.0.4")
 
     if settings.clickhouse:
         from streams.store import attach_clickhouse
@@ -561,6 +489,84 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                           dead_letter=dead_letter, exit_without_commit=exit_without_commit)
     from streams.remediate import attach_remediation
 
-    hooks.workload_seen = attach_remediation(app, settings, attributions_topic=public["attributions"],
-                                             dead_letter=dead_letter, metrics=metrics)
+    attach_remediation(app, settings, attributions_topic=public["attributions"], dead_letter=dead_letter,
+                       metrics=metrics)
+    if ingest_port is not None:
+        command, env = ingest_command(settings, metrics_port=ingest_port, batch_size=batch_size,
+                                      loglevel=loglevel, log_format=log_format)
+        IngestService.attach(app, command, env=env, join_timeout_s=settings.shutdown_timeout_s)
     return app
+
+
+class IngestService(mode.Service):
+    """The batch ingest stage (:mod:`streams.ingest`) as a child process of the worker, so the
+    two halves use two cores (one Python process runs on one at a time), as a Faust service:
+    started once the app has recovered its tables, stopped before the agents.
+
+    ``command``: the child's command line (:func:`ingest_command`); ``env``: its environment.
+    The child stops by itself when the worker's process ends, however it ends (it watches its
+    parent, ``--parent-pid``). Stop: SIGTERM to the child, whose batch in progress completes
+    and is committed, then at most ``join_timeout_s`` seconds' wait before SIGKILL. When the
+    child exits on its own (a produced record not delivered, a consumer error that is not
+    transient, a crash) the worker ends with :func:`exit_without_commit`, so both restart
+    together; the child's failed batch is read again."""
+
+    command: list[str]
+    env: dict[str, str] | None = None
+    join_timeout_s: float = 30.0
+    poll_s: float = 0.5
+
+    @classmethod
+    def attach(cls, app: faust.App, command: list[str], *, env: dict[str, str] | None = None,
+               join_timeout_s: float = 30.0) -> None:
+        """Register a service running ``command`` with ``app`` (``app.service``)."""
+        app.service(type("Ingest", (cls,), {"command": command, "env": env, "join_timeout_s": join_timeout_s}))
+
+    def __post_init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self._stopping = False
+
+    async def on_start(self) -> None:
+        # a session of its own: a terminal's Ctrl-C reaches the worker, which stops the child
+        self.proc = subprocess.Popen(self.command, env=self.env, start_new_session=True)
+        log.info("ingest stage started as process %d", self.proc.pid)
+        self.add_future(self._watch())
+
+    async def _watch(self) -> None:
+        assert self.proc is not None
+        while not self._stopping:
+            code = self.proc.poll()
+            if code is not None:
+                if not self._stopping:
+                    exit_without_commit(f"the ingest stage (process {self.proc.pid}) exited with {code}")
+                return
+            await asyncio.sleep(self.poll_s)
+
+    async def on_stop(self) -> None:
+        self._stopping = True
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, proc.wait, self.join_timeout_s)
+        except subprocess.TimeoutExpired:
+            log.error("the ingest stage (process %d) did not stop in %g s: killed", proc.pid, self.join_timeout_s)
+            proc.kill()
+            proc.wait()
+
+
+def ingest_command(settings: WorkerSettings, *, metrics_port: int, batch_size: int, loglevel: str,
+                   log_format: str) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of the worker's ingest stage (``faultstream worker
+    --stage ingest``): this interpreter, the worker's effective settings (every
+    :class:`WorkerSettings` field as its ``FAULTSTREAM_*`` variable, over the worker's
+    environment), ``/metrics`` on 127.0.0.1:``metrics_port``, watching this process
+    (``--parent-pid``)."""
+    effective = {f"FAULTSTREAM_{name.upper()}": str(value)
+                 for name, value in settings.model_dump(mode="json").items() if value is not None}
+    env = dict(os.environ) | effective | {"FAULTSTREAM_WEB_BIND": "127.0.0.1"}
+    command = [sys.executable, "-m", "streams.cli", "worker", "--stage", "ingest",
+               "--web-port", str(metrics_port), "--batch-size", str(batch_size),
+               "--loglevel", loglevel, "--log-format", log_format, "--parent-pid", str(os.getpid())]
+    return command, env

@@ -366,12 +366,16 @@ def worker(
     web_port: Optional[int] = typer.Option(None, help="port of /metrics on 127.0.0.1"),
     loglevel: str = typer.Option("info", help="worker log level"),
     log_format: str = typer.Option("text", "--log-format", help="text | json (one JSON object per line: streams/logs.py)"),
-    stage: str = typer.Option("all", help="all: the whole worker; ingest: the batch ingest stage alone "
+    stage: str = typer.Option("all", help="all: the whole worker (the batch ingest stage as a child process "
+                                          "beside the Faust agents); ingest: the batch ingest stage alone "
                                           "(observations -> events, streams/ingest.py); correlate: the worker "
                                           "without its ingest (windows, fabric, remediation, sinks)"),
-    batch_size: int = typer.Option(2000, "--batch-size", min=1, help="--stage ingest: most records per batch"),
+    batch_size: int = typer.Option(2000, "--batch-size", min=1,
+                                   help="most observations per batch of the ingest stage (all, ingest)"),
+    parent_pid: Optional[int] = typer.Option(None, "--parent-pid", hidden=True,
+                                             help="--stage ingest: stop when this process ends (the worker's child)"),
 ) -> None:
-    """Run a stream worker (Faust): observations -> events -> verdicts, until stopped.
+    """Run a stream worker: observations -> events -> verdicts, until stopped.
 
     Settings come from FAULTSTREAM_* and KAFKA_* variables (see streams/settings.py and
     transport/kafka_settings.py); the options here override them. ``--stage ingest`` and
@@ -407,12 +411,15 @@ def worker(
     logging.getLogger("faultstream.worker").info(
         "worker starting", extra={"app_id": settings.app_id, "bootstrap": kafka.bootstrap_servers, "stage": stage})
     if stage == "ingest":
-        _run_ingest(settings, kafka, batch_size)
+        _run_ingest(settings, kafka, batch_size, parent_pid)
         return
     try:
-        faust_app = create_app(settings, kafka, stage=stage)
+        faust_app = create_app(settings, kafka, stage=stage, batch_size=batch_size, loglevel=loglevel,
+                               log_format=log_format)
     except DataDirLocked as exc:
         cli_fail(str(exc))
+    except KafkaException as exc:  # the ingest stage's client configuration was refused
+        cli_fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
     except ValueError as exc:  # invalid remediation / executor settings (pydantic)
         cli_fail(f"worker settings: {reason_of(exc, most=None)}")
     except OSError as exc:  # the data directory cannot be created or locked
@@ -426,9 +433,12 @@ def worker(
                   shutdown_timeout_s=settings.shutdown_timeout_s).execute_from_commandline()
 
 
-def _run_ingest(settings: Any, kafka: Any, batch_size: int) -> None:
+def _run_ingest(settings: Any, kafka: Any, batch_size: int, parent_pid: int | None = None) -> None:
     """``worker --stage ingest``: declare the topics, serve /metrics, run the batch loop until
-    SIGTERM / SIGINT (the batch in progress completes, then the process exits)."""
+    SIGTERM / SIGINT, or until the process ``parent_pid`` is no longer this one's parent (the
+    whole worker's child outlives no worker); the batch in progress completes, then the
+    process exits."""
+    import os
     import signal
     import threading
 
@@ -449,6 +459,15 @@ def _run_ingest(settings: Any, kafka: Any, batch_size: int) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    if parent_pid is not None:
+        def watch_parent() -> None:
+            while not stop.wait(0.5):
+                if os.getppid() != parent_pid:
+                    logging.getLogger("faultstream.ingest").warning("the worker (process %d) ended: stopping",
+                                                                    parent_pid)
+                    stop.set()
+
+        threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
     try:
         stage.run(stop, on_ready=lambda: logging.getLogger("faultstream.ingest").info("[^Ingest]: Ready"))
     except (DeliveryFailed, KafkaException) as exc:

@@ -1,11 +1,12 @@
 """The batch ingest stage: observations -> events and routed messages, outside Faust.
 
-``faultstream worker --stage ingest`` runs it; ``--stage correlate`` runs the Faust worker
-without its ``extract`` agent, so the two scale apart (``--stage all``, the default, is the
-Faust worker alone, as before). The stage is a plain confluent-kafka loop::
+``faultstream worker`` (``--stage all``, the default) runs it as a child process beside the
+Faust agents (``streams.app.IngestService``); ``--stage ingest`` runs it alone and ``--stage
+correlate`` the Faust worker without it, so the two scale apart. The stage is a plain
+confluent-kafka loop::
 
     <prefix>.observations --consume up to batch_size (consumer group <app_id>-ingest)-->
-        decode (streams.app.decode_record) -> Pipeline.ingest (correlators.pipeline)
+        decode (streams.codec.decode_record) -> Pipeline.ingest (correlators.pipeline)
         -> produce: Route -> <app_id>-by-workload / -by-fabric, Publish -> <prefix>.events,
            scheduler workload records -> the remediation agent's by-cluster topic,
            undecodable or failing records -> <prefix>.deadletter (with the reason)
@@ -47,7 +48,8 @@ from schemas.deadletter import DeadLetter
 from schemas.records import Event, Position
 from schemas.wire import Headers, encode_record
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
-from streams.app import Metrics, decode_record, encode_effect
+from streams.codec import decode_record, encode_effect
+from streams.metrics import Metrics
 from streams.remediation_inputs import allocation_message
 from streams.settings import WorkerSettings
 from transport.kafka_settings import KafkaSettings, with_partitioner
@@ -67,11 +69,12 @@ class IngestStage:
 
     ``settings`` / ``kafka``: as the worker's (``app_id`` names the consumer group
     ``<app_id>-ingest`` and the internal topics; ``producer_linger_ms`` is the producer's
-    ``linger.ms``). ``batch_size``: most records per batch; ``poll_timeout_s``: how long one
-    consume call waits for the first record (a latency bound, seconds). With
-    ``settings.remediation`` the scheduler's workload records also go to the remediation
-    agents' topic, as the ``extract`` agent hands them over. Raises ``ValueError`` for a
-    batch size below 1."""
+    ``linger.ms``; ``group_instance_id``, when set, makes the consumer a static member of its
+    group, as the Faust agents are of theirs). ``batch_size``: most records per batch;
+    ``poll_timeout_s``: how long one consume call waits for the first record (a latency bound,
+    seconds). With ``settings.remediation`` the scheduler's workload records also go to the
+    remediation agents' topic (their allocations). ``metrics``: the worker's, when the stage
+    runs in its process. Raises ``ValueError`` for a batch size below 1."""
 
     def __init__(self, settings: WorkerSettings, kafka: KafkaSettings, *, batch_size: int = 2000,
                  poll_timeout_s: float = 0.05, metrics: Metrics | None = None) -> None:
@@ -102,13 +105,17 @@ class IngestStage:
 
         self.remediation_topic = remediation_topic_spec(settings).name if settings.remediation else None
         base = kafka.confluent_config()
-        self.consumer = Consumer(base | {
+        membership = {"group.instance.id": settings.group_instance_id} if settings.group_instance_id else {}
+        self.consumer = Consumer(base | membership | {
             "group.id": f"{settings.app_id}-ingest",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             # latency, not library defaults: a fetch returns as soon as there is data
             "fetch.wait.max.ms": 10,
             "partition.assignment.strategy": "cooperative-sticky",
+            # a crashed stage's partitions move to the others as soon as the Faust agents' do
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 2_000,
         })
         self.producer = Producer(with_partitioner(base | {
             "enable.idempotence": True,

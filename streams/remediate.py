@@ -18,7 +18,7 @@ Data flow in the worker::
     <prefix>.attributions (every verdict, any scope)   -- agent remediation_attributions --\\
     <prefix>.remediation-commands (approve/reject/...) -- agent remediation_commands ------+
     <prefix>.certifications (NVCRE, dcgmi diag, ...)   -- agent remediation_certifications -+
-    scheduler workload records (from agent extract)    -- workload_seen ---------------------+
+    scheduler workload records (the ingest stage)      -- {"kind": "workload"} ------------+
     timer (every tick_interval_s)                      -- {"kind": "tick"} ----------------+
     executor threads                                   -- {"kind": "executed"/"resumed"} --/
         -> <app_id>-by-cluster-remediation (internal, key = cluster, JSON {"kind": ...})
@@ -91,7 +91,7 @@ from schemas.wire import encode_record
 from sinks.executors import ExecutionResult, ExecutorSettings
 from streams.command_auth import CommandKeySettings
 from schemas.deadletter import reason_of
-from streams.remediation_inputs import CommandInvalid, allocation_message, decode_command
+from streams.remediation_inputs import CommandInvalid, decode_command
 from streams.remediation_runner import RemediationRunner
 
 __all__ = [
@@ -178,11 +178,11 @@ DeadLetterFn = Callable[[str, str, bytes | None, Any], Awaitable[None]]
 
 
 def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead_letter: DeadLetterFn,
-                       metrics: Any) -> Callable[[Any], Awaitable[None]] | None:
+                       metrics: Any) -> None:
     """Add the remediation agents, table and timer to the Faust ``app`` (see the module
-    docstring); nothing when ``settings.remediation`` is false. Returns the coroutine function
-    the extract agent calls with every observation it decoded (scheduler workload records
-    give the allocation a verdict may target), or None when remediation is off.
+    docstring); nothing when ``settings.remediation`` is false. The scheduler's workload
+    records (the allocation a verdict may target) reach the agent on its internal topic from
+    the batch ingest stage (:func:`streams.remediation_inputs.allocation_message`).
 
     ``settings``: the worker's ``WorkerSettings``; ``attributions_topic``: the app's topic
     object of ``<prefix>.attributions``; ``dead_letter(source, reason, original, message)``:
@@ -191,7 +191,7 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
     counters). Raises ``PolicyError`` / ``pydantic.ValidationError`` (both ``ValueError``) for
     a bad policy or bad settings."""
     if not getattr(settings, "remediation", True):
-        return None
+        return
     import faust
     from prometheus_client import Counter
 
@@ -434,13 +434,6 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
             await route(cmd.cluster, {"kind": "command", "command": cmd.model_dump(mode="json"), "received_at": now,
                                       "origin": origin_of(item.message, original)})
 
-    async def workload_seen(obs: Any) -> None:
-        # the scheduler's workload records: their nodes are what a verdict about the workload
-        # may target (the extract agent hands over every observation it decoded)
-        payload = allocation_message(obs)
-        if payload is not None:
-            await route(payload["cluster"], payload)
-
     @app.agent(certifications_in)
     async def remediation_certifications(stream: Any) -> None:
         async for item in stream.events():
@@ -485,5 +478,3 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
         # another worker may own these clusters now: reload from the table when they come back
         runners.clear()
         written.clear()
-
-    return workload_seen

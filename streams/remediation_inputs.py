@@ -5,7 +5,7 @@
   an action, except ``reset_breaker``), then authenticated (:func:`streams.command_auth.authenticate`,
   HMAC-SHA256 and freshness at the caller's clock). Any failure is a :class:`CommandInvalid`
   whose message is the dead-letter reason.
-* :func:`allocation_message` -- a scheduler workload record (an observation the extract agent
+* :func:`allocation_message` -- a scheduler workload record (an observation the ingest stage
   decoded) as the remediation agent's ``workload`` message (the nodes a verdict about that
   workload may target).
 

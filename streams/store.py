@@ -68,7 +68,7 @@ def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Any, *,
                       dead_letter: Callable[[str, str, bytes | None, Any], Awaitable[None]],
                       exit_without_commit: Callable[[str], Any]) -> None:
     """Add the ClickHouse writer agents to ``app`` (see the module docstring); ``metrics`` is
-    the worker's :class:`streams.app.Metrics`; ``dead_letters`` the topic whose records its
+    the worker's :class:`streams.metrics.Metrics`; ``dead_letters`` the topic whose records its
     writer stores; ``dead_letter(source, reason, original, message)`` the worker's dead-letter
     publisher. The sink opens on the first write. The agents
     stop retrying once ``app.faultstream_stop`` (an ``asyncio.Event``, set by the worker's

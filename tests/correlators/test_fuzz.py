@@ -287,17 +287,17 @@ def test_worker_agents_survive_fuzzed_records_and_every_sink_progresses(stream_e
         m = worker.metrics()
         # every record on a topic is read by its agent and either processed or dead-lettered
         ins = {agent: high_watermarks(kafka_bootstrap, topic) for agent, topic in (
-            ("extract", f"{prefix}.observations"), ("topology", f"{prefix}.topology"),
+            ("ingest", f"{prefix}.observations"), ("topology", f"{prefix}.topology"),
             ("workload", f"{app_id}-by-workload"), ("fabric", f"{app_id}-by-fabric"))}
         outs = {agent: agents(m, agent) for agent in ins}
         if ins == outs:
             break
         assert time.monotonic() < deadline, f"in {ins} != processed + dead-lettered {outs}"
         time.sleep(1)
-    assert ins["extract"] == sent[f"{prefix}.observations"]
+    assert ins["ingest"] == sent[f"{prefix}.observations"]
     assert ins["topology"] == sent[f"{prefix}.topology"]
     assert m["faultstream_observations_total"] == m["faultstream_observations_processed_total"] + sum(
-        v for k, v in m.items() if k.startswith('faultstream_agent_inputs_total{agent="extract",outcome="dead_lettered"'))
+        v for k, v in m.items() if k.startswith('faultstream_agent_inputs_total{agent="ingest",outcome="dead_lettered"'))
     # no fuzzed command is signed: each is dead-lettered
     letters = consume(kafka_bootstrap, f"{prefix}.deadletter", timeout=90,
                       until=lambda ms: command_letters(ms) >= sent[f"{prefix}.remediation-commands"])

@@ -544,7 +544,7 @@ def test_the_cli_refuses_an_empty_reason_and_sending_without_a_key(monkeypatch):
 
 
 def test_the_workers_workload_records_give_the_allocation(tmp_path):
-    """What the extract agent hands the remediation agents: the scheduler's record as the
+    """What the ingest stage hands the remediation agents: the scheduler's record as the
     bundle publisher puts it on the observations topic -> the allocation of the job."""
     from connectors.bundle import BundleConnector
     from connectors.publish import workload_observation

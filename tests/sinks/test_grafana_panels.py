@@ -60,7 +60,7 @@ from schemas.records import (
 from schemas.utc import parse_utc
 from sinks.clickhouse import ClickHouseSink
 from sinks.executors import ExecutorSettings
-from streams.app import decode_record
+from streams.codec import decode_record
 from streams.remediation_inputs import allocation_message
 from streams.remediation_runner import RemediationRunner
 
@@ -327,7 +327,7 @@ def remediation_scenario(verdicts: list[Attribution], observations: list[Observa
     for _, _, fn in sorted(steps, key=lambda s: (s[0], s[1])):
         fn()
 
-    # the ingest stage's dead letters: records it cannot decode (streams.app.decode_record)
+    # the ingest stage's dead letters: records it cannot decode (streams.codec.decode_record)
     good = next(o for o in stream_observations if o.kind == "log_line")
     raw = canonical_json(good).encode()
     bad_version = json.dumps({**json.loads(raw), "schema_version": 1}).encode()

@@ -1,4 +1,4 @@
-"""``streams.app.decode_record``: the reason a record is dead-lettered names what is wrong
+"""``streams.codec.decode_record``: the reason a record is dead-lettered names what is wrong
 (``schemas.deadletter.reason_of``)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from schemas.deadletter import reason_of
-from streams.app import decode_record
+from streams.codec import decode_record
 
 
 def test_a_record_missing_fields_names_them() -> None:

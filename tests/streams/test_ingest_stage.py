@@ -1,6 +1,6 @@
 """The worker split in two stages on a real broker: ``faultstream worker --stage ingest`` (the
-confluent-kafka batch loop, streams/ingest.py) and ``--stage correlate`` (Faust without its
-extract agent). The verdicts equal replay's, as with the whole worker; bad records are
+confluent-kafka batch loop, streams/ingest.py) and ``--stage correlate`` (the Faust agents
+without it). The verdicts equal replay's, as with the whole worker; bad records are
 dead-lettered by the ingest stage; a SIGKILLed ingest stage loses nothing.
 """
 
@@ -126,3 +126,51 @@ def test_an_ingest_stage_killed_mid_stream_loses_nothing(stream_env, stages, kaf
     assert standing(latest) == set(expected)
     for scope, att in expected.items():
         assert comparable(latest[scope]) == comparable(att), scope
+
+
+#: starts ``faultstream worker --stage ingest --parent-pid <its own pid>`` (as a whole worker
+#: starts its ingest stage), writes the child's pid to argv[1], then waits on stdin
+PARENT = """
+import os, subprocess, sys
+log = open(sys.argv[2], "ab")
+child = subprocess.Popen([sys.executable, "-m", "streams.cli", "worker", "--stage", "ingest", "--web-port",
+                          sys.argv[3], "--parent-pid", str(os.getpid())], stdout=log, stderr=subprocess.STDOUT)
+open(sys.argv[1], "w").write(str(child.pid))
+sys.stdin.read()
+"""
+
+
+def test_an_ingest_stage_whose_worker_died_stops_by_itself(stream_env, tmp_path):
+    """The whole worker's ingest child outlives no worker: its parent killed with SIGKILL, the
+    child notices (it is re-parented), completes its batch, leaves its group and ends."""
+    from tests.streams.test_stream import free_port
+
+    pid_file, log = tmp_path / "child.pid", tmp_path / "child.log"
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(pid_file), str(log), str(free_port())],
+                              cwd=ROOT, env=stream_env["env"], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 90
+        while not (log.exists() and "[^Ingest]: Ready" in log.read_text(errors="replace")):
+            assert parent.poll() is None, f"the parent exited with {parent.returncode}"
+            assert time.monotonic() < deadline, f"the ingest stage never got ready:\n{log.read_text()[-2000:]}"
+            time.sleep(0.2)
+        child = int(pid_file.read_text())
+        parent.kill()
+        parent.wait(10)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{child}").exists() and "zombie" not in _state(child):
+            assert time.monotonic() < deadline, f"the ingest stage {child} still runs 30 s after its worker died"
+            time.sleep(0.2)
+        text = log.read_text(errors="replace")
+        assert f"the worker (process {parent.pid}) ended: stopping" in text
+        assert "ingest stage stopped" in text
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:", 1)[1].split("\n", 1)[0]
+    except (OSError, IndexError):
+        return "zombie"
