@@ -323,6 +323,16 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     # -- agents ----------------------------------------------------------------------------
 
     guard = ContinuityGuard()
+    # the agents' input topics without holes in their offsets (delete policy, no
+    # transactions): Faust commits no jump in them, and each partition's start is checked
+    app.faultstream_consecutive_topics = frozenset(  # type: ignore[attr-defined]
+        channel.get_topic_name() for channel in channels.values())
+
+    def on_seek(starts: dict[TP, int]) -> None:
+        for tp, offset in starts.items():
+            guard.start(tp, offset, app.consumer_generation_id)
+
+    app.faultstream_on_seek = on_seek  # type: ignore[attr-defined]
 
     async def read_again_if_left_out(message: Any) -> None:
         """Seek the record's partition back when records before it were left out of the stream

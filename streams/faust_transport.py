@@ -7,7 +7,7 @@ a broker holds each fetch of an idle partition up to 1.5 s, and every internal h
 pipeline (observations -> by-workload -> a verdict) can wait that long. This transport is
 aiokafka's with the app's ``faultstream_fetch_max_wait_ms`` (``FAULTSTREAM_FETCH_MAX_WAIT_MS``,
 :class:`streams.settings.WorkerSettings`; default :data:`FETCH_MAX_WAIT_MS`) instead; everything
-else is Faust's but one ordering fix (:class:`Consumer`). It is registered
+else is Faust's but two at-least-once fixes (:class:`Consumer`). It is registered
 under the URL scheme ``faultstream://`` through Faust's ``faust.transports`` entry point
 (``pyproject.toml``), and the worker's broker URLs use it (``streams/app.py``).
 """
@@ -46,7 +46,12 @@ class Consumer(faust_aiokafka.Consumer):
     workers and a rebalance mid-stream). Here :meth:`resume_partitions` holds back the
     partitions of stream topics (changelogs resume at once: recovery reads them) until
     :meth:`perform_seek` has seeked every partition; only then do they resume, from the
-    committed offsets."""
+    committed offsets.
+
+    Faust also treats a jump in a partition's offsets as a gap to commit past (``_add_gap``),
+    which loses records in topics without holes; here it does not for the topics the app
+    names (:meth:`_add_gap`), and :meth:`perform_seek` tells the app each partition's start,
+    so the first record of a generation is checked too."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -69,11 +74,30 @@ class Consumer(faust_aiokafka.Consumer):
         super().pause_partitions(tps)
 
     async def perform_seek(self) -> None:
-        """Seek every partition to its committed offset, then resume the stream partitions
-        that were waiting for it."""
+        """Seek every partition to its committed offset, tell the app where each partition
+        of a topic with consecutive offsets starts (``app.faultstream_on_seek(starts)``,
+        ``{TP: offset}``, only offsets the partition still holds), then resume the stream
+        partitions that were waiting for it."""
         await super().perform_seek()
+        on_seek = getattr(self.app, "faultstream_on_seek", None)
+        consecutive = getattr(self.app, "faultstream_consecutive_topics", frozenset())
+        if on_seek is not None:
+            starts = {tp: offset for tp, offset in self._committed_offset.items()
+                      if tp.topic in consecutive and offset is not None and tp in self.assignment()}
+            if starts:
+                earliest = await self.earliest_offsets(*starts)
+                on_seek({tp: offset for tp, offset in starts.items() if offset >= (earliest.get(tp) or 0)})
         waiting, self._resume_after_seek = self._resume_after_seek, set()
         super().resume_partitions(waiting & set(self.assignment()))
+
+    async def _add_gap(self, tp: Any, offset_from: int, offset_to: int) -> None:
+        """Faust counts offsets it jumped over as processed (a gap, committed past): right for
+        compacted or transactional topics, whose offsets have holes. In a topic whose offsets
+        are consecutive (``app.faultstream_consecutive_topics``) a jump is records left out of
+        the stream: they stay uncommitted, to be read again (:mod:`streams.offsets`)."""
+        if tp.topic in getattr(self.app, "faultstream_consecutive_topics", frozenset()):
+            return
+        await super()._add_gap(tp, offset_from, offset_to)
 
 
 class Transport(faust_aiokafka.Transport):

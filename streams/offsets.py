@@ -3,19 +3,20 @@
 Faust (0.15) can leave records of a partition out of an agent's stream across a rebalance: it
 resumes the flow before it seeks to the committed offsets, reads records from where the
 consumer had fetched ahead, drops the records it reads again below the highest offset it has
-read, and acknowledges records it skips. The offsets it commits then pass records no agent
-processed (seen with two and three workers and a rebalance mid-stream: observations 485-492
-of one partition never extracted, a verdict without its cause). The records of the topics the
-agents read (observations and the internal by-workload / by-fabric topics) are never
-compacted and never written in transactions, so their offsets are consecutive: a jump is a
-record left out.
+read, and counts the offsets it jumped over as processed (its "gaps"), so its commits pass
+records no agent processed (seen with two and three workers and a rebalance mid-stream:
+observations of one partition never extracted, a verdict without its cause). The internal
+topics the agents read (by-workload and by-fabric) are never compacted and never written in
+transactions, so their offsets are consecutive: a jump is a record left out.
 
-:class:`ContinuityGuard` follows, per topic partition and consumer generation, the first offset
-not yet handed over; an offset past it is a gap, and the driver seeks the partition back to
-the gap (:meth:`ContinuityGuard.seen` says where). The record in hand is processed all the
-same, and every record read again collapses by id downstream (the pipeline is idempotent), so
-nothing is lost while the worker lives. A crash between Faust's commit past a gap and the
-re-read still loses those records; the re-read comes within one fetch.
+Three measures close it, with :mod:`streams.faust_transport`: the stream partitions resume
+only after the seek; a jump in these topics is never committed past (the transport's
+``_add_gap``), so the records stay uncommitted until processed; and :class:`ContinuityGuard`
+follows, per topic partition and consumer generation, the first offset not yet handed over,
+from the committed offset the consumer was seeked to (:meth:`ContinuityGuard.start`): an
+offset past it is a gap, and the driver seeks the partition back to the gap
+(:meth:`ContinuityGuard.seen` says where). The record in hand is processed all the same, and
+every record read again collapses by id downstream (the pipeline is idempotent).
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ class ContinuityGuard:
     ``seen(tp, offset, generation)`` -> the offset to seek ``tp`` back to (the first one left
     out) when ``offset`` skips past offsets not handed over yet and no seek to that offset is
     outstanding (again after :data:`RESEEK_AFTER` more records while it stays open); else
-    None. The first record of a partition in a generation sets where it
-    starts (a gap before it is not seen here); a record of an earlier generation than the
-    partition's is ignored. ``tp`` is any hashable partition id (Faust's
+    None. Where a partition starts in a generation is set by :meth:`start` (the committed
+    offset the consumer was seeked to), else by its first record (a gap before it is not seen
+    then); a record of an earlier generation than the partition's is ignored. ``tp`` is any hashable partition id (Faust's
     ``TP``); offsets are Kafka offsets (int); ``generation`` the consumer group generation."""
 
     def __init__(self) -> None:
@@ -88,6 +89,14 @@ class ContinuityGuard:
             self.gaps += 1  # a new gap (a re-read that fills part of one leaves the same gap)
         part.sought, part.since_seek = part.next, 0
         return part.next
+
+    def start(self, tp: Hashable, offset: int, generation: int) -> None:
+        """The first record of ``tp`` in ``generation`` is at ``offset`` (where the consumer
+        was seeked): a first record past it is a gap. Nothing changes for a partition already
+        followed in that generation or a later one."""
+        part = self._parts.get(tp)
+        if part is None or part.generation < generation:
+            self._parts[tp] = _Partition(generation=generation, next=offset)
 
     def missing(self, tp: Hashable) -> int:
         """How many offsets of ``tp`` below the highest one handed over are not handed over

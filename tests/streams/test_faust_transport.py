@@ -26,3 +26,23 @@ def worker_consumer(tmp_path: Path, **settings):
 def test_the_consumer_waits_the_configured_time_not_faust_s(tmp_path: Path) -> None:
     assert worker_consumer(tmp_path / "a")._fetch_max_wait_ms == FETCH_MAX_WAIT_MS == 50
     assert worker_consumer(tmp_path / "b", fetch_max_wait_ms=250)._fetch_max_wait_ms == 250
+
+
+def test_a_jump_is_committed_past_only_in_topics_with_holes(tmp_path: Path) -> None:
+    """Faust's gaps (offsets it jumped over, then committed as if processed) are kept for
+    topics whose offsets may have holes (compacted: the topology topic) and not for the
+    internal topics, whose offsets are consecutive: there a jump is records left out."""
+    from faust.types import TP
+
+    async def gaps() -> dict[str, list[tuple[int, int]]]:
+        app = create_app(WorkerSettings(data_dir=tmp_path, remediation=False, app_id="fs-t"),
+                         KafkaSettings(bootstrap_servers="127.0.0.1:1"), stage="correlate")
+        assert app.faultstream_consecutive_topics == {"fs-t-by-workload", "fs-t-by-fabric"}
+        out = {}
+        for topic in ("fs-t-by-workload", "fs-t-by-fabric", "faultstream.topology"):
+            tp = TP(topic, 0)
+            await app.consumer._add_gap(tp, 5, 9)
+            out[topic] = sorted((iv.begin, iv.end) for iv in app.consumer._gap[tp])
+        return out
+
+    assert asyncio.run(gaps()) == {"fs-t-by-workload": [], "fs-t-by-fabric": [], "faultstream.topology": [(5, 10)]}

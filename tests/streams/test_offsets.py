@@ -79,3 +79,29 @@ def test_a_gap_that_never_fills_is_not_held_forever() -> None:
     # past MAX_AHEAD offsets ahead the partition starts again at the newest offset, counted
     assert guard.missing("obs-1") == 0 and guard.abandoned == 1
     assert guard.seen("obs-1", MAX_AHEAD + 3, 1) is None
+
+
+def test_a_generation_seeked_to_its_committed_offset_sees_a_gap_at_its_start() -> None:
+    guard = ContinuityGuard()
+    guard.start("wl-1", 40, 5)  # the consumer was seeked to the committed offset 40
+    # the first record handed over is 43: 40..42 were left out
+    assert guard.seen("wl-1", 43, 5) == 40
+    assert guard.missing("wl-1") == 3
+    for offset in (40, 41, 42):
+        assert guard.seen("wl-1", offset, 5) is None
+    assert guard.missing("wl-1") == 0 and guard.seen("wl-1", 44, 5) is None
+    # without a start the first record sets it, as before
+    other = ContinuityGuard()
+    assert other.seen("wl-1", 43, 5) is None and other.missing("wl-1") == 0
+
+
+def test_a_start_does_not_move_a_partition_followed_in_its_generation() -> None:
+    guard = ContinuityGuard()
+    guard.start("wl-1", 40, 5)
+    assert guard.seen("wl-1", 40, 5) is None and guard.seen("wl-1", 41, 5) is None
+    guard.start("wl-1", 40, 5)  # the same generation again: where it is stays
+    assert guard.seen("wl-1", 42, 5) is None and guard.missing("wl-1") == 0
+    guard.start("wl-1", 10, 4)  # an earlier generation's start: no bearing
+    assert guard.seen("wl-1", 43, 5) is None
+    guard.start("wl-1", 30, 6)  # a new generation starts where it was seeked
+    assert guard.seen("wl-1", 31, 6) == 30
