@@ -422,7 +422,7 @@ def _dead_letter_row(d: DeadLetter, record: str) -> list[Any]:
         d.schema_version,
         d.source,
         d.reason,
-        bytes(d.original),
+        bytes(d.original) if d.original is not None else b"",  # a tombstone has no value
         p.file,
         p.line,
         p.topic,

@@ -101,11 +101,19 @@ def lock_data_dir(path: Path) -> BinaryIO:
     return fh
 
 
+#: child processes that end with the worker when it exits without a commit (its ingest stage)
+CHILDREN: set[subprocess.Popen] = set()
+
+
 def exit_without_commit(reason: str, code: int = 1) -> None:
     """End the process now (``os._exit``), committing no offset: as after a crash, what was
     not committed is read again at the next start (every effect is idempotent). For a
-    shutdown that would otherwise wait on a sink or a hung stop."""
+    shutdown that would otherwise wait on a sink or a hung stop. Every process in
+    :data:`CHILDREN` still running is killed first (SIGKILL: a hung child must not outlive it)."""
     log.error("exiting without committing: %s", reason)
+    for child in list(CHILDREN):
+        if child.poll() is None:
+            child.kill()
     for handler in logging.getLogger().handlers + log.handlers:
         try:
             handler.flush()
@@ -429,6 +437,25 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     def ready() -> bool:
         return not app.rebalancing and app.tables.recovery.completed.is_set()
 
+    open_before: dict[Any, int] = {}  # the gaps open at the last tick
+
+    @app.timer(interval=2.0)
+    async def read_open_gaps_again() -> None:
+        """Seek back again to a gap still open since the last tick (Faust can drop the records
+        read again once more, and a quiet partition brings no record that would ask)."""
+        if not ready():
+            return
+        now_open = guard.open_gaps()
+        assignment = app.consumer.assignment()
+        for tp, back in sorted(now_open.items()):
+            if open_before.get(tp) == back and tp in assignment:
+                metrics.offset_gaps.labels(tp.topic).inc()
+                log.warning("%s/%s: offsets from %d are still not handed to the agent; reading them again",
+                            tp.topic, tp.partition, back)
+                await app.consumer.seek(tp, back)
+        open_before.clear()
+        open_before.update(now_open)
+
     @app.timer(interval=max(0.2, settings.fabric_flush_s / 2))
     async def fabric_flush() -> None:
         try:
@@ -519,7 +546,8 @@ class IngestService(mode.Service):
     and is committed, then at most ``join_timeout_s`` seconds' wait before SIGKILL. When the
     child exits on its own (a produced record not delivered, a consumer error that is not
     transient, a crash) the worker ends with :func:`exit_without_commit`, so both restart
-    together; the child's failed batch is read again."""
+    together; the child's failed batch is read again. A worker that exits without a commit
+    (a stop past its deadline) kills the child first (:data:`CHILDREN`)."""
 
     command: list[str]
     env: dict[str, str] | None = None
@@ -539,6 +567,7 @@ class IngestService(mode.Service):
     async def on_start(self) -> None:
         # a session of its own: a terminal's Ctrl-C reaches the worker, which stops the child
         self.proc = subprocess.Popen(self.command, env=self.env, start_new_session=True)
+        CHILDREN.add(self.proc)
         log.info("ingest stage started as process %d", self.proc.pid)
         self.add_future(self._watch())
 
@@ -564,6 +593,7 @@ class IngestService(mode.Service):
             log.error("the ingest stage (process %d) did not stop in %g s: killed", proc.pid, self.join_timeout_s)
             proc.kill()
             proc.wait()
+        CHILDREN.discard(proc)
 
 
 def ingest_command(settings: WorkerSettings, *, metrics_port: int, batch_size: int, loglevel: str,

@@ -49,9 +49,10 @@ class Consumer(faust_aiokafka.Consumer):
     committed offsets.
 
     Faust also treats a jump in a partition's offsets as a gap to commit past (``_add_gap``),
-    which loses records in topics without holes; here it does not for the topics the app
-    names (:meth:`_add_gap`), and :meth:`perform_seek` tells the app each partition's start,
-    so the first record of a generation is checked too."""
+    and commits past a record missing right after the committed offset (``_new_offset``):
+    both lose records in topics without holes. Here neither happens for the topics the app
+    names, and :meth:`perform_seek` tells the app each partition's start, so the first record
+    of a generation is checked too."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -89,6 +90,17 @@ class Consumer(faust_aiokafka.Consumer):
                 on_seek({tp: offset for tp, offset in starts.items() if offset >= (earliest.get(tp) or 0)})
         waiting, self._resume_after_seek = self._resume_after_seek, set()
         super().resume_partitions(waiting & set(self.assignment()))
+
+    def _new_offset(self, tp: Any) -> Any:
+        """The offset to commit for ``tp``: Faust's, except that in a topic with consecutive
+        offsets nothing is committed while the record at the committed offset itself is not
+        processed (Faust 0.15 takes the committed offset for the last record processed, so a
+        hole of one record right after it was committed past)."""
+        if tp.topic in getattr(self.app, "faultstream_consecutive_topics", frozenset()):
+            acked, committed = self._acked[tp], self._committed_offset[tp]
+            if acked and committed is not None and min(acked) > committed:
+                return None
+        return super()._new_offset(tp)
 
     async def _add_gap(self, tp: Any, offset_from: int, offset_to: int) -> None:
         """Faust counts offsets it jumped over as processed (a gap, committed past): right for

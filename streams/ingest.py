@@ -73,8 +73,8 @@ class IngestStage:
     group, as the Faust agents are of theirs). ``batch_size``: most records per batch;
     ``poll_timeout_s``: how long one consume call waits for the first record (a latency bound,
     seconds). With ``settings.remediation`` the scheduler's workload records also go to the
-    remediation agents' topic (their allocations). ``metrics``: the worker's, when the stage
-    runs in its process. Raises ``ValueError`` for a batch size below 1."""
+    remediation agents' topic (their allocations). ``metrics``: where the counters go (a
+    registry of the stage's own by default). Raises ``ValueError`` for a batch size below 1."""
 
     def __init__(self, settings: WorkerSettings, kafka: KafkaSettings, *, batch_size: int = 2000,
                  poll_timeout_s: float = 0.05, metrics: Metrics | None = None) -> None:

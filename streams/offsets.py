@@ -10,8 +10,9 @@ topics the agents read (by-workload and by-fabric) are never compacted and never
 transactions, so their offsets are consecutive: a jump is a record left out.
 
 Three measures close it, with :mod:`streams.faust_transport`: the stream partitions resume
-only after the seek; a jump in these topics is never committed past (the transport's
-``_add_gap``), so the records stay uncommitted until processed; and :class:`ContinuityGuard`
+only after the seek; a jump in these topics, or a record missing right after the committed
+offset, is never committed past (the transport's ``_add_gap`` and ``_new_offset``), so the
+records stay uncommitted until processed; and :class:`ContinuityGuard`
 follows, per topic partition and consumer generation, the first offset not yet handed over,
 from the committed offset the consumer was seeked to (:meth:`ContinuityGuard.start`): an
 offset past it is a gap, and the driver seeks the partition back to the gap
@@ -97,6 +98,12 @@ class ContinuityGuard:
         part = self._parts.get(tp)
         if part is None or part.generation < generation:
             self._parts[tp] = _Partition(generation=generation, next=offset)
+
+    def open_gaps(self) -> dict[Hashable, int]:
+        """Partition -> the first offset left out, for every partition with records handed over
+        past a gap that has not filled yet (a driver seeks back again to a gap that stays open:
+        a quiet partition brings no record that would ask for it)."""
+        return {tp: part.next for tp, part in self._parts.items() if part.ahead}
 
     def missing(self, tp: Hashable) -> int:
         """How many offsets of ``tp`` below the highest one handed over are not handed over

@@ -355,6 +355,19 @@ def test_dead_letters_keep_original_bytes(sink: ClickHouseSink) -> None:
     assert back.at_ns == T0 + 5 * SEC  # the last write wins for equal keys
 
 
+def test_a_tombstones_dead_letter_is_stored(sink: ClickHouseSink) -> None:
+    """A record without a value (a tombstone on the observations topic) is dead-lettered with
+    ``original`` None: its row is stored too, with empty original bytes."""
+    dl = DeadLetter(source="stage.ingest", reason="tombstone: no value", original=None, original_key=b"node-a01",
+                    position=Position(topic="faultstream.observations", partition=1, offset=77), at_ns=T0).with_id()
+    assert sink.write_dead_letters([dl]) == 1
+    rows = sink.client.query(f"SELECT original, reason, offset FROM {sink.database}.dead_letters FINAL",
+                             query_formats={"String": "bytes"}).result_rows
+    assert rows == [(b"", b"tombstone: no value", 77)]  # every String column read as bytes here
+    (back,) = sink.fetch("dead_letters")
+    assert back.original is None and back.reason == "tombstone: no value"
+
+
 def test_databases_on_one_path_are_isolated(chdb_dir: Path) -> None:
     a = ClickHouseSink(f"chdb://{chdb_dir}", database="iso_a")
     b = ClickHouseSink(f"chdb://{chdb_dir}/", database="iso_b")  # same dir, other spelling

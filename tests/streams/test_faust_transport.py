@@ -46,3 +46,31 @@ def test_a_jump_is_committed_past_only_in_topics_with_holes(tmp_path: Path) -> N
         return out
 
     assert asyncio.run(gaps()) == {"fs-t-by-workload": [], "fs-t-by-fabric": [], "faultstream.topology": [(5, 10)]}
+
+
+def test_a_record_missing_right_after_the_commit_holds_the_commit_back(tmp_path: Path) -> None:
+    """Committed offset 683 is the next record to process. With 684 and 685 processed and 683
+    not, Faust 0.15 would commit 686 (it takes the committed offset for the last one
+    processed); in the internal topics nothing is committed until 683 is processed. The
+    compacted topology topic keeps Faust's rule."""
+    from faust.types import TP
+
+    async def offsets() -> dict[str, list]:
+        app = create_app(WorkerSettings(data_dir=tmp_path, remediation=False, app_id="fs-t"),
+                         KafkaSettings(bootstrap_servers="127.0.0.1:1"), stage="correlate")
+        consumer = app.consumer
+        out: dict[str, list] = {}
+        for topic in ("fs-t-by-workload", "faultstream.topology"):
+            tp = TP(topic, 2)
+            consumer._committed_offset[tp] = 683
+            got = []
+            for processed in ([684, 685], [683]):  # 683 comes late
+                for offset in processed:
+                    consumer._acked[tp].append(offset)
+                    consumer._acked_index[tp].add(offset)
+                got.append(consumer._new_offset(tp))
+            out[topic] = got
+        return out
+
+    # Faust's rule: 686 at once (683 passed), then 684 for the late 683 (below what was committed)
+    assert asyncio.run(offsets()) == {"fs-t-by-workload": [None, 686], "faultstream.topology": [686, 684]}

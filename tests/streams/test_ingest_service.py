@@ -110,6 +110,26 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_timeout(tmp_path, monk
     assert 0.5 <= took < 5
 
 
+def test_an_exit_without_commit_kills_a_hung_child_first(tmp_path, monkeypatch):
+    """A worker whose stop passed its deadline ends with ``exit_without_commit``; a child that
+    hangs (ignores SIGTERM) must not outlive it."""
+    exits: list[int] = []
+    monkeypatch.setattr(app_module.os, "_exit", exits.append)
+    marker = tmp_path / "marker"
+
+    async def start() -> IngestService:
+        svc = service(STUBBORN, marker)
+        await svc.start()
+        await wait_for(marker, "running")
+        return svc
+
+    svc = asyncio.run(start())
+    assert svc.proc in app_module.CHILDREN
+    app_module.exit_without_commit("shutdown not finished after 30 s")
+    assert exits == [1]
+    assert svc.proc.wait(10) == -signal.SIGKILL
+
+
 def test_the_child_gets_the_workers_effective_settings(tmp_path, monkeypatch):
     settings = WorkerSettings(app_id="fs-a", topic_prefix="t-a", allowed_lateness_s=12.5, idle_timeout_s=0.0,
                               fabric_flush_s=0.5, data_dir=tmp_path, web_bind="0.0.0.0", remediation=False,

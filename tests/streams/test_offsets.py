@@ -105,3 +105,16 @@ def test_a_start_does_not_move_a_partition_followed_in_its_generation() -> None:
     assert guard.seen("wl-1", 43, 5) is None
     guard.start("wl-1", 30, 6)  # a new generation starts where it was seeked
     assert guard.seen("wl-1", 31, 6) == 30
+
+
+def test_open_gaps_name_where_to_read_again() -> None:
+    guard = ContinuityGuard()
+    guard.start("wl-1", 40, 5)
+    guard.seen("wl-1", 42, 5)  # 40 and 41 left out
+    guard.seen("wl-2", 7, 5)
+    guard.seen("wl-2", 8, 5)  # no gap
+    assert guard.open_gaps() == {"wl-1": 40}
+    guard.seen("wl-1", 40, 5)
+    assert guard.open_gaps() == {"wl-1": 41}
+    guard.seen("wl-1", 41, 5)
+    assert guard.open_gaps() == {}
