@@ -73,11 +73,10 @@ class IngestStage:
     group, as the Faust agents are of theirs). ``batch_size``: most records per batch;
     ``poll_timeout_s``: how long one consume call waits for the first record (a latency bound,
     seconds). With ``settings.remediation`` the scheduler's workload records also go to the
-    remediation agents' topic (their allocations). ``metrics``: where the counters go (a
-    registry of the stage's own by default). Raises ``ValueError`` for a batch size below 1."""
+    remediation agents' topic (their allocations). Raises ``ValueError`` for a batch size below 1."""
 
     def __init__(self, settings: WorkerSettings, kafka: KafkaSettings, *, batch_size: int = 2000,
-                 poll_timeout_s: float = 0.05, metrics: Metrics | None = None) -> None:
+                 poll_timeout_s: float = 0.05) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size {batch_size}: must be at least 1")
         self.settings = settings
@@ -89,7 +88,7 @@ class IngestStage:
             fabric_flush_s=settings.fabric_flush_s,
         ))
         self.pipeline = Pipeline(config, route_by_index=False)
-        self.metrics = metrics or Metrics()
+        self.metrics = Metrics()
         self.batch_seconds = Histogram("faultstream_ingest_batch_seconds", "one batch, consume to commit (s)",
                                        registry=self.metrics.registry)
         self._processed = self.metrics.inputs.labels("ingest", "processed")

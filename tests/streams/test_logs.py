@@ -139,7 +139,7 @@ def test_worker_json_logs_on_a_real_broker(kafka_bootstrap, kafka_topic_factory,
                        "topology", "certifications"):
             kafka_topic_factory.track(f"{prefix}.{suffix}")
         for internal in ("by-workload", "window_meta-changelog", "window_events-changelog", "window_facts-changelog",
-                         "allocation-changelog", "__assignor-__leader"):
+                         "__assignor-__leader"):
             kafka_topic_factory.track(f"{app_id}-{internal}")
 
     lines = json_lines(log_path.read_text(errors="replace"))  # every line is JSON

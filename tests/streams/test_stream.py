@@ -117,7 +117,7 @@ def stream_env(kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path: Path):
                    "deadletter", "topology", "certifications"):
         kafka_topic_factory.track(f"{prefix}.{suffix}")
     for internal in ("by-workload", "by-fabric", "window_meta-changelog", "window_events-changelog", "window_facts-changelog",
-                     "allocation-changelog", "fabric_meta-changelog", "fabric_events-changelog",
+                     "fabric_meta-changelog", "fabric_events-changelog",
                      "topology-changelog", "by-cluster-remediation", "remediation_state-changelog",
                      "__assignor-__leader"):
         kafka_topic_factory.track(f"{app_id}-{internal}")
