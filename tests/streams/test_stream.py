@@ -12,7 +12,6 @@ import json
 import re
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from streams.app import free_port
 from transport.kafka_settings import with_partitioner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,12 +34,6 @@ SOURCES = sorted(p.parent for p in EXAMPLES.glob("*/expected.yaml"))
 # topology and remediation-commands topics, as in a default deployment (12 vs 3), so a table
 # written from a stream of a topic with another partition count fails here too
 PARTITIONS = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Worker:
