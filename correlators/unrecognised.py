@@ -58,8 +58,8 @@ RULE_REF = "unrecognised@1"
 MAX_TEXT = 400
 
 #: Literals, case-sensitive, at least one of which every error-severity record holds. They
-#: join the rule pack's keywords in its single prefilter, so a line that matches neither costs
-#: one regex search, as before.
+#: join the rule pack's keywords in its single prefilter, so a line that holds neither costs
+#: one literal scan (:class:`correlators.rules.scan.LiteralSet`).
 PREFILTER_LITERALS: tuple[str, ...] = (
     "NCCL WARN", "[E0", "[E1", "[F0", "[F1", "<0>", "<1>", "<2>", "<3>",
     "err:", "crit:", "alert:", "emerg:", "ERROR", "FATAL", "CRITICAL", "level=error",

@@ -50,12 +50,13 @@ class Condition:
     op: str
     value: float
 
-    _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
+    #: the operators a condition may name
+    OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
             "==": operator.eq, "!=": operator.ne}
 
     def holds(self, metric: Mapping[str, float]) -> bool:
         v = metric.get(self.metric)
-        return v is not None and self._OPS[self.op](v, self.value)
+        return v is not None and self.OPS[self.op](v, self.value)
 
 
 @dataclass(frozen=True, slots=True)

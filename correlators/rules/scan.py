@@ -1,0 +1,63 @@
+"""Whether a text holds any literal of a set, in one compiled pass (pure: no I/O).
+
+:class:`LiteralSet` is the extraction engine's prefilter: a log record that holds none of
+the rule pack's keywords and none of the error-severity literals yields no event, so
+``RulePack.extract`` stops after one test. The set is compiled once with Hyperscan's literal
+compiler (Intel Hyperscan, ``hs_compile_lit_multi``, through the ``hyperscan`` bindings;
+Vectorscan on aarch64): one scan of the record's UTF-8 bytes whatever the number of literals,
+about a microsecond for a 150-character line where Python's ``re`` took twelve (a trie of
+the literals as one regex; measured on bench/stream.py's lines).
+
+Matching is exact, case-sensitive substring matching: ``LiteralSet(words).search(text)`` is
+``any(w in text for w in words)`` for every ``str`` (UTF-8 is self-synchronising, so a
+literal occurs in the bytes exactly where it occurs in the text; lone surrogates, which JSON
+can carry, are encoded with ``surrogatepass``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterable
+
+import hyperscan
+
+__all__ = ["LiteralSet"]
+
+
+def _found(_id: int, _start: int, _end: int, _flags: int, hits: list[int]) -> bool:
+    hits.append(_id)
+    return True  # one match answers the question: stop the scan
+
+
+class LiteralSet:
+    """A compiled set of literals. ``words``: the literals (empty strings are refused: every
+    text would hold one). Raises ``ValueError`` for an empty literal. Safe to share between
+    threads: each thread scans with its own Hyperscan scratch space."""
+
+    def __init__(self, words: Iterable[str]) -> None:
+        self.words: tuple[str, ...] = tuple(sorted(set(words)))
+        if any(not w for w in self.words):
+            raise ValueError("an empty literal matches every text")
+        self._db: hyperscan.Database | None = None
+        if self.words:
+            self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            self._db.compile(expressions=[w.encode("utf-8", "surrogatepass") for w in self.words],
+                             ids=list(range(len(self.words))), flags=hyperscan.HS_FLAG_SINGLEMATCH,
+                             literal=True)
+        self._local = threading.local()
+
+    def search(self, text: str) -> bool:
+        """True when ``text`` holds at least one of :attr:`words`."""
+        if self._db is None or not text:
+            return False
+        local = self._local
+        scratch = getattr(local, "scratch", None)
+        if scratch is None:
+            scratch = local.scratch = hyperscan.Scratch(self._db)
+        hits: list[int] = []
+        try:
+            self._db.scan(text.encode("utf-8", "surrogatepass"), match_event_handler=_found,
+                          context=hits, scratch=scratch)
+        except hyperscan.ScanTerminated:
+            pass
+        return bool(hits)
