@@ -15,7 +15,8 @@ nvidia-smi telemetry samples -- background noise that yields no events. In it, f
   consumed); its latencies include the backlog a saturated worker builds, and are reported
   apart.
 * **live segment** (``--live-seconds`` of wall time, paced at ``--live-rate`` obs/s, below the
-  worker's capacity): more noise and ``--jobs`` failing 64-rank jobs (8 hosts each) spread over
+  worker's capacity; it starts once the Faust agents have committed every message the bulk
+  routed to them, the wait printed as "agents caught up"): more noise and ``--jobs`` failing 64-rank jobs (8 hosts each) spread over
   it, each with its workload record, an XID 79, 63 watchdog timeouts and its terminal state.
   End-to-end latency = wall time from the producer's ``produce()`` of the decisive message
   (the XID; the terminal state) to the arrival, on ``<prefix>.attributions``, of a verdict
@@ -526,6 +527,33 @@ def floor(bootstrap: str, topic: str, n: int, timeout: float = 300) -> float:
         c.close()
 
 
+def wait_caught_up(bootstrap: str, app_id: str, timeout: float) -> float:
+    """Wait until the Faust agents' consumer group (``app_id``) has committed the high
+    watermark of every partition of the internal topics (``<app_id>-by-workload``,
+    ``-by-fabric``), checked every 0.5 s (the agents commit every second). Returns the seconds
+    waited; raises ``RuntimeError`` after ``timeout`` s."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": app_id, "enable.auto.commit": False})
+    t0 = time.monotonic()
+    try:
+        topics = [f"{app_id}-by-workload", f"{app_id}-by-fabric"]
+        meta = c.list_topics(timeout=10).topics
+        tps = [TopicPartition(t, p) for t in topics for p in meta[t].partitions]
+        while True:
+            lag = 0
+            for tp in c.committed(tps, timeout=10):
+                _, high = c.get_watermark_offsets(tp, timeout=10)
+                lag += high - max(tp.offset, 0)
+            if lag <= 0:
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"the agents of {app_id} are still {lag} messages behind after {timeout} s")
+            time.sleep(0.5)
+    finally:
+        c.close()
+
+
 # -- one run ---------------------------------------------------------------------------------
 
 
@@ -588,6 +616,10 @@ def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segm
         (t_a, n_a), (t_b, n_b) = consumed[0], consumed[-1]
         throughput = (n_b - n_a) / (t_b - t_a) if t_b > t_a else float("nan")
         drain_s = t_b - t_a
+        # the live segment measures a worker below its capacity: it starts once the Faust
+        # agents have committed every routed message the bulk made (the bulk's own latencies
+        # include that backlog and are reported apart)
+        catch_up_s = wait_caught_up(bootstrap, env["FAULTSTREAM_APP_ID"], timeout=args.timeout)
         time.sleep(args.idle_timeout + 1)
         live_s = produce(bootstrap, f"{prefix}.observations", live, rate=args.live_rate)
         # wait for every job's terminal verdict
@@ -626,7 +658,8 @@ def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segm
         for w in workers + ingests:
             w.stop()
     floor_rate = floor(bootstrap, f"{prefix}.observations", total_bulk)
-    return {"throughput": throughput, "drain_s": drain_s, "produce_s": produce_s, "live_s": live_s,
+    return {"throughput": throughput, "drain_s": drain_s, "catch_up_s": catch_up_s,
+            "produce_s": produce_s, "live_s": live_s,
             "floor": floor_rate, "lat": lat, "missing": missing, "wrong": wrong, "finals": finals,
             "prefix": prefix}
 
@@ -724,7 +757,7 @@ def main() -> None:
                     res = run_once(args, bootstrap, bulk, lives[r], r, tmp, members=n)
                     results[n].append(res)
                     print(f"{n} worker(s), run {r + 1}: {res['throughput']:,.0f} obs/s (drained {len(bulk.messages):,} "
-                          f"in {res['drain_s']:.1f} s; producer {len(bulk.messages) / res['produce_s']:,.0f} obs/s), "
+                          f"in {res['drain_s']:.1f} s, agents caught up {res['catch_up_s']:.1f} s later; producer {len(bulk.messages) / res['produce_s']:,.0f} obs/s), "
                           f"floor {res['floor']:,.0f} obs/s; live XID p50 {pct(res['lat']['xid'], 50):.2f} s; "
                           f"missing verdicts: {res['missing'] or 'none'}; wrong: {res['wrong'] or 'none'}", flush=True)
         finally:
