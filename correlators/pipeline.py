@@ -55,6 +55,7 @@ from schemas.messages import (
     CloseMessage,
     CoverageMessage,
     EventMessage,
+    EventsMessage,
     FaultsMessage,
     FlushMessage,
     GpuMessage,
@@ -111,6 +112,41 @@ class Tombstone:
 
 
 Effect = Union[Route, Publish, Tombstone]
+
+#: Most events in one :class:`~schemas.messages.EventsMessage` (about 1 KB each on the wire).
+EVENTS_PER_MESSAGE = 64
+
+
+def batch_events(effects: Iterable[Effect], limit: int = EVENTS_PER_MESSAGE) -> list[Effect]:
+    """``effects`` with the events routed to one workload-channel key gathered: every run of
+    :class:`~schemas.messages.EventMessage` routes to a key that no other message to that key
+    interrupts becomes one :class:`~schemas.messages.EventsMessage` (at most ``limit`` events,
+    in their order) where its first event was. Each key's messages keep their order, so a
+    window applies the same messages in the same order; messages to other keys, other channels
+    and publications are not moved (no order across keys exists on Kafka: their partitions
+    differ). A run of one stays an ``EventMessage``. Raises ``ValueError`` for ``limit`` < 1."""
+    if limit < 1:
+        raise ValueError(f"limit {limit}: must be at least 1")
+    out: list[Effect] = []
+    batches: list[tuple[int, str, list[Event]]] = []  # (position in out, key, events)
+    open_batch: dict[str, int] = {}  # key -> its batch still open for more events
+    for effect in effects:
+        if isinstance(effect, Route) and effect.channel == "workload":
+            key = effect.key
+            if isinstance(effect.message, EventMessage):
+                b = open_batch.get(key)
+                if b is not None and len(batches[b][2]) < limit:
+                    batches[b][2].append(effect.message.event)
+                    continue
+                open_batch[key] = len(batches)
+                batches.append((len(out), key, [effect.message.event]))
+            else:
+                open_batch.pop(key, None)  # the key's next event starts a new batch after it
+        out.append(effect)
+    for at, key, events in batches:
+        if len(events) > 1:
+            out[at] = Route("workload", key, EventsMessage.model_construct(events=events))
+    return out
 
 
 def publish_verdicts(verdicts: Iterable[Attribution]) -> list[Effect]:
@@ -300,6 +336,12 @@ class Pipeline:
         the driver's monotonic seconds."""
         if channel == "fabric":
             return self._apply_fabric(key, message, now)
+        if isinstance(message, EventsMessage):
+            # each event as its own EventMessage, in order; what they route on is batched again
+            out = []
+            for event in message.events:
+                out += self.apply(channel, key, EventMessage.model_construct(event=event), now=now)
+            return batch_events(out)
         if key.startswith(HOST):
             return self._apply_host(key, message)
         self.activity[key] = now

@@ -33,6 +33,16 @@ class EventMessage(_Message):
     event: Event
 
 
+class EventsMessage(_Message):
+    """Several events for one workload-channel key, in the order they were routed: the same
+    as one :class:`EventMessage` each, in that order (a driver batches the events it routes to
+    one key, :func:`correlators.pipeline.batch_events`, so the 16,384 timeouts of a job on
+    2,048 hosts are about 2,048 messages to the host windows rather than 16,384)."""
+
+    kind: Literal["events"] = "events"
+    events: list[Event] = Field(min_length=1)
+
+
 class SpecMessage(_Message):
     """The scheduler's record of a workload attempt (``workload.yaml``'s model)."""
 
@@ -152,8 +162,8 @@ class FlushMessage(_Message):
 
 
 WorkloadMessage = Annotated[
-    Union[EventMessage, SpecMessage, CoverageMessage, FaultsMessage, CloseMessage, ClaimMessage, GpuMessage,
-          HistoryMessage, InterestMessage, HostFactsMessage],
+    Union[EventMessage, EventsMessage, SpecMessage, CoverageMessage, FaultsMessage, CloseMessage, ClaimMessage,
+          GpuMessage, HistoryMessage, InterestMessage, HostFactsMessage],
     Field(discriminator="kind"),
 ]
 FabricMessage = Annotated[

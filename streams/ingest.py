@@ -7,6 +7,7 @@ confluent-kafka loop::
 
     <prefix>.observations --consume up to batch_size (consumer group <app_id>-ingest)-->
         decode (streams.codec.decode_record) -> Pipeline.ingest (correlators.pipeline)
+        -> the batch's events to one window key gathered (correlators.pipeline.batch_events)
         -> produce: Route -> <app_id>-by-workload / -by-fabric, Publish -> <prefix>.events,
            scheduler workload records -> the remediation agent's by-cluster topic,
            undecodable or failing records -> <prefix>.deadletter (with the reason)
@@ -43,7 +44,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from prometheus_client import Histogram, start_http_server
 
 from correlators.config import EngineConfig, WindowPolicy
-from correlators.pipeline import Effect, Pipeline, Publish
+from correlators.pipeline import Effect, Pipeline, Publish, batch_events
 from schemas.deadletter import DeadLetter
 from schemas.records import Event, Position
 from schemas.wire import Headers, encode_record
@@ -122,6 +123,7 @@ class IngestStage:
             "message.max.bytes": DEAD_LETTER_MESSAGE_BYTES,
         }))
         self._failed: list[str] = []
+        self._batch: list[Effect] = []  # the effects of the batch being handled
         self._last_flush = time.monotonic()
 
     # -- one record -------------------------------------------------------------------------
@@ -158,8 +160,8 @@ class IngestStage:
         self._produce(self.topics["deadletter"], SOURCE.encode(), *encode_record(letter))
 
     def handle(self, msg: Message) -> None:
-        """One consumed record: its effects produced, or a dead letter. Never raises for a
-        bad record."""
+        """One consumed record: its effects kept for the batch's produce (:meth:`run_batch`),
+        or a dead letter produced. Never raises for a bad record."""
         self.metrics.observations.inc()
         raw = msg.value()
         obs = decode_record(raw, self.settings.max_message_bytes) if raw is not None else "tombstone: no value"
@@ -177,7 +179,7 @@ class IngestStage:
             log.exception("observation %s failed", obs.observation_id)
             self._dead_letter(f"processing error: {type(exc).__name__}: {str(exc)[:300]}", msg)
             return
-        self._effects(effects)
+        self._batch.extend(effects)
         if payload is not None:
             self._produce(self.remediation_topic, payload["cluster"].encode(), json.dumps(payload, sort_keys=True).encode())
         self.metrics.processed.inc()
@@ -206,7 +208,10 @@ class IngestStage:
                     continue
                 raise KafkaException(error)
             self.handle(msg)
-        # the batch's GPU tables before its offsets are committed (held in memory only)
+        # the batch's routes with each key's events gathered (correlators.pipeline.batch_events),
+        # then its GPU tables, before its offsets are committed (held in memory only)
+        effects, self._batch = self._batch, []
+        self._effects(batch_events(effects))
         self._effects(self.pipeline.pending_tables())
         self.producer.flush()
         if self._failed:

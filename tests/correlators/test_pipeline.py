@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from connectors.publish import bundle_records
 from correlators.config import EngineConfig, WindowPolicy
-from correlators.pipeline import HOST, InMemoryRouter, Pipeline, Publish, Route, Stores, Tombstone
+from correlators.pipeline import HOST, InMemoryRouter, Pipeline, Publish, Route, Stores, Tombstone, batch_events
 from correlators.windows import FabricWindow, WorkloadIndex, WorkloadWindow
 from schemas.bundle import WorkloadSpec
 from schemas.messages import (
@@ -44,25 +45,34 @@ LIVE = EngineConfig.default(window=WindowPolicy(idle_timeout_s=10.0, fabric_flus
 
 
 def live_run(records: list[Observation], config: EngineConfig = LIVE, stores: Stores | None = None,
-             *, stage: Pipeline | None = None) -> tuple[dict[str, Attribution], list[Attribution]]:
-    """Feed ``records`` one by one in live mode, the driver clock advancing 0.5 s a record,
-    then let the idle timer and the fabric flush run until nothing is left. ``stage``: a
-    pipeline apart that ingests (the stream's ingest stage), the other one applying. Returns
-    (the last revision of every verdict, every publication in order)."""
+             *, stage: Pipeline | None = None, batch: int = 1,
+             kinds: Counter | None = None) -> tuple[dict[str, Attribution], list[Attribution]]:
+    """Feed ``records`` in live mode, ``batch`` at a time (the driver clock advancing 0.5 s a
+    record), then let the idle timer and the fabric flush run until nothing is left.
+    ``stage``: a pipeline apart that ingests (the stream's ingest stage), the other one
+    applying. With ``batch`` > 1, as the ingest stage does: a batch's routes go out with each
+    key's events gathered (``batch_events``), and every route crosses the wire (its JSON, parsed
+    back); ``kinds`` counts the kinds of the messages applied. Returns (the last revision of
+    every verdict, every publication in order)."""
     pipeline = Pipeline(config, stores)
     ingest = stage or pipeline
     router = InMemoryRouter(pipeline)
     now = 0.0
+    parse = {"workload": parse_workload_message, "fabric": parse_fabric_message}
 
     def drain() -> None:
         while router.queue:
             route = router.queue.popleft()
-            router.send(pipeline.apply(route.channel, route.key, route.message, now=now))
+            message = parse[route.channel](message_json(route.message)) if batch > 1 else route.message
+            if kinds is not None:
+                kinds[message.kind] += 1
+            router.send(pipeline.apply(route.channel, route.key, message, now=now))
 
-    for obs in records:
-        router.send(ingest.ingest(obs))
+    for i in range(0, len(records), batch):
+        effects = [e for obs in records[i:i + batch] for e in ingest.ingest(obs)]
+        router.send(batch_events(effects) if batch > 1 else effects)
         drain()
-        now += 0.5
+        now += 0.5 * len(records[i:i + batch])
     for _ in range(50):
         now += 60.0
         ticks = pipeline.idle(now) + pipeline.due_flushes(now) + (ingest.due_flushes(now) if stage else [])
@@ -129,6 +139,27 @@ def test_an_ingest_stage_apart_that_knows_no_allocation_gives_the_replay_verdict
     latest, _ = live_run(order, stage=stage)
     assert standing(latest) == replayed, bundle.name
     assert stage.stores.allocation == {}  # it keeps no allocation
+
+
+GATHERED = Counter()
+
+
+@pytest.mark.parametrize("bundle", BUNDLES, ids=lambda p: p.name)
+def test_an_ingest_stage_that_gathers_each_batchs_events_gives_the_replay_verdicts(bundle: Path) -> None:
+    """As the stream's ingest stage runs: 50 records a batch, each key's events of a batch in
+    one message (``EventsMessage``, also what a host window forwards), every message through
+    its JSON."""
+    records, _ = bundle_records(bundle)
+    replayed = {a.attribution_id: content(a) for a in replay_bundle(bundle).attributions}
+    order = list(records)
+    random.Random(5).shuffle(order)
+    latest, _ = live_run(order, stage=Pipeline(LIVE, route_by_index=False), batch=50, kinds=GATHERED)
+    assert standing(latest) == replayed, bundle.name
+
+
+def test_the_gathered_runs_carried_events_in_batches() -> None:
+    """The test above met batched events (it runs first, in file order)."""
+    assert GATHERED["events"] > 20, GATHERED
 
 
 def test_batch_replay_is_revision_one_and_order_free() -> None:
@@ -572,3 +603,113 @@ def test_one_job_id_in_two_clusters_is_two_workloads() -> None:
             assert (att.root_cause.code, att.culprits.hosts, att.culprits.ranks, att.quality) == (
                 want.root_cause.code, want.culprits.hosts, want.culprits.ranks, want.quality), cluster
             assert len(att.symptoms) == len(want.symptoms), cluster
+
+
+def _expand(effects: list) -> list[tuple]:
+    """Each effect as (channel or topic, key, kind, event id or None), events of an
+    EventsMessage one by one."""
+    out = []
+    for e in effects:
+        if isinstance(e, Route) and e.message.kind == "events":
+            out += [(e.channel, e.key, "event", ev.event_id) for ev in e.message.events]
+        elif isinstance(e, Route):
+            out.append((e.channel, e.key, e.message.kind, getattr(getattr(e.message, "event", None), "event_id", None)))
+        else:
+            out.append((e.topic, e.key, "publish", e.record.event_id))
+    return out
+
+
+def _per_key(items: list[tuple]) -> dict[tuple, list[tuple]]:
+    grouped: dict[tuple, list[tuple]] = {}
+    for item in items:
+        grouped.setdefault(item[:2], []).append(item)
+    return grouped
+
+
+def test_batch_events_keeps_each_keys_order_and_gathers_only_uninterrupted_runs() -> None:
+    from schemas.messages import EventsMessage, HistoryMessage
+
+    rnd = random.Random(3)
+    for _ in range(200):
+        effects = []
+        for i in range(rnd.randrange(0, 40)):
+            key = rnd.choice(["c/job-1", "c/job-2", f"{HOST}c/node-a01"])
+            ev = xid_event("node-a01", T0 + i * S, xid=rnd.choice([13, 31, 79]))
+            pick = rnd.random()
+            if pick < 0.6:
+                effects.append(Route("workload", key, EventMessage(event=ev)))
+            elif pick < 0.75:
+                effects.append(Route("workload", key, HistoryMessage(event=ev)))
+            elif pick < 0.9:
+                effects.append(Route("fabric", "c", EventMessage(event=ev)))
+            else:
+                effects.append(Publish("events", key, ev))
+        limit = rnd.choice([1, 2, 3, 64])
+        got = batch_events(effects, limit=limit)
+        assert _per_key(_expand(got)) == _per_key(_expand(effects))
+        # what is not a workload event stays in its relative order
+        others = lambda xs: [x for x in _expand(xs) if not (x[0] == "workload" and x[2] == "event")]  # noqa: E731
+        assert others(got) == others(effects)
+        for e in got:
+            if isinstance(e, Route) and isinstance(e.message, EventsMessage):
+                assert 2 <= len(e.message.events) <= limit
+        # nothing left to gather: a second pass changes nothing
+        assert _expand(batch_events(got, limit=limit)) == _expand(got)
+        # gathered as far as the limit allows: two events of one key that follow each other
+        # (no message of that key between them) are apart only when the first one's is full
+        last: dict[str, tuple[int, int]] = {}  # key -> (index in got, events there) of its last event message
+        for i, e in enumerate(got):
+            if not (isinstance(e, Route) and e.channel == "workload"):
+                continue
+            if isinstance(e.message, (EventMessage, EventsMessage)):
+                n = len(e.message.events) if isinstance(e.message, EventsMessage) else 1
+                if e.key in last:
+                    assert last[e.key][1] == limit, (limit, effects)
+                last[e.key] = (i, n)
+            else:
+                last.pop(e.key, None)
+    with pytest.raises(ValueError, match="at least 1"):
+        batch_events([], limit=0)
+
+
+def test_an_events_message_is_its_events_one_by_one() -> None:
+    """A workload window and a host window applying one EventsMessage end where they end
+    applying each event as an EventMessage, and what a host window forwards is gathered."""
+    from schemas.messages import EventsMessage
+
+    wid = "c1/job-1"
+    sp = spec("job-1", ["node-a01", "node-a02"], T0, None)
+    events = [xid_event("node-a01", T0 + i * S, xid=x) for i, x in enumerate([13, 31, 43, 79])]
+
+    def run(gathered: bool) -> tuple[list, list]:
+        p = Pipeline(LIVE)
+        applied = []
+        host = f"{HOST}c1/node-a01"
+        p.apply("workload", host, ClaimMessage(span=Span.of(sp)), now=1.0)
+        msgs = [EventsMessage(events=events)] if gathered else [EventMessage(event=e) for e in events]
+        out = [e for m in msgs for e in p.apply("workload", host, m, now=1.0)]
+        forwarded = [r for r in out if isinstance(r, Route) and r.key == wid]
+        p.apply("workload", wid, SpecMessage(spec=sp), now=1.0)
+        for r in forwarded:
+            applied += p.apply("workload", wid, r.message, now=2.0)
+        w = p.window(wid)
+        return _expand(forwarded), [sorted(w.events), [canonical_json(a.record) for a in applied if isinstance(a, Publish)]]
+
+    one_by_one, gathered = run(False), run(True)
+    assert gathered[1] == one_by_one[1]
+    assert gathered[0] == one_by_one[0] and len(gathered[0]) == 4
+    assert len(gathered[1][0]) == 4
+
+
+def test_an_events_message_round_trips_and_an_empty_one_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from schemas.messages import EventsMessage
+
+    events = [xid_event("node-a01", T0 + i * S) for i in range(3)]
+    back = parse_workload_message(message_json(EventsMessage(events=events)))
+    assert isinstance(back, EventsMessage) and [e.event_id for e in back.events] == [e.event_id for e in events]
+    with pytest.raises(ValidationError, match="at least 1 item"):
+        parse_workload_message(b'{"kind":"events","events":[]}')
+    with pytest.raises(ValidationError):
+        parse_fabric_message(message_json(EventsMessage(events=events)))  # the workload channel's only
