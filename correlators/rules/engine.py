@@ -308,8 +308,7 @@ class RulePack:
             drafts: list[tuple[Rule, Draft]] = []
             metric = obs.metric or {}
             for rule, gates in self._telemetry:
-                if _passes(gates, metric):
-                    drafts.extend((rule, d) for d in self._apply_telemetry(rule, obs, metric))
+                drafts.extend((rule, d) for d in self._apply_telemetry(rule, gates, obs, metric))
             return [self._build(rule, d, obs) for rule, d in drafts]
         body = obs.body
         if not body or not self._prefilter.search(body):
@@ -343,10 +342,8 @@ class RulePack:
     def apply(self, rule: Rule, obs: Observation) -> list[Event]:
         """Events one rule alone yields from ``obs`` (keywords and ``unless`` honoured)."""
         if rule.kind == "telemetry":
-            metric = obs.metric or {}
-            if not _passes(self._gates_by_id[rule.id], metric):
-                return []
-            return [self._build(rule, d, obs) for d in self._apply_telemetry(rule, obs, metric)]
+            return [self._build(rule, d, obs)
+                    for d in self._apply_telemetry(rule, self._gates_by_id[rule.id], obs, obs.metric or {})]
         body = obs.body or ""
         if not any(kw in body for kw in rule.keywords) or any(u in body for u in rule.unless):
             return []
@@ -400,8 +397,12 @@ class RulePack:
                 out.append(d)
         return out
 
-    def _apply_telemetry(self, rule: Rule, obs: Observation, metric: Mapping[str, float]) -> list[Draft]:
-        """The drafts of a telemetry rule whose conditions hold (:func:`_passes`)."""
+    def _apply_telemetry(self, rule: Rule, gates: _Gates, obs: Observation,
+                         metric: Mapping[str, float]) -> list[Draft]:
+        """The drafts of a telemetry rule (``gates``: its conditions, :func:`_gates`); none
+        unless they hold (:func:`_passes`)."""
+        if not _passes(gates, metric):
+            return []
         d = Draft(type=rule.event, attributes=dict(rule.attributes))
         for spec in rule.fields:
             v = metric.get(spec.group)
