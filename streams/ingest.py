@@ -45,6 +45,7 @@ from prometheus_client import Histogram, start_http_server
 
 from correlators.config import EngineConfig, WindowPolicy
 from correlators.pipeline import Effect, Pipeline, Publish, batch_events
+from correlators.rules.engine import light_record
 from schemas.deadletter import DeadLetter
 from schemas.records import Event, Position
 from schemas.wire import Headers, encode_record
@@ -56,6 +57,9 @@ from streams.settings import WorkerSettings
 from transport.kafka_settings import KafkaSettings, with_partitioner
 
 log = logging.getLogger("faultstream.ingest")
+
+#: The fields a consumed record's position is given (its file and line, and where on Kafka).
+_POSITION_SET = frozenset({"file", "line", "topic", "partition", "offset"})
 
 #: The dead letters' ``source``.
 SOURCE = "stage.ingest"
@@ -159,31 +163,35 @@ class IngestStage:
         log.warning("dead letter at %s/%s/%s: %s", msg.topic(), msg.partition(), msg.offset(), reason)
         self._produce(self.topics["deadletter"], SOURCE.encode(), *encode_record(letter))
 
-    def handle(self, msg: Message) -> None:
+    def handle(self, msg: Message) -> bool:
         """One consumed record: its effects kept for the batch's produce (:meth:`run_batch`),
-        or a dead letter produced. Never raises for a bad record."""
-        self.metrics.observations.inc()
+        or a dead letter produced. Returns True when the record was processed, False when it
+        was dead-lettered; never raises for a bad record. A record that validates and can
+        yield nothing (:meth:`correlators.pipeline.Pipeline.inert`: a log line no rule can
+        match) is processed without more work."""
         raw = msg.value()
         obs = decode_record(raw, self.settings.max_message_bytes) if raw is not None else "tombstone: no value"
         if isinstance(obs, str):
             self._dead_letter(obs, msg)
-            return
-        obs.position = Position.model_construct(
-            file=obs.position.file, line=obs.position.line,
-            topic=msg.topic(), partition=msg.partition(), offset=msg.offset(),
-        )
+            return False
+        if self.pipeline.inert(obs):
+            return True
+        position = obs.position
+        obs.position = light_record(Position, {
+            "file": position.file, "line": position.line,
+            "topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(),
+        }, set(_POSITION_SET))
         try:
             effects = self.pipeline.ingest(obs)
             payload = allocation_message(obs) if self.remediation_topic else None
         except Exception as exc:  # noqa: BLE001 -- a bad record never stops the stage
             log.exception("observation %s failed", obs.observation_id)
             self._dead_letter(f"processing error: {type(exc).__name__}: {str(exc)[:300]}", msg)
-            return
+            return False
         self._batch.extend(effects)
         if payload is not None:
             self._produce(self.remediation_topic, payload["cluster"].encode(), json.dumps(payload, sort_keys=True).encode())
-        self.metrics.processed.inc()
-        self._processed.inc()
+        return True
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -201,13 +209,20 @@ class IngestStage:
             self.producer.poll(0)
             return 0
         started = time.monotonic()
-        for msg in messages:
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF or error.retriable():
-                    continue
-                raise KafkaException(error)
-            self.handle(msg)
+        seen = processed = 0
+        try:
+            for msg in messages:
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF or error.retriable():
+                        continue
+                    raise KafkaException(error)
+                seen += 1
+                processed += self.handle(msg)
+        finally:  # the counters of the batch, once
+            self.metrics.observations.inc(seen)
+            self.metrics.processed.inc(processed)
+            self._processed.inc(processed)
         # the batch's routes with each key's events gathered (correlators.pipeline.batch_events),
         # then its GPU tables, before its offsets are committed (held in memory only)
         effects, self._batch = self._batch, []

@@ -70,10 +70,10 @@ def allocation_message(obs: Any) -> dict[str, Any] | None:
     ``{"kind": "workload", "cluster", "workload_id", "nodes", "at"}`` (``at``: its end, else
     its start, UTC ns); None for any other observation. Raises ``ValidationError`` for a
     workload record whose spec does not validate."""
-    from schemas.bundle import WorkloadSpec
-
     if obs.kind != "scheduler_event" or obs.format != "workload_yaml":
         return None
+    from schemas.bundle import WorkloadSpec
+
     spec = WorkloadSpec.model_validate(obs.attributes.get("workload"))
     cluster = spec.cluster or obs.cluster
     if not cluster:

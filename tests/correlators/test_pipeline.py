@@ -713,3 +713,44 @@ def test_an_events_message_round_trips_and_an_empty_one_is_refused() -> None:
         parse_workload_message(b'{"kind":"events","events":[]}')
     with pytest.raises(ValidationError):
         parse_fabric_message(message_json(EventsMessage(events=events)))  # the workload channel's only
+
+
+@pytest.mark.parametrize("route_by_index", [True, False], ids=["replay", "ingest-stage"])
+def test_an_inert_record_yields_nothing_whatever_came_before(route_by_index: bool) -> None:
+    """``Pipeline.inert`` keeps its promise on every line of every example bundle, as the
+    publisher sends them (every line, not only the candidates), each ingested after all the
+    records before it: an inert record yields no effect. Most lines are inert, and every
+    record that yielded an effect was not."""
+    tally: Counter = Counter()
+    for bundle in BUNDLES:
+        records, _ = bundle_records(bundle)
+        pipeline = Pipeline(LIVE, route_by_index=route_by_index)
+        for obs in records:
+            inert = pipeline.inert(obs)
+            effects = pipeline.ingest(obs)
+            assert not (inert and effects), (bundle.name, obs.observation_id, effects[:2])
+            tally[(obs.kind, inert, bool(effects))] += 1
+    assert tally[("log_line", True, False)] > tally[("log_line", False, True)] > 0, tally
+    assert not any(inert for (kind, inert, _) in tally if kind != "log_line"), tally
+
+
+def test_inert_is_the_prefilter_on_log_lines_only() -> None:
+    """Which records are inert: a log line with a body no prefilter literal occurs in, or
+    with no body and no metric; never a log line with a keyword, one that carries a metric
+    and no body (read as a sample), a sample, or a scheduler record."""
+    pipeline = Pipeline(LIVE, route_by_index=False)
+
+    def obs(**fields) -> Observation:
+        base = dict(source=Source(connector="test"), kind="log_line", observed_at=T0, time_source="line",
+                    time_quality=1.0, host="node-a01", cluster="c1")
+        return Observation(**{**base, **fields}).with_id()
+
+    xid = "NVRM: Xid (PCI:0000:9c:00): 79, pid=0, GPU has fallen off the bus."
+    assert pipeline.inert(obs(body="step 12 loss 2.31 lr 3.0e-04"))
+    assert pipeline.inert(obs(body=None))
+    assert pipeline.inert(obs(body=""))
+    assert not pipeline.inert(obs(body=xid))
+    assert pipeline.ingest(obs(body=xid))  # not inert, and it does yield
+    assert not pipeline.inert(obs(body=None, metric={"gpu_temp_c": 97.0}))
+    assert not pipeline.inert(obs(kind="telemetry", body=None, metric={"gpu_temp_c": 40.0}))
+    assert not pipeline.inert(obs(kind="scheduler_event", body="step 12 loss 2.31"))
