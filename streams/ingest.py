@@ -6,7 +6,9 @@ correlate`` the Faust worker without it, so the two scale apart. The stage is a 
 confluent-kafka loop::
 
     <prefix>.observations --consume up to batch_size (consumer group <app_id>-ingest)-->
-        decode (streams.codec.decode_record) -> Pipeline.ingest (correlators.pipeline)
+        decode (streams.codec.decode_record; every record is validated)
+        -> a log line no rule can match (Pipeline.inert): counted, nothing more
+        -> Pipeline.ingest (correlators.pipeline)
         -> the batch's events to one window key gathered (correlators.pipeline.batch_events)
         -> produce: Route -> <app_id>-by-workload / -by-fabric, Publish -> <prefix>.events,
            scheduler workload records -> the remediation agent's by-cluster topic,
