@@ -247,15 +247,11 @@ class Pipeline:
 
     def inert(self, obs: Observation) -> bool:
         """True when :meth:`ingest` yields no effect from ``obs`` whatever the pipeline's
-        state: a log line whose body holds none of the rule pack's prefilter literals
-        (:meth:`correlators.rules.RulePack.may_extract`), or none at all. A driver may skip
-        such a record (its position, its ingest) once it has counted it. Pure."""
-        if obs.kind != "log_line":
-            return False
-        body = obs.body
-        if body is None:
-            return obs.metric is None  # a log record with a metric and no body is read as a sample
-        return not body or not self.config.pack.may_extract(body)
+        state: a log line without a metric whose body is empty or holds none of the rule
+        pack's prefilter literals (:meth:`correlators.rules.RulePack.may_extract`). A driver
+        may skip such a record (its position, its ingest) once it has counted it. Pure."""
+        return (obs.kind == "log_line" and obs.metric is None
+                and not (obs.body and self.config.pack.may_extract(obs.body)))
 
     def ingest(self, obs: Observation) -> list[Effect]:
         """One observation: its facts (workload spec, topology, coverage, GPU table) and its
