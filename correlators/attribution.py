@@ -365,7 +365,12 @@ def propose(events: Sequence[Event], rules: CausalRules, start_ns: int | None = 
     for key in sorted(by_key):
         hyp = by_key[key]
         if hyp.code in by_code:
-            by_code[hyp.code].absorb(hyp)
+            merged = by_code[hyp.code]
+            named_by = _primary(merged)
+            merged.absorb(hyp)
+            # the merged cause is named after its primary event, which may be ``hyp``'s
+            if _primary(merged) is not named_by:
+                merged.code, merged.domain, merged.text = hyp.code, hyp.domain, hyp.text
         else:
             by_code[hyp.code] = hyp
     return [by_code[c] for c in sorted(by_code)]

@@ -256,3 +256,16 @@ def test_one_gpu_named_by_pci_id_and_by_index_is_one_culprit():
         {"index": 2, "uuid": "GPU-0002", "pci_bus_id": "0000:9c:00"}
     ]
     assert att.culprits.ranks == [2]
+
+
+def test_one_cause_on_two_hosts_is_named_after_its_primary_event():
+    # the same XID on both hosts: one multi-culprit cause whose sentence and event are both
+    # the earliest XID's (node-a02's), whichever host's hypothesis was grouped first
+    s = spec()
+    events = [xid(700, "node-a01", 79, 3), xid(600, "node-a02", 79, 5)]
+    events += [watchdog(1300.5 + r / 100, s.rank_map()[r].host, r) for r in range(16) if r not in (3, 13)]
+    att = run(s, events, present("node-a01", "node-a02"))
+    assert att.root_cause.code == "gpu.xid.79"
+    assert att.root_cause.event_id == run.enriched[1].event_id  # node-a02's XID, enriched
+    assert "node-a02" in att.root_cause.text and "node-a01" not in att.root_cause.text
+    assert att.culprits.hosts == ["node-a01", "node-a02"]
