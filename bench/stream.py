@@ -384,7 +384,9 @@ class Worker:
     def __init__(self, env: dict[str, str], log: Path, profile: Path | None = None, stage: str = "all") -> None:
         self.log = log
         self.port = free_port()
-        self.ready = "[^Ingest]: Ready" if stage == "ingest" else "[^Worker]: Ready"
+        # the Faust agents' and the ingest stage's (on its first partition assignment)
+        self.ready = {"ingest": ("[^Ingest]: Ready",), "correlate": ("[^Worker]: Ready",)}.get(
+            stage, ("[^Worker]: Ready", "[^Ingest]: Ready"))
         cmd = [sys.executable]
         if profile is not None:
             cmd += ["-m", "cProfile", "-o", str(profile)]
@@ -395,7 +397,8 @@ class Worker:
     def wait_ready(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.ready in self.log.read_text(errors="replace"):
+            text = self.log.read_text(errors="replace")
+            if all(mark in text for mark in self.ready):
                 return
             if self.proc.poll() is not None:
                 raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{self.log.read_text(errors='replace')[-3000:]}")

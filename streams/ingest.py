@@ -245,13 +245,21 @@ class IngestStage:
 
     def run(self, stop: threading.Event | None = None, on_ready: Callable[[], Any] | None = None) -> None:
         """Subscribe and run batches until ``stop`` is set; then flush and close (offsets of a
-        batch in progress are committed only if it completed)."""
+        batch in progress are committed only if it completed). ``on_ready`` is called once,
+        when the group's first assignment reaches this consumer (its partitions, possibly none
+        when the group has more members than partitions): from then on a record produced to
+        an assigned partition is read within one batch."""
         stop = stop or threading.Event()
-        self.consumer.subscribe([self.settings.topic("observations")])
+        pending = [on_ready] if on_ready is not None else []
+
+        def assigned(_consumer: Consumer, partitions: list[Any]) -> None:
+            log.info("ingest stage assigned %d partition(s)", len(partitions))
+            while pending:
+                pending.pop()()
+
+        self.consumer.subscribe([self.settings.topic("observations")], on_assign=assigned)
         log.info("ingest stage started: group %s-ingest, topic %s", self.settings.app_id,
                  self.settings.topic("observations"))
-        if on_ready is not None:
-            on_ready()
         try:
             while not stop.is_set():
                 self.run_batch()
