@@ -269,7 +269,7 @@ class Pipeline:
             out.append(Route("fabric", spec.cluster, SpanMessage(span=span)))
             out.append(Route("workload", workload_key(spec.cluster, spec.workload_id), SpecMessage(spec=spec)))
             # events of these hosts routed before this record wait in their host's window
-            out += [Route("workload", f"{HOST}{host_key(span.cluster, h)}", ClaimMessage(span=span))
+            out += [Route("workload", f"{HOST}{host_key(span.cluster, h)}", ClaimMessage(span=span.on(h)))
                     for h in span.nodes]
             return out
         if obs.kind == "health_event" and obs.format == "coverage":

@@ -28,6 +28,7 @@ from schemas.messages import (
     GpuMessage,
     InterestMessage,
     Span,
+    SpanMessage,
     SpecMessage,
     TopologyMessage,
     parse_fabric_message,
@@ -274,6 +275,24 @@ def test_events_before_their_workload_wait_in_the_host_window_and_are_claimed() 
     assert [k for k in p.stores.window_events if k.startswith(HOST)] == [f"{HOST}c1/node-a01\x1f{late.event_id}"]
 
 
+def test_a_workload_record_claims_each_host_with_its_span_on_that_host() -> None:
+    """The claims of a multi-node workload carry the span on their host alone (its id, times
+    and the host's address): the fabric channel gets the whole span."""
+    records, _ = bundle_records(EXAMPLES / "public-rc15-pcie-aer-xid79-multinode")
+    obs = next(r for r in records if r.format == "workload_yaml")
+    routes = Pipeline(EngineConfig.default(), route_by_index=False).ingest(obs)
+    whole = next(r.message.span for r in routes if isinstance(r.message, SpanMessage))
+    claims = [r for r in routes if isinstance(r.message, ClaimMessage)]
+    assert len(whole.nodes) >= 2 and len(claims) == len(whole.nodes)
+    for host, route in zip(whole.nodes, claims):
+        assert route.key == f"{HOST}{whole.cluster}/{host}"
+        span = route.message.span
+        assert span.nodes == [host]
+        assert (span.workload_id, span.cluster, span.start, span.end) == (
+            whole.workload_id, whole.cluster, whole.start, whole.end)
+        assert span.ips == ({host: whole.ips[host]} if host in whole.ips else {})
+
+
 def test_windows_rebuild_from_the_stores_after_forget() -> None:
     config = EngineConfig.default(window=WindowPolicy(idle_timeout_s=None))
     stores = Stores()
@@ -350,8 +369,8 @@ def test_host_facts_go_only_to_workloads_with_an_event_naming_a_gpu_of_the_host(
     span = Span.of(s1)
     messages = [
         Route("workload", "c1/job-1", SpecMessage(spec=s1)),
-        Route("workload", "host:c1/node-a01", ClaimMessage(span=span)),
-        Route("workload", "host:c1/node-a02", ClaimMessage(span=span)),
+        Route("workload", "host:c1/node-a01", ClaimMessage(span=span.on("node-a01"))),
+        Route("workload", "host:c1/node-a02", ClaimMessage(span=span.on("node-a02"))),
         Route("workload", "host:c1/node-a01", GpuMessage(host="node-a01", gpus={"0000:9c:00": 3})),
         Route("workload", "host:c1/node-a02", GpuMessage(host="node-a02", gpus={"0000:9c:00": 5})),
         Route("workload", "host:c1/node-a01", InterestMessage(workload_id="job-1")),
