@@ -6,7 +6,8 @@ correlate`` the Faust worker without it, so the two scale apart. The stage is a 
 confluent-kafka loop::
 
     <prefix>.observations --consume up to batch_size (consumer group <app_id>-ingest)-->
-        decode (streams.codec.decode_record; every record is validated)
+        decode (streams.codec.decode_record; every record is validated; no cyclic garbage
+        collection while a batch is handled)
         -> a log line no rule can match (Pipeline.inert): counted, nothing more
         -> Pipeline.ingest (correlators.pipeline)
         -> the batch's events to one window key gathered (correlators.pipeline.batch_events)
@@ -47,7 +48,7 @@ from prometheus_client import Histogram, start_http_server
 
 from correlators.config import EngineConfig, WindowPolicy
 from correlators.pipeline import Effect, Pipeline, Publish, batch_events
-from correlators.rules.engine import light_record
+from correlators.rules.engine import gc_paused, light_record
 from schemas.deadletter import DeadLetter
 from schemas.records import Event, Position
 from schemas.wire import Headers, encode_record
@@ -213,14 +214,17 @@ class IngestStage:
         started = time.monotonic()
         seen = processed = 0
         try:
-            for msg in messages:
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF or error.retriable():
-                        continue
-                    raise KafkaException(error)
-                seen += 1
-                processed += self.handle(msg)
+            # no cyclic garbage collection while the batch's records are built (they hold no
+            # cycles: reference counting frees them; a collection in between only walks them)
+            with gc_paused():
+                for msg in messages:
+                    error = msg.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF or error.retriable():
+                            continue
+                        raise KafkaException(error)
+                    seen += 1
+                    processed += self.handle(msg)
         finally:  # the counters of the batch, once
             self.metrics.observations.inc(seen)
             self.metrics.processed.inc(processed)
