@@ -89,7 +89,10 @@ class Span(_Message):
 
     def on(self, host: str) -> "Span":
         """This span on ``host`` alone (``nodes`` ``[host]``, ``ips`` the host's address if
-        known): what a claim to the host's window carries, whatever the workload's size."""
+        known): what a claim to the host's window carries, whatever the workload's size.
+        Raises ``ValueError`` when ``host`` is not one of the span's nodes."""
+        if host not in self.nodes:
+            raise ValueError(f"{host!r} is not a node of workload {self.workload_id!r}")
         ip = self.ips.get(host)
         return self.model_copy(update={"nodes": [host], "ips": {host: ip} if ip is not None else {}})
 

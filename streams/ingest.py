@@ -257,7 +257,7 @@ class IngestStage:
         pending = [on_ready] if on_ready is not None else []
 
         def assigned(_consumer: Consumer, partitions: list[Any]) -> None:
-            log.info("ingest stage assigned %d partition(s)", len(partitions))
+            log.info("ingest stage given %d more partition(s)", len(partitions))
             while pending:
                 pending.pop()()
 
