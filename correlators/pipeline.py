@@ -269,8 +269,8 @@ class Pipeline:
             out.append(Route("fabric", spec.cluster, SpanMessage(span=span)))
             out.append(Route("workload", workload_key(spec.cluster, spec.workload_id), SpecMessage(spec=spec)))
             # events of these hosts routed before this record wait in their host's window
-            out += [Route("workload", f"{HOST}{host_key(span.cluster, h)}", ClaimMessage(span=span.on(h)))
-                    for h in span.nodes]
+            out += [Route("workload", f"{HOST}{host_key(span.cluster, one.nodes[0])}", ClaimMessage(span=one))
+                    for one in span.per_host()]
             return out
         if obs.kind == "health_event" and obs.format == "coverage":
             entry = CoverageEntry.model_validate(obs.attributes["coverage"])

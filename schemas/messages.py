@@ -93,6 +93,13 @@ class Span(_Message):
         Raises ``ValueError`` when ``host`` is not one of the span's nodes."""
         if host not in self.nodes:
             raise ValueError(f"{host!r} is not a node of workload {self.workload_id!r}")
+        return self._on(host)
+
+    def per_host(self) -> list["Span"]:
+        """:meth:`on` each of the span's nodes, in their order (one pass over the nodes)."""
+        return [self._on(host) for host in self.nodes]
+
+    def _on(self, host: str) -> "Span":
         ip = self.ips.get(host)
         return self.model_copy(update={"nodes": [host], "ips": {host: ip} if ip is not None else {}})
 
@@ -100,7 +107,7 @@ class Span(_Message):
 class ClaimMessage(_Message):
     """To a host window (key ``host:<name>``): a workload now runs on the host; events of the
     host waiting there that fall in its window move to it. ``span`` is the workload's span on
-    that host (:meth:`Span.on`): the window reads its workload id and times only, and a
+    that host (:meth:`Span.on`, :meth:`Span.per_host`): the window reads its workload id and times only, and a
     16,384-rank job's claims then cost 2,048 small messages, not 2,048 copies of its node list."""
 
     kind: Literal["claim"] = "claim"

@@ -293,6 +293,7 @@ def test_a_workload_record_claims_each_host_with_its_span_on_that_host() -> None
         assert span.ips == ({host: whole.ips[host]} if host in whole.ips else {})
     with pytest.raises(ValueError, match="'node-z99' is not a node of workload"):
         whole.on("node-z99")
+    assert whole.per_host() == [whole.on(host) for host in whole.nodes]
 
 
 def test_windows_rebuild_from_the_stores_after_forget() -> None:
