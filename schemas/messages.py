@@ -107,8 +107,9 @@ class Span(_Message):
 class ClaimMessage(_Message):
     """To a host window (key ``host:<name>``): a workload now runs on the host; events of the
     host waiting there that fall in its window move to it. ``span`` is the workload's span on
-    that host (:meth:`Span.on`, :meth:`Span.per_host`): the window reads its workload id and times only, and a
-    16,384-rank job's claims then cost 2,048 small messages, not 2,048 copies of its node list."""
+    that host (:meth:`Span.on`, :meth:`Span.per_host`): the window reads its workload id and
+    times only, and a 16,384-rank job's claims then cost 2,048 small messages, not 2,048
+    copies of its node list."""
 
     kind: Literal["claim"] = "claim"
     span: Span
