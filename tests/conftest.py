@@ -21,7 +21,8 @@ Markers (``pyproject.toml``), set here from what a test uses: ``kafka`` (the bro
 ``slurm`` (the single-node Slurm), ``k8s`` (the loopback Kubernetes control plane of
 ``tests/k8s_fixtures.py``), ``clickhouse`` (the embedded chDB engine, by module:
 :data:`CLICKHOUSE_MODULES`); ``prometheus`` and ``browser`` are on the tests themselves. The
-fast inner loop is ``pytest -m "not kafka and not slurm and not k8s and not browser"``.
+fast inner loop is
+``pytest -m "not kafka and not slurm and not k8s and not browser and not prometheus"``.
 """
 
 from __future__ import annotations
