@@ -250,8 +250,12 @@ class Pipeline:
         state: a log line without a metric whose body is empty or holds none of the rule
         pack's prefilter literals (:meth:`correlators.rules.RulePack.may_extract`). A driver
         may skip such a record (its position, its ingest) once it has counted it. Pure."""
-        return (obs.kind == "log_line" and obs.metric is None
-                and not (obs.body and self.config.pack.may_extract(obs.body)))
+        return obs.kind == "log_line" and obs.metric is None and self.inert_body(obs.body)
+
+    def inert_body(self, body: str | None) -> bool:
+        """True when a log line without a metric whose body is ``body`` is :meth:`inert`: the
+        body is empty or holds none of the rule pack's prefilter literals. Pure."""
+        return not (body and self.config.pack.may_extract(body))
 
     def ingest(self, obs: Observation) -> list[Effect]:
         """One observation: its facts (workload spec, topology, coverage, GPU table) and its

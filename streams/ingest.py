@@ -6,9 +6,10 @@ correlate`` the Faust worker without it, so the two scale apart. The stage is a 
 confluent-kafka loop::
 
     <prefix>.observations --consume up to batch_size (consumer group <app_id>-ingest)-->
-        decode (streams.codec.decode_record; every record is validated; no cyclic garbage
-        collection while a batch is handled)
-        -> a log line no rule can match (Pipeline.inert): counted, nothing more
+        decode (every record is validated; no cyclic garbage collection while a batch is
+        handled): a log line no rule can match (Pipeline.inert_body) read with msgspec
+        (streams.codec.log_line_body) is counted, nothing more; every other record through
+        pydantic (streams.codec.decode_record)
         -> Pipeline.ingest (correlators.pipeline)
         -> the batch's events to one window key gathered (correlators.pipeline.batch_events)
         -> produce: Route -> <app_id>-by-workload / -by-fabric, Publish -> <prefix>.events,
@@ -53,7 +54,7 @@ from schemas.deadletter import DeadLetter
 from schemas.records import Event, Position
 from schemas.wire import Headers, encode_record
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
-from streams.codec import decode_record, encode_effect
+from streams.codec import decode_record, encode_effect, log_line_body
 from streams.metrics import Metrics
 from streams.remediation_inputs import allocation_message
 from streams.settings import WorkerSettings
@@ -173,7 +174,12 @@ class IngestStage:
         yield nothing (:meth:`correlators.pipeline.Pipeline.inert`: a log line no rule can
         match) is processed without more work."""
         raw = msg.value()
-        obs = decode_record(raw, self.settings.max_message_bytes) if raw is not None else "tombstone: no value"
+        limit = self.settings.max_message_bytes
+        if raw is not None:
+            body = log_line_body(raw, limit)
+            if body is not None and self.pipeline.inert_body(body):
+                return True  # a valid log line no rule can match, read without pydantic
+        obs = decode_record(raw, limit) if raw is not None else "tombstone: no value"
         if isinstance(obs, str):
             self._dead_letter(obs, msg)
             return False
