@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any, Iterable, MutableMapping, Union
+from typing import Any, Iterable, Mapping, MutableMapping, Union
 
 from pydantic import BaseModel
 
@@ -256,6 +256,22 @@ class Pipeline:
         """True when a log line without a metric whose body is ``body`` is :meth:`inert`: the
         body is empty or holds none of the rule pack's prefilter literals. Pure."""
         return not (body and self.config.pack.may_extract(body))
+
+    def inert_sample(self, cluster: str, host: str, gpu_index: int | None, pci_bus_id: str | None,
+                     metric: Mapping[str, float] | None) -> bool:
+        """True when :meth:`ingest` of a telemetry sample (``kind`` ``telemetry``) of
+        ``cluster``/``host`` with these GPU index, PCI bus id and metric yields no effect and
+        changes no state now: no telemetry rule fires on ``metric``
+        (:meth:`correlators.rules.RulePack.may_extract_sample`) and the sample names no GPU,
+        or the host's GPU table sent last already maps its PCI id to its index and no newer
+        table is being collected. Depends on the pipeline's state; reads it only."""
+        if self.config.pack.may_extract_sample(metric or {}):
+            return False
+        pci = normalise_pci(pci_bus_id) if pci_bus_id and gpu_index is not None else None
+        if not pci:
+            return True
+        hkey = host_key(cluster, host)
+        return hkey not in self._gpus_new and self._gpus_sent.get(hkey, {}).get(pci) == gpu_index
 
     def ingest(self, obs: Observation) -> list[Effect]:
         """One observation: its facts (workload spec, topology, coverage, GPU table) and its

@@ -10,10 +10,12 @@ from typing import Annotated, Any, Literal
 import msgspec
 from pydantic import ValidationError
 
-from correlators.pipeline import Effect, Route, Tombstone
+from correlators.pipeline import Effect, Pipeline, Route, Tombstone
 from schemas.deadletter import reason_of
 from schemas.messages import message_json
-from schemas.records import SCHEMA_VERSION, TIME_NS_MAX, TIME_NS_MIN, Observation, check_json_value
+from schemas.records import (
+    SCHEMA_VERSION, TIME_NS_MAX, TIME_NS_MIN, Observation, ObservationKind, TimeSource, check_json_value,
+)
 from schemas.utc import format_utc
 from schemas.wire import Headers, encode_record, headers_for
 
@@ -51,77 +53,107 @@ def decode_record(raw: bytes, limit: int | None) -> Observation | str:
         return f"{reason}: {reason_of(exc)}"
 
 
-# -- log lines read without pydantic -------------------------------------------------------
-# msgspec mirrors of Observation, Source and Position (schemas/records.py) narrowed to a log
-# line without a metric or GPU: at least as strict as the pydantic models field by field, so
-# what they accept pydantic accepts (tests/streams/test_codec.py checks both the fields and,
-# by fuzzing, the acceptance).
+# -- observations read without pydantic ----------------------------------------------------
+# msgspec mirrors of Observation, Source, GpuRef and Position (schemas/records.py), at least as
+# strict as the pydantic models field by field: what they accept, pydantic accepts with the
+# same values (tests/streams/test_wire_observation.py checks the fields and, by fuzzing,
+# acceptance and values). A field left out reads as UNSET.
 
 _I32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 _I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+UNSET = msgspec.UNSET
 
 
-class _LineSource(msgspec.Struct, forbid_unknown_fields=True):
+class _WireSource(msgspec.Struct, forbid_unknown_fields=True):
     connector: str
-    instance: str = ""
+    instance: str | msgspec.UnsetType = UNSET
 
 
-class _LinePosition(msgspec.Struct, forbid_unknown_fields=True):
-    file: str | None = None
-    line: _I64 | None = None
-    topic: str | None = None
-    partition: _I32 | None = None
-    offset: _I64 | None = None
+class _WireGpu(msgspec.Struct, forbid_unknown_fields=True):
+    index: _I32 | None | msgspec.UnsetType = UNSET
+    uuid: str | None | msgspec.UnsetType = UNSET
+    pci_bus_id: str | None | msgspec.UnsetType = UNSET
 
 
-class _LogLine(msgspec.Struct, forbid_unknown_fields=True):
+class _WirePosition(msgspec.Struct, forbid_unknown_fields=True):
+    file: str | None | msgspec.UnsetType = UNSET
+    line: _I64 | None | msgspec.UnsetType = UNSET
+    topic: str | None | msgspec.UnsetType = UNSET
+    partition: _I32 | None | msgspec.UnsetType = UNSET
+    offset: _I64 | None | msgspec.UnsetType = UNSET
+
+
+class WireObservation(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """An observation as msgspec reads it from a record's JSON (:func:`read_observation`):
+    the fields of :class:`schemas.records.Observation`, in its order and with its meanings;
+    a field the JSON left out is ``msgspec.UNSET``."""
+
     schema_version: Literal[SCHEMA_VERSION]  # type: ignore[valid-type]  # required, as decode_record requires it
-    source: _LineSource
-    kind: Literal["log_line"]
+    observation_id: str | msgspec.UnsetType = UNSET
+    source: _WireSource
+    kind: ObservationKind
     observed_at: Annotated[int, msgspec.Meta(ge=TIME_NS_MIN, le=TIME_NS_MAX)]
-    time_source: Literal["line", "transport", "inferred"]
+    observed_at_utc: str | None | msgspec.UnsetType = UNSET
+    time_source: TimeSource
     time_quality: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
     host: str
-    observation_id: str = ""
-    observed_at_utc: str | None = None
-    cluster: str = ""
-    workload_id: str | None = None
-    rank: _I32 | None = None
-    gpu: None = None
-    fabric_port: str | None = None
-    format: str = "unknown"
-    body: str | None = None
-    metric: None = None
-    attributes: dict[str, Any] = msgspec.field(default_factory=dict)
-    position: _LinePosition = msgspec.field(default_factory=_LinePosition)
+    cluster: str | msgspec.UnsetType = UNSET
+    workload_id: str | None | msgspec.UnsetType = UNSET
+    rank: _I32 | None | msgspec.UnsetType = UNSET
+    gpu: _WireGpu | None | msgspec.UnsetType = UNSET
+    fabric_port: str | None | msgspec.UnsetType = UNSET
+    format: str | msgspec.UnsetType = UNSET
+    body: str | None | msgspec.UnsetType = UNSET
+    metric: dict[str, float] | None | msgspec.UnsetType = UNSET
+    attributes: dict[str, Any] | msgspec.UnsetType = UNSET
+    position: _WirePosition | msgspec.UnsetType = UNSET
+
+    def inert(self, pipeline: Pipeline) -> bool:
+        """True when ``pipeline.ingest`` of this observation yields no effect and changes no
+        state now: a log line without a metric whose body no rule can match
+        (:meth:`~correlators.pipeline.Pipeline.inert_body`), or a telemetry sample no rule
+        fires on whose GPU the pipeline's table already holds
+        (:meth:`~correlators.pipeline.Pipeline.inert_sample`). False for every other record."""
+        metric = None if self.metric is UNSET else self.metric
+        if self.kind == "log_line":
+            return metric is None and pipeline.inert_body(None if self.body is UNSET else self.body)
+        if self.kind != "telemetry":
+            return False
+        gpu = self.gpu
+        index = pci = None
+        if gpu is not UNSET and gpu is not None:
+            index = None if gpu.index is UNSET else gpu.index
+            pci = None if gpu.pci_bus_id is UNSET else gpu.pci_bus_id
+        return pipeline.inert_sample("" if self.cluster is UNSET else self.cluster, self.host, index, pci, metric)
 
 
-_log_line = msgspec.json.Decoder(_LogLine)
+_wire_observation = msgspec.json.Decoder(WireObservation)
 
 
-def log_line_body(raw: bytes, limit: int | None) -> str | None:
-    """The body of the observation in ``raw`` (``""`` when it has none) when ``raw`` is
-    certainly a record :func:`decode_record` accepts as an Observation of kind ``log_line``
-    without ``metric`` or ``gpu``; None for anything else, or when this fast reading cannot
-    tell (then :func:`decode_record` decides, and says why a bad record is bad).
+def read_observation(raw: bytes, limit: int | None) -> WireObservation | None:
+    """The observation in ``raw`` read with msgspec when ``raw`` (at most ``limit`` bytes;
+    None: any size) is certainly a record :func:`decode_record` accepts; None for anything
+    else, or when this fast reading cannot tell (then :func:`decode_record` decides, and says
+    why a bad record is bad). Never raises.
 
-    Read with msgspec into strict mirrors of the record models (about a tenth of pydantic's
-    validation of the whole record): no coercion, unknown fields refused, the same integer
-    and float bounds, a time twin only in its canonical form, ``attributes`` bounded by
-    :func:`schemas.records.check_json_value`. For the ingest stage's log lines no rule can
-    match (:meth:`correlators.pipeline.Pipeline.inert_body`), which are counted and go no
-    further. Never raises."""
+    About a fifth of the cost of pydantic's validation: strict mirrors of the record models
+    (no coercion but int to float, unknown fields refused, the same integer and float
+    bounds), a time twin only in its canonical form, ``attributes`` bounded by
+    :func:`schemas.records.check_json_value`. The ingest stage reads every record with it
+    first, and counts the ones that are :meth:`WireObservation.inert` without building them
+    as records."""
     if limit is not None and len(raw) > limit:
         return None
     try:
-        line = _log_line.decode(raw)
-        if line.observed_at_utc is not None and line.observed_at_utc != format_utc(line.observed_at):
+        wire = _wire_observation.decode(raw)
+        twin = wire.observed_at_utc
+        if twin is not UNSET and twin is not None and twin != format_utc(wire.observed_at):
             return None
-        if line.attributes:
-            check_json_value(line.attributes)
+        if wire.attributes:
+            check_json_value(wire.attributes)
     except (msgspec.DecodeError, ValueError, RecursionError):
         return None
-    return line.body or ""
+    return wire
 
 
 def encode_effect(effect: Effect) -> tuple[str, bytes, bytes | None, Headers | None]:

@@ -7,9 +7,10 @@ confluent-kafka loop::
 
     <prefix>.observations --consume up to batch_size (consumer group <app_id>-ingest)-->
         decode (every record is validated; no cyclic garbage collection while a batch is
-        handled): a log line no rule can match (Pipeline.inert_body) read with msgspec
-        (streams.codec.log_line_body) is counted, nothing more; every other record through
-        pydantic (streams.codec.decode_record)
+        handled): msgspec reads it first (streams.codec.read_observation); a log line no rule
+        can match or a telemetry sample that changes nothing (WireObservation.inert) is
+        counted, nothing more; every other record is validated by pydantic
+        (streams.codec.decode_record), which names what is wrong with a bad one
         -> Pipeline.ingest (correlators.pipeline)
         -> the batch's events to one window key gathered (correlators.pipeline.batch_events)
         -> produce: Route -> <app_id>-by-workload / -by-fabric, Publish -> <prefix>.events,
@@ -54,7 +55,7 @@ from schemas.deadletter import DeadLetter
 from schemas.records import Event, Position
 from schemas.wire import Headers, encode_record
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
-from streams.codec import decode_record, encode_effect, log_line_body
+from streams.codec import decode_record, encode_effect, read_observation
 from streams.metrics import Metrics
 from streams.remediation_inputs import allocation_message
 from streams.settings import WorkerSettings
@@ -176,9 +177,9 @@ class IngestStage:
         raw = msg.value()
         limit = self.settings.max_message_bytes
         if raw is not None:
-            body = log_line_body(raw, limit)
-            if body is not None and self.pipeline.inert_body(body):
-                return True  # a valid log line no rule can match, read without pydantic
+            wire = read_observation(raw, limit)
+            if wire is not None and wire.inert(self.pipeline):
+                return True  # a valid record that can change nothing, never built as a record
         obs = decode_record(raw, limit) if raw is not None else "tombstone: no value"
         if isinstance(obs, str):
             self._dead_letter(obs, msg)

@@ -285,6 +285,13 @@ class RulePack:
         position: it is the test ``extract`` applies first. Pure (no I/O)."""
         return self._prefilter.search(body)
 
+    def may_extract_sample(self, metric: Mapping[str, float]) -> bool:
+        """True when :meth:`extract` can yield an event from a telemetry sample whose metric is
+        ``metric``: the conditions of one telemetry rule hold (the test ``extract`` applies to
+        each rule first). False guarantees ``extract`` returns ``[]`` for every telemetry
+        Observation with this metric. Pure (no I/O)."""
+        return any(_passes(gates, metric) for _, gates in self._telemetry)
+
     def candidates(self, body: str) -> list[Rule]:
         """Rules whose keywords occur in ``body``, exclusive rules first, then pack order."""
         if not self._prefilter.search(body):
