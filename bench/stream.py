@@ -11,8 +11,9 @@ nvidia-smi telemetry samples -- background noise that yields no events. In it, f
   timeouts of every other rank 600 s of event time later (compressed: they follow in the
   stream at 30 %), and the job's terminal state (the workload record again, state FAILED,
   with its end) at 40 %. This segment measures the worker's sustained throughput
-  (``faultstream_observations_total`` from /metrics, sampled, from first to last message
-  consumed); its latencies include the backlog a saturated worker builds, and are reported
+  (the records the ingest stages' consumer group has committed, read from the broker every
+  0.25 s, from the first batch committed to the last: sampling costs the workers nothing);
+  its latencies include the backlog a saturated worker builds, and are reported
   apart.
 * **live segment** (``--live-seconds`` of wall time, paced at ``--live-rate`` obs/s, below the
   worker's capacity; it starts once the Faust agents have committed every message the bulk
@@ -43,10 +44,10 @@ Usage::
                             [--stages all|split] [--workers 1,2]
 
 ``--stages split`` runs the worker as two processes, ``worker --stage ingest`` (the batch
-loop, whose observation count is the throughput) and ``worker --stage correlate``.
+loop, whose committed records are the throughput) and ``worker --stage correlate``.
 ``--workers 1,2,3``: for each N, every run starts N workers (N of each stage with ``split``)
-in one consumer group, separate processes with separate data directories; throughput is the
-sum of their observation counters. It prints throughput per N and whether the verdicts of
+in one consumer group, separate processes with separate data directories; throughput is what
+their one ingest consumer group committed. It prints throughput per N and whether the verdicts of
 each N equal those of the first N.
 
 **Verdicts checked.** Every run's verdict of every job must be there and be right: the last
@@ -405,16 +406,6 @@ class Worker:
             time.sleep(0.2)
         raise RuntimeError(f"worker not ready after {timeout} s:\n{self.log.read_text(errors='replace')[-3000:]}")
 
-    def observations(self) -> float | None:
-        try:
-            body = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5).read().decode()
-        except OSError:
-            return None
-        for line in body.splitlines():
-            if line.startswith("faultstream_observations_total "):
-                return float(line.split()[1])
-        return None
-
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT if "cProfile" in self.proc.args else signal.SIGTERM)
@@ -530,6 +521,30 @@ def floor(bootstrap: str, topic: str, n: int, timeout: float = 300) -> float:
         c.close()
 
 
+class Committed:
+    """The records of ``topic`` that consumer group ``group`` has committed: the sum of its
+    committed offsets over the topic's partitions (a partition with none counts 0)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+        self.topic = topic
+
+    def count(self) -> int:
+        from confluent_kafka import TopicPartition
+
+        meta = self.consumer.list_topics(self.topic, timeout=10).topics[self.topic]
+        tps = [TopicPartition(self.topic, p) for p in meta.partitions]
+        return sum(max(tp.offset, 0) for tp in self.consumer.committed(tps, timeout=10))
+
+    def __enter__(self) -> "Committed":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.consumer.close()
+
+
 def wait_caught_up(bootstrap: str, app_id: str, timeout: float) -> float:
     """Wait until the Faust agents' consumer group (``app_id``) has committed the high
     watermark of every partition of the internal topics (``<app_id>-by-workload``,
@@ -597,14 +612,16 @@ def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segm
         total_bulk = len(bulk.messages)
 
         def sample() -> None:
-            while not done.is_set():
-                counts = [w.observations() for w in consumers_of_observations]
-                if all(c is not None for c in counts):
-                    v = sum(counts)
+            # the ingest stages' progress read from the broker (their consumer group's committed
+            # offsets: a record counts once the outputs of its batch are delivered), so the
+            # sampling costs the workers nothing
+            with Committed(bootstrap, f"{env['FAULTSTREAM_APP_ID']}-ingest", f"{prefix}.observations") as committed:
+                while not done.is_set():
+                    v = committed.count()
                     samples.append((time.monotonic(), v))
                     if v >= total_bulk:
                         return
-                done.wait(0.25)
+                    done.wait(0.25)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -615,7 +632,7 @@ def run_once(args: argparse.Namespace, bootstrap: str, bulk: Segment, live: Segm
         if not consumed or consumed[-1][1] < total_bulk:
             raise RuntimeError(f"workers consumed {consumed[-1][1] if consumed else 0:.0f} of {total_bulk} in time; "
                                f"logs {[str(w.log) for w in consumers_of_observations]}")
-        # first to last message consumed; the samples bracket both ends to within 0.25 s
+        # first to last batch committed; the samples bracket both ends to within 0.25 s
         (t_a, n_a), (t_b, n_b) = consumed[0], consumed[-1]
         throughput = (n_b - n_a) / (t_b - t_a) if t_b > t_a else float("nan")
         drain_s = t_b - t_a
