@@ -43,6 +43,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from typing import Any, Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
@@ -150,11 +151,14 @@ class IngestStage:
             self._failed.append(f"{msg.topic()}: {err}")
 
     def _effects(self, effects: list[Effect]) -> None:
+        published: Counter[str] = Counter()  # events per type, counted once per call
         for effect in effects:
             where, key, value, headers = encode_effect(effect)
             self._produce(self.topics[where], key, value, headers)
             if isinstance(effect, Publish) and isinstance(effect.record, Event):
-                self.metrics.events.labels(effect.record.type).inc()
+                published[effect.record.type] += 1
+        for event_type, n in published.items():
+            self.metrics.events.labels(event_type).inc(n)
 
     def _dead_letter(self, reason: str, msg: Message) -> None:
         letter = DeadLetter(
