@@ -60,7 +60,10 @@ def load_yaml(source: Path | str | bytes) -> Any:
     and nested aliases expand exponentially), another ``yaml.YAMLError`` for a stream that is not
     text, ``OSError`` when the file cannot be read."""
     data = source.read_bytes() if isinstance(source, Path) else source
-    for event in yaml.parse(data, Loader=SpecLoader):  # noqa: S506 -- a (C)SafeLoader subclass
+    # an alias is written *name: text without the character '*' (a 0x2A byte in UTF-8 and
+    # UTF-16 alike) holds none, and is loaded without the scan for one
+    star = "*" if isinstance(data, str) else b"*"
+    for event in yaml.parse(data, Loader=SpecLoader) if star in data else ():  # noqa: S506 -- a (C)SafeLoader subclass
         if isinstance(event, yaml.AliasEvent):
             # a spec never needs one, and nested aliases expand exponentially (alias bombs)
             raise yaml.MarkedYAMLError(problem=f"YAML alias *{event.anchor} is not allowed in a spec file",

@@ -89,3 +89,12 @@ def test_one_topology_yaml_gives_one_port_through_every_reader(tmp_path):
     assert result.exit_code == 0, result.output
     printed = load_yaml(result.stdout)
     assert [link["switch_port"] for link in printed["links"]] == want
+
+
+@pytest.mark.parametrize("encode", [lambda t: t, str.encode, lambda t: t.encode("utf-16")],
+                         ids=["str", "utf-8", "utf-16"])
+def test_an_alias_is_refused_and_a_star_in_text_is_not_one(encode):
+    with pytest.raises(yaml.MarkedYAMLError, match="alias \\*x is not allowed"):
+        load_yaml(encode("a: &x [1, 2]\nb: *x\n"))
+    assert load_yaml(encode("a: 'x*y'\nb: 2\n")) == {"a": "x*y", "b": 2}
+    assert load_yaml(encode("a: &x [1, 2]\n")) == {"a": [1, 2]}  # an anchor alone expands nothing
