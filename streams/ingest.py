@@ -176,8 +176,9 @@ class IngestStage:
         """One consumed record: its effects kept for the batch's produce (:meth:`run_batch`),
         or a dead letter produced. Returns True when the record was processed, False when it
         was dead-lettered; never raises for a bad record. A record that validates and can
-        yield nothing (:meth:`correlators.pipeline.Pipeline.inert`: a log line no rule can
-        match) is processed without more work."""
+        change nothing (:meth:`streams.codec.WireObservation.inert`: a log line no rule can
+        match, a telemetry sample no rule fires on whose GPU is known) is processed without
+        more work."""
         raw = msg.value()
         limit = self.settings.max_message_bytes
         if raw is not None:
