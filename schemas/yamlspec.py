@@ -63,9 +63,10 @@ def load_yaml(source: Path | str | bytes) -> Any:
     # an alias is written *name: text without the character '*' (a 0x2A byte in UTF-8 and
     # UTF-16 alike) holds none, and is loaded without the scan for one
     star = "*" if isinstance(data, str) else b"*"
-    for event in yaml.parse(data, Loader=SpecLoader) if star in data else ():  # noqa: S506 -- a (C)SafeLoader subclass
-        if isinstance(event, yaml.AliasEvent):
-            # a spec never needs one, and nested aliases expand exponentially (alias bombs)
-            raise yaml.MarkedYAMLError(problem=f"YAML alias *{event.anchor} is not allowed in a spec file",
-                                       problem_mark=event.start_mark)
+    if star in data:
+        for event in yaml.parse(data, Loader=SpecLoader):  # noqa: S506 -- a (C)SafeLoader subclass
+            if isinstance(event, yaml.AliasEvent):
+                # a spec never needs one, and nested aliases expand exponentially (alias bombs)
+                raise yaml.MarkedYAMLError(problem=f"YAML alias *{event.anchor} is not allowed in a spec file",
+                                           problem_mark=event.start_mark)
     return yaml.load(data, Loader=SpecLoader)  # noqa: S506 -- a (C)SafeLoader subclass

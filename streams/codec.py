@@ -112,8 +112,9 @@ class WireObservation(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         """True when ``pipeline.ingest`` of this observation yields no effect and changes no
         state now: a log line without a metric whose body no rule can match
         (:meth:`~correlators.pipeline.Pipeline.inert_body`), or a telemetry sample no rule
-        fires on whose GPU the pipeline's table already holds
-        (:meth:`~correlators.pipeline.Pipeline.inert_sample`). False for every other record."""
+        fires on that names no GPU (no index, or no PCI id a GPU table can key) or one the
+        pipeline's table already holds (:meth:`~correlators.pipeline.Pipeline.inert_sample`).
+        False for every other record."""
         metric = None if self.metric is UNSET else self.metric
         if self.kind == "log_line":
             return metric is None and pipeline.inert_body(None if self.body is UNSET else self.body)

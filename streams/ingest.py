@@ -177,8 +177,8 @@ class IngestStage:
         or a dead letter produced. Returns True when the record was processed, False when it
         was dead-lettered; never raises for a bad record. A record that validates and can
         change nothing (:meth:`streams.codec.WireObservation.inert`: a log line no rule can
-        match, a telemetry sample no rule fires on whose GPU is known) is processed without
-        more work."""
+        match, a telemetry sample no rule fires on that names no GPU or a GPU already in the
+        host's table) is processed without more work."""
         raw = msg.value()
         limit = self.settings.max_message_bytes
         if raw is not None:
