@@ -28,6 +28,7 @@ Pure functions of their text; no I/O.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 
@@ -69,6 +70,7 @@ def _pci_parts(text: str | None) -> tuple[int, int, int, int | None] | None:
     return int(m["domain"] or "0", 16), int(m["bus"], 16), dev, fn
 
 
+@functools.lru_cache(maxsize=65536)  # a fleet has a few PCI ids per node; the hot path repeats them
 def normalise_pci(text: str | None) -> str | None:
     """A PCI device address as logs and tools print it -> ``dddd:bb:dd``: domain (at least 4
     hex digits), bus and device in lower-case hex, the function dropped. This is the form of

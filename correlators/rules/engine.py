@@ -290,7 +290,10 @@ class RulePack:
         ``metric``: the conditions of one telemetry rule hold (the test ``extract`` applies to
         each rule first). False guarantees ``extract`` returns ``[]`` for every telemetry
         Observation with this metric. Pure (no I/O)."""
-        return any(_passes(gates, metric) for _, gates in self._telemetry)
+        for _, gates in self._telemetry:
+            if _passes(gates, metric):
+                return True
+        return False
 
     def candidates(self, body: str) -> list[Rule]:
         """Rules whose keywords occur in ``body``, exclusive rules first, then pack order."""
