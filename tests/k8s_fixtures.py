@@ -294,7 +294,7 @@ def _binaries() -> dict[str, str]:
         missing.append("etcd (Debian package etcd-server)")
     if missing:
         pytest.fail(f"Kubernetes test cluster: missing {', '.join(missing)}; build them with `{SETUP}` "
-                    "(about 15 minutes cold)", pytrace=False)
+                    "(about 10 minutes cold)", pytrace=False)
     return found
 
 
