@@ -38,7 +38,7 @@ class Stage(Worker):
     READY = {"ingest": "[^Ingest]: Ready", "correlate": "[^Worker]: Ready"}
 
     def __init__(self, stage: str, env: dict[str, str], log: Path, *args: str) -> None:
-        super().__init__(env, log, "--stage", stage, *args, ready=self.READY[stage])
+        super().__init__(env, log, "--stage", stage, *args, ready=(self.READY[stage],))
 
 
 @pytest.fixture

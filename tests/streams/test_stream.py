@@ -38,9 +38,12 @@ PARTITIONS = 4
 
 class Worker:
     """A `faultstream worker` subprocess with its own log file; ``args``: more options (a
-    ``--stage``), ``ready``: the log line that says it is ready."""
+    ``--stage``), ``ready``: the log lines that say it is ready (a whole worker: both stages')."""
 
-    def __init__(self, env: dict[str, str], log: Path, *args: str, ready: str = "[^Worker]: Ready") -> None:
+    def __init__(
+        self, env: dict[str, str], log: Path, *args: str,
+        ready: tuple[str, ...] = ("[^Worker]: Ready", "[^Ingest]: Ready"),
+    ) -> None:
         self.log = log
         self.ready = ready
         self.port = free_port()
@@ -53,7 +56,7 @@ class Worker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.log.read_text(errors="replace")
-            if self.ready in text:
+            if all(mark in text for mark in self.ready):
                 return
             if self.proc.poll() is not None:
                 pytest.fail(f"worker exited with {self.proc.returncode}:\n{text[-3000:]}")
