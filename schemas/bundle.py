@@ -306,8 +306,10 @@ class ExpectedSpec(_Spec):
     (``faultstream score`` reports each one that does not, with the reason):
 
     * ``domain`` (equal) or ``domain_any_of`` (one of);
+    * ``not_domain``: domains a correct verdict must not blame;
     * ``root_cause``: a prefix of the verdict's root-cause code (``gpu.xid`` matches
-      ``gpu.xid.79``; a full code matches only itself and its dotted extensions);
+      ``gpu.xid.79``; a full code matches only itself and its dotted extensions), or a list
+      of such prefixes of which one must match;
     * ``culprit_hosts`` / ``culprit_ranks`` / ``culprit_ports``: set equality with the
       verdict's culprits (``[]`` = it must name none);
     * ``quality_any_of``: the verdict's quality is one of these;
@@ -319,7 +321,8 @@ class ExpectedSpec(_Spec):
 
     domain: Domain | None = None
     domain_any_of: list[Domain] | None = None
-    root_cause: str | None = None
+    not_domain: list[Domain] | None = None
+    root_cause: str | list[str] | None = None
     culprit_hosts: list[str] | None = None
     culprit_ranks: list[int] | None = None
     culprit_ports: list[str] | None = None

@@ -151,8 +151,11 @@ def score(att: Attribution, exp: ExpectedSpec, bundle: str, all_verdicts: Sequen
         misses.append(f"domain {att.domain} != {exp.domain}")
     if exp.domain_any_of and att.domain not in exp.domain_any_of:
         misses.append(f"domain {att.domain} not in {exp.domain_any_of}")
-    if exp.root_cause and not _code_matches(att.root_cause.code, exp.root_cause):
-        misses.append(f"root cause {att.root_cause.code} !~ {exp.root_cause}")
+    if exp.not_domain and att.domain in exp.not_domain:
+        misses.append(f"domain {att.domain} in not_domain {exp.not_domain}")
+    causes = [exp.root_cause] if isinstance(exp.root_cause, str) else exp.root_cause or []
+    if causes and not any(_code_matches(att.root_cause.code, want) for want in causes):
+        misses.append(f"root cause {att.root_cause.code} !~ {' | '.join(causes)}")
     misses += _set_misses("", [
         ("hosts", att.culprits.hosts, exp.culprit_hosts),
         ("ranks", att.culprits.ranks, exp.culprit_ranks),
@@ -172,7 +175,7 @@ def score(att: Attribution, exp: ExpectedSpec, bundle: str, all_verdicts: Sequen
         misses.append(f"{len(incidents)} incident(s) != {exp.incidents}")
     if exp.incident is not None:
         misses += _score_incident(att, exp.incident, incidents, all_verdicts)
-    want = exp.root_cause or exp.domain or "/".join(exp.domain_any_of or []) or "?"
+    want = " | ".join(causes) or exp.domain or "/".join(exp.domain_any_of or []) or "?"
     got = f"{att.root_cause.code} ({att.domain}, {att.quality})"
     return ScoreRow(bundle=bundle, expected=want, got=got, misses=tuple(misses))
 
