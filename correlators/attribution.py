@@ -540,7 +540,10 @@ def decide(
                    end_ns=None if info.end_ns is None else info.end_ns + rules.skew_ns)
     hyps += run_detectors(info, alloc, ordered, hyps, rules, coverage=coverage)
     # the same application-class XID on one GPU from several processes: the GPU
-    hyps += _repetition_hypotheses(info, alloc, ordered, list(history), hyps, rules)
+    # (the input's own lines from before the window -- a host log collected after the job
+    # holds the earlier processes' XIDs -- are history too, never causes or symptoms)
+    earlier_lines = [e for e in all_events.values() if e.at < lo and e.type == "gpu.xid"]
+    hyps += _repetition_hypotheses(info, alloc, ordered, list(history) + earlier_lines, hyps, rules)
 
     # absorption: a weaker hypothesis whose every event a stronger one explains is a symptom
     hyps.sort(key=lambda h: (-h.strength, h.at, h.code))

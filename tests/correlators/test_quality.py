@@ -76,6 +76,24 @@ def test_history_of_an_earlier_job_counts_and_is_never_a_cause():
     assert roles[earlier[0].event_id] == "context"
 
 
+def test_the_inputs_own_lines_before_the_window_are_history():
+    # a host log collected after the job (dmesg -T) holds an earlier process's XID 31 on the
+    # same GPU, 23 minutes before the job started: outside the decision window, it is never a
+    # cause or a symptom, but it is an occurrence (rc-23)
+    s = spec(nodes=("node-a01",), rpn=2)
+    earlier = xid(-23 * 60, "node-a01", 31, 0, pid=501)
+    att = decide_with(s, [earlier, xid(100, "node-a01", 31, 0, pid=647)], present("node-a01"))
+    assert att.root_cause.code == "gpu.xid.31.repeated"
+    assert att.domain == "gpu_hardware"
+    assert earlier.event_id not in att.symptoms
+    # one process's earlier line is no repeat
+    same = xid(-23 * 60, "node-a01", 31, 0, pid=647)
+    assert decide_with(s, [same, xid(100, "node-a01", 31, 0, pid=647)], present("node-a01")).root_cause.code == "app.xid.31"
+    # nor is an earlier XID 31 on another GPU
+    other = xid(-23 * 60, "node-a01", 31, 1, pid=501)
+    assert decide_with(s, [other, xid(100, "node-a01", 31, 0, pid=647)], present("node-a01")).root_cause.code == "app.xid.31"
+
+
 def test_history_outside_the_window_or_on_another_gpu_does_not_count():
     s = spec(nodes=("node-a01",), rpn=2)
     now = [xid(100, "node-a01", 31, 0, pid=647)]
