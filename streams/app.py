@@ -20,7 +20,8 @@ The observations, the high-volume input, do not pass through Faust: the batch in
 (:mod:`streams.ingest`, a confluent-kafka loop in consumer group ``<app_id>-ingest``, which
 commits a batch's offsets only after every record it produced was delivered) runs as a child
 process of the worker (:class:`IngestService`), started once the tables are recovered and
-stopped before the agents; ``/metrics`` serves both processes' metrics. With
+stopped before the agents, and restarted with back-off when it dies (the worker supervises
+it; ``faultstream_ingest_restarts_total``); ``/metrics`` serves both processes' metrics. With
 ``create_app(stage="correlate")`` it is left out and runs apart (``faultstream worker --stage
 ingest``), so the two stages scale on their own.
 
@@ -531,60 +532,111 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     if ingest_port is not None:
         command, env = ingest_command(settings, metrics_port=ingest_port, batch_size=batch_size,
                                       loglevel=loglevel, log_format=log_format)
-        IngestService.attach(app, command, env=env, join_timeout_s=settings.shutdown_timeout_s)
+        IngestService.attach(app, command, env=env, join_timeout_s=settings.shutdown_timeout_s,
+                             restarts=metrics.ingest_restarts)
     return app
+
+
+#: Seconds between an ingest child's death and its restart, by consecutive failure (1st,
+#: 2nd, ...; the last one repeats): the first restart is at once (a crash or a kill -9 costs
+#: a consumer-group rejoin, no more), a child that keeps dying is retried at most every 30 s.
+RESTART_BACKOFF_S = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+def restart_delay(failures: int, schedule: tuple[float, ...] = RESTART_BACKOFF_S) -> float:
+    """Seconds to wait before restarting a child after its ``failures``-th consecutive death
+    (1-based; ``failures`` below 1 is taken as 1): ``schedule[failures - 1]``, capped at its
+    last entry (a bounded back-off)."""
+    return schedule[min(max(failures, 1), len(schedule)) - 1]
 
 
 class IngestService(mode.Service):
     """The batch ingest stage (:mod:`streams.ingest`) as a child process of the worker, so the
     two halves use two cores (one Python process runs on one at a time), as a Faust service:
-    started once the app has recovered its tables, stopped before the agents.
+    started once the app has recovered its tables, stopped before the agents. The worker
+    supervises it.
 
-    ``command``: the child's command line (:func:`ingest_command`); ``env``: its environment.
+    ``command``: the child's command line (:func:`ingest_command`); ``env``: its environment;
+    ``restarts``: a Prometheus counter (``faultstream_ingest_restarts_total``) or None.
     The child stops by itself when the worker's process ends, however it ends (it watches its
     parent, ``--parent-pid``). Stop: SIGTERM to the child, whose batch in progress completes
     and is committed, then at most ``join_timeout_s`` seconds' wait before SIGKILL. When the
     child exits on its own (a produced record not delivered, a consumer error that is not
-    transient, a crash) the worker ends with :func:`exit_without_commit`, so both restart
-    together; the child's failed batch is read again. A worker that exits without a commit
-    (a stop past its deadline) kills the child first (:data:`CHILDREN`)."""
+    transient, a crash, a kill -9) the worker starts a new one after :func:`restart_delay`
+    seconds (:data:`RESTART_BACKOFF_S`: at once, then 1, 2, 5, 10, 30 s for a child that keeps
+    dying; the count of consecutive failures is reset once a child has run
+    ``stable_after_s`` seconds) and counts the restart. Nothing is lost: the dead child
+    committed only batches whose records were delivered, and its consumer group (the same
+    ``<app_id>-ingest``) hands the new child the uncommitted offsets again. A worker that
+    exits without a commit (a stop past its deadline) kills the child first
+    (:data:`CHILDREN`)."""
 
     command: list[str]
     env: dict[str, str] | None = None
     join_timeout_s: float = 30.0
     poll_s: float = 0.5
+    stable_after_s: float = 60.0
+    backoff_s: tuple[float, ...] = RESTART_BACKOFF_S
+    restarts: Any = None
 
     @classmethod
     def attach(cls, app: faust.App, command: list[str], *, env: dict[str, str] | None = None,
-               join_timeout_s: float = 30.0) -> None:
-        """Register a service running ``command`` with ``app`` (``app.service``)."""
-        app.service(type("Ingest", (cls,), {"command": command, "env": env, "join_timeout_s": join_timeout_s}))
+               join_timeout_s: float = 30.0, restarts: Any = None) -> None:
+        """Register a service running ``command`` with ``app`` (``app.service``); ``restarts``:
+        the counter to increment per restart (a ``prometheus_client.Counter``) or None."""
+        app.service(type("Ingest", (cls,), {"command": command, "env": env, "join_timeout_s": join_timeout_s,
+                                            "restarts": restarts}))
 
     def __post_init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self._stopping = False
+        self.failures = 0  # consecutive deaths of the child
+        self.restarted = 0  # restarts since the worker started
 
-    async def on_start(self) -> None:
+    def _spawn(self) -> None:
         # a session of its own: a terminal's Ctrl-C reaches the worker, which stops the child
         self.proc = subprocess.Popen(self.command, env=self.env, start_new_session=True)
+        self._started_at = time.monotonic()
         CHILDREN.add(self.proc)
         log.info("ingest stage started as process %d", self.proc.pid)
+
+    async def on_start(self) -> None:
+        self._spawn()
         self.add_future(self._watch())
 
     async def _watch(self) -> None:
-        assert self.proc is not None
         while not self._stopping:
-            code = self.proc.poll()
-            if code is not None:
-                if not self._stopping:
-                    exit_without_commit(f"the ingest stage (process {self.proc.pid}) exited with {code}")
+            proc = self.proc
+            assert proc is not None
+            code = proc.poll()
+            if code is None:
+                await asyncio.sleep(self.poll_s)
+                continue
+            CHILDREN.discard(proc)
+            if self._stopping:
                 return
-            await asyncio.sleep(self.poll_s)
+            ran = time.monotonic() - self._started_at
+            self.failures = 1 if ran >= self.stable_after_s else self.failures + 1
+            delay = restart_delay(self.failures, self.backoff_s)
+            how = f"killed by signal {-code}" if code < 0 else f"exited with {code}"
+            log.error("the ingest stage (process %d) %s after %.1f s: restarting it in %g s "
+                      "(consecutive failure %d)", proc.pid, how, ran, delay, self.failures)
+            deadline = time.monotonic() + delay
+            while not self._stopping and time.monotonic() < deadline:
+                await asyncio.sleep(min(self.poll_s, max(0.0, deadline - time.monotonic())))
+            if self._stopping:
+                return
+            self._spawn()
+            self.restarted += 1
+            if self.restarts is not None:
+                self.restarts.inc()
 
     async def on_stop(self) -> None:
         self._stopping = True
         proc = self.proc
         if proc is None or proc.poll() is not None:
+            if proc is not None:
+                CHILDREN.discard(proc)
             return
         proc.send_signal(signal.SIGTERM)
         try:

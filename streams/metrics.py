@@ -26,6 +26,8 @@ class Metrics:
         self.clickhouse_rows = Counter("faultstream_clickhouse_rows_total", "rows written", ["table"], registry=r)
         self.inputs = Counter("faultstream_agent_inputs_total", "records an agent read, by outcome "
                               "(processed | dead_lettered)", ["agent", "outcome"], registry=r)
+        self.ingest_restarts = Counter("faultstream_ingest_restarts_total", "restarts of the whole worker's "
+                                       "ingest child after it died (streams.app.IngestService)", registry=r)
 
 
 def merge_expositions(*texts: str) -> bytes:

@@ -1,6 +1,6 @@
 """``streams.app.IngestService``: the batch ingest stage as a child process of the worker. Its
 start runs the child, its stop sends SIGTERM and waits (SIGKILL after the timeout), and a child
-that exits on its own ends the worker without a commit, so both restart together.
+that exits on its own or is killed is started again with back-off (the worker goes on).
 
 The children here are real processes with small scripts standing in for ``faultstream worker
 --stage ingest``; the real stage inside a real worker is exercised by
@@ -76,21 +76,74 @@ def test_start_runs_the_child_and_stop_waits_for_its_orderly_end(tmp_path, monke
     assert exits == [], "an orderly stop is not a failure"
 
 
-def test_a_child_that_exits_on_its_own_ends_the_worker_without_a_commit(tmp_path, monkeypatch):
+#: appends a line to the file named by its first argument, then exits with 3 (a stage that fails)
+FAILING = """
+import sys
+open(sys.argv[1], "a").write("run\\n")
+sys.exit(3)
+"""
+
+
+def test_restart_delay_is_a_bounded_back_off():
+    assert [app_module.restart_delay(n) for n in range(0, 9)] == [0.0, 0.0, 1.0, 2.0, 5.0, 10.0, 30.0, 30.0, 30.0]
+    assert app_module.restart_delay(3, (0.1, 0.2)) == 0.2
+
+
+def test_a_child_that_dies_is_restarted_with_back_off_and_counted(tmp_path, monkeypatch):
+    """A child that exits on its own (or is killed) is started again, the worker goes on: the
+    first restart at once, the next ones after the back-off; each restart counted."""
+    from prometheus_client import CollectorRegistry, Counter
+
     exits: list[str] = []
     monkeypatch.setattr(app_module, "exit_without_commit", lambda why, code=1: exits.append(why))
+    marker = tmp_path / "runs"
+    counter = Counter("restarts", "test", registry=CollectorRegistry())
 
-    async def lifecycle() -> IngestService:
-        svc = service("import sys; sys.exit(3)", tmp_path / "unused")
+    async def lifecycle() -> tuple[IngestService, list[float]]:
+        svc = service(FAILING, marker)
+        svc.backoff_s = (0.0, 0.3, 0.6)
+        svc.restarts = counter
+        started = time.monotonic()
         await svc.start()
-        deadline = time.monotonic() + 10
-        while not exits and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        seen: list[float] = []
+        deadline = time.monotonic() + 15
+        while len(seen) < 4 and time.monotonic() < deadline:
+            runs = marker.read_text().count("run") if marker.exists() else 0
+            while len(seen) < runs:
+                seen.append(time.monotonic() - started)
+            await asyncio.sleep(0.02)
         await svc.stop()
-        return svc
+        return svc, seen
 
-    svc = asyncio.run(lifecycle())
-    assert exits == [f"the ingest stage (process {svc.proc.pid}) exited with 3"]
+    svc, seen = asyncio.run(lifecycle())
+    assert exits == [], "a dying child no longer ends the worker"
+    assert len(seen) >= 4, f"the child ran {len(seen)} times in 15 s, expected 4 (restarts)"
+    gaps = [b - a for a, b in zip(seen, seen[1:])]
+    # at once, then 0.3 s, then 0.6 s (plus process start-up, ~0.05-0.5 s each)
+    assert gaps[1] >= 0.3 and gaps[2] >= 0.6, gaps
+    assert gaps[0] < gaps[2], gaps
+    assert svc.restarted >= 3 and counter._value.get() == svc.restarted
+
+
+def test_a_child_killed_by_sigkill_is_replaced_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(app_module, "exit_without_commit", lambda why, code=1: None)
+    marker = tmp_path / "marker"
+
+    async def lifecycle() -> tuple[int, int, int]:
+        svc = service(POLITE, marker)
+        await svc.start()
+        await wait_for(marker, "running")
+        first = svc.proc.pid
+        marker.unlink()
+        os.kill(first, signal.SIGKILL)
+        await wait_for(marker, "running")
+        second = svc.proc.pid
+        await svc.stop()
+        return first, second, svc.restarted
+
+    first, second, restarted = asyncio.run(lifecycle())
+    assert first != second and restarted == 1
+    assert marker.read_text() == "stopped", "the replacement is stopped in order with the worker"
 
 
 def test_a_child_that_ignores_sigterm_is_killed_after_the_timeout(tmp_path, monkeypatch):
