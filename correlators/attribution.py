@@ -258,6 +258,13 @@ _HW_IMMEDIATE = {
 }
 
 
+#: XIDs that are an uncorrectable GPU memory error themselves (NVIDIA XID catalog:
+#: ROBUST_CHANNEL_CONTAINED_ERROR, ROBUST_CHANNEL_UNCONTAINED_ERROR). The catalog files them
+#: as sympathetic because they accompany XID 48/63/64 when those are logged; seen alone (the
+#: device plugin's XidCriticalError, an NVML event) they are the fault: (kind, weight)
+_MEMORY_ERROR_XIDS = {94: ("contained", 0.85), 95: ("uncontained", 0.95)}
+
+
 def classify_xid(event: Event) -> tuple[str, str, str, float, str]:
     """(code, family, domain, weight, text) for an XID event, from its catalog buckets
     (``correlators.xid``, NVIDIA's XID catalog, shared/reference/README.md).
@@ -270,8 +277,9 @@ def classify_xid(event: Event) -> tuple[str, str, str, float, str]:
     info = xid_catalog.xid_info(xid) if isinstance(xid, int) else None
     imm = info.immediate_action if info else ""
     inv = info.investigatory_action if info else ""
-    desc = a.get("description") or a.get("mnemonic") or ""
-    where = f"GPU {_gpu_label(event.gpu)} on {event.host}"
+    desc = a.get("description") or a.get("mnemonic") or (info.description if info else "") or "no description"
+    label = _gpu_label(event.gpu)
+    where = f"a GPU on {event.host}" if label == "?" else f"GPU {label} on {event.host}"
     if xid == 79:
         return "gpu.xid.79", "gpu", "gpu_hardware", 1.0, f"{where} fell off the bus (XID 79)"
     if info and (xid_catalog.is_app_workflow(xid) or inv in _APP_BUCKETS):
@@ -282,6 +290,10 @@ def classify_xid(event: Event) -> tuple[str, str, str, float, str]:
             0.7,
             f"the application faulted on {where} (XID {xid}: {desc}); one process, not the GPU",
         )
+    if xid in _MEMORY_ERROR_XIDS:
+        kind, weight = _MEMORY_ERROR_XIDS[xid]
+        return (f"gpu.xid.{xid}", "gpu", "gpu_hardware", weight,
+                f"{kind} uncorrectable memory (ECC) error on {where} (XID {xid}: {desc})")
     if xid == 154:
         hint = str(a.get("recovery_action") or "None")
         weight = 0.2 if hint.upper() in ("NONE", "") else 0.5
@@ -648,14 +660,17 @@ def decide(
     rival = scored[1][0][0] / win_score if len(scored) > 1 and win_score > 0 else 0.0
     confidence = winner.strength * (0.5 + 0.5 * frac) * cov_factor * (1.0 - 0.3 * rival)
     confidence = round(min(1.0, max(0.0, confidence)), 4)
+    table = rules.sections.get("quality", {})
+    definitive_at = float(table.get("definitive_confidence", 0.8))
+    decisive = is_decisive(winner.code, table.get("decisive", ())) and bool(winner.hosts & set(info.nodes))
     if rival >= rules.ambiguity_ratio:
         quality = "ambiguous"
-    elif confidence >= 0.8:
+    elif confidence >= definitive_at or decisive:
         quality = "definitive"
-    elif confidence >= 0.45:
+    elif confidence >= float(table.get("probable_confidence", 0.45)):
         quality = "probable"
     else:
-        quality = "insufficient"
+        quality = "ambiguous"
 
     near = [e for e in unknown_lines if abs(e.effective_at - winner.at) <= rules.unrecognised_near_ns]
     base["unrecognised"] = unrecognised_templates(unknown_lines, near)
@@ -672,10 +687,12 @@ def decide(
     if info.end_ns is not None and winner.at > info.end_ns + rules.skew_ns:
         not_definitive.append(f"its cause at {clock(winner.at)} comes after the workload ended "
                               f"({clock(info.end_ns)})")
-    gaps = coverage_gaps(coverage_all)
+    # a decisive line is its own proof: a source that gave nothing cannot unsay it, while one
+    # that failed or lags may hold what would
+    gaps = [g for g in coverage_gaps(coverage_all) if not (decisive and g.endswith(" empty"))]
     if gaps:
         not_definitive.append("the input is incomplete: " + ", ".join(gaps[:4]))
-    competing_ratio = float(rules.sections.get("quality", {}).get("competing_ratio", 0.5))
+    competing_ratio = float(table.get("competing_ratio", 0.5))
     rivals = [(sc, h) for (sc, _), h in scored[1:] if h.domain != winner.domain and sc >= competing_ratio * win_score]
     if rivals:
         sc, h = rivals[0]
@@ -738,14 +755,20 @@ def decide(
             f"{a.code} ({a.domain}, {a.score / win_score:.2f} of its score)" for a in listed[:4]))
     else:
         reasoning.append("no other cause fits")
+    strength = ("a decisive hardware line on a host of the allocation" if decisive
+                else f"confidence {confidence:.2f}")
     if quality == "definitive":
-        reasoning.append(f"quality definitive: confidence {confidence:.2f}, a dated cause that fits the "
-                         "failure, complete input, no competing cause, no unknown error line near it")
-    elif quality == "ambiguous":
+        reasoning.append(f"quality definitive: {strength}, a dated cause that fits the "
+                         "failure, " + ("" if decisive else "complete input, ")
+                         + "no competing cause, no unknown error line near it")
+    elif quality == "ambiguous" and rival >= rules.ambiguity_ratio:
         reasoning.append(f"quality ambiguous: {scored[1][1].code} scores {rival:.2f} of the winner "
                          f"(>= {rules.ambiguity_ratio})")
+    elif quality == "ambiguous":
+        reasoning.append(f"quality ambiguous: the best-supported cause at confidence {confidence:.2f}, "
+                         f"too weak to be probable: confirm it before acting")
     else:
-        why = [f"confidence {confidence:.2f}" + (" below 0.8" if confidence < 0.8 else "")]
+        why = [strength + (f" below {definitive_at}" if not decisive and confidence < definitive_at else "")]
         why += not_definitive
         reasoning.append(f"quality {quality}, not definitive: " + "; ".join(why))
     return Attribution(
@@ -775,6 +798,13 @@ def decide(
                            alloc=alloc, symptoms=symptoms, culprit_hosts=winner.hosts),
         fingerprints=[Fingerprint(host=h, components=prints[h]) for h in sorted(winner.hosts) if h in prints],
     )
+
+
+def is_decisive(code: str, prefixes: Iterable[str]) -> bool:
+    """True when the root-cause ``code`` is one of the decisive causes of causal.yaml's
+    ``quality.decisive`` table: equal to one of ``prefixes`` or a dotted extension of it
+    (``gpu.xid.79`` matches ``gpu.xid.79`` and ``gpu.xid.79.repeated``, not ``gpu.xid.790``)."""
+    return any(code == p or code.startswith(p + ".") for p in prefixes)
 
 
 def _symptom_counts(events: Sequence[Event]) -> str:

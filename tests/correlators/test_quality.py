@@ -169,6 +169,55 @@ def test_definitive_needs_complete_input():
     assert any("input is incomplete" in r and "file:logs/node-a01/app.log failed" in r for r in att.reasoning)
 
 
+def _lone_xid(code, host="node-a01", quality=None):
+    """One XID line with no symptom around it, as a device plugin or a kernel log gives it."""
+    e = ev("gpu.xid", 600, host, xid=code)
+    return e if quality is None else e.model_copy(update={"time_quality": quality}).with_id()
+
+
+@pytest.mark.parametrize("code", [48, 79, 94, 95])
+def test_one_decisive_hardware_line_is_definitive_when_dated(code):
+    s = spec()
+    # node-a02 sent nothing: an empty source cannot unsay the line on node-a01
+    att = decide_with(s, [_lone_xid(code)], present("node-a01") + [
+        CoverageEntry(source="host:node-a02", status="empty")])
+    assert (att.root_cause.code, att.domain, att.culprits.hosts) == (f"gpu.xid.{code}", "gpu_hardware", ["node-a01"])
+    assert att.quality == "definitive"
+    assert any("decisive hardware line" in r for r in att.reasoning)
+
+
+def test_one_decisive_line_without_its_own_time_is_probable_and_names_no_placeholder():
+    s = spec()
+    att = decide_with(s, [_lone_xid(94, quality=TIME_QUALITY_INHERITED)], present("node-a01", "node-a02"))
+    assert (att.root_cause.code, att.quality) == ("gpu.xid.94", "probable")
+    assert att.root_cause.text == ("contained uncorrectable memory (ECC) error on a GPU on node-a01 "
+                                   "(XID 94: Contained memory error)")
+
+
+def test_a_decisive_line_on_a_host_outside_the_allocation_is_not_promoted():
+    s = spec()
+    att = decide_with(s, [_lone_xid(94, host="node-a09", quality=TIME_QUALITY_INHERITED)], present("node-a01", "node-a02"))
+    assert att.quality != "definitive"
+    assert not any("decisive hardware line" in r for r in att.reasoning)
+
+
+def test_a_weak_named_cause_is_ambiguous_never_insufficient():
+    s = spec()
+    # XID 43 alone: the catalog's IGNORE bucket, a cause too weak to be probable
+    att = decide_with(s, [xid(600, "node-a01", 43, 0)], present("node-a01", "node-a02"))
+    assert att.root_cause.code == "gpu.xid.43" and att.confidence < 0.45
+    assert att.quality == "ambiguous"
+    assert any("too weak to be probable" in r for r in att.reasoning)
+
+
+@pytest.mark.parametrize("bundle", sorted(p.name for p in EXAMPLES.iterdir() if (p / "expected.yaml").exists()))
+def test_a_verdict_that_names_a_cause_is_never_insufficient(bundle):
+    for att in replay_bundle(EXAMPLES / bundle).attributions:
+        if att.root_cause.code not in ("unknown", "none"):
+            assert att.quality != "insufficient", (att.scope.id, att.root_cause.code)
+        assert "GPU ?" not in att.root_cause.text and " ()" not in att.root_cause.text
+
+
 def test_an_undated_deciding_line_is_at_most_probable():
     s = spec()
     events = _fell_off_bus(s)
