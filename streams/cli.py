@@ -331,12 +331,19 @@ def bundle_export(
 
 
 @app.command()
-def score(dirs: list[Path] = typer.Argument(..., help="directories holding bundles")) -> None:
+def score(
+    dirs: list[Path] = typer.Argument(..., help="directories holding bundles"),
+    calibration: bool = typer.Option(False, "--calibration",
+                                     help="also print each quality level's count and hit rate"),
+) -> None:
     """Replay every bundle that has an expected.yaml; exit 1 on any miss.
 
-    A bundle that cannot be replayed, or whose expected.yaml is invalid, is a miss naming it."""
-    from streams.render import render_score_table
-    from streams.replay import ScoreRow, replay_bundle, score as score_one
+    A bundle that cannot be replayed, or whose expected.yaml is invalid, is a miss naming it.
+    ``--calibration`` adds, per quality level, how many verdicts have it and how many of them
+    are right in everything but their quality, against the level's promise (definitive >= 98 %,
+    probable >= 80 %)."""
+    from streams.render import render_calibration, render_score_table
+    from streams.replay import ScoreRow, calibration as calibrate, replay_bundle, score as score_one
 
     bundles = sorted({p.parent for d in dirs for p in Path(d).rglob("expected.yaml")})
     if not bundles:
@@ -353,6 +360,8 @@ def score(dirs: list[Path] = typer.Argument(..., help="directories holding bundl
             continue
         rows.append(score_one(result.attribution, result.expected, bundle.name, result.attributions))
     render_score_table(rows, Console())
+    if calibration:
+        render_calibration(calibrate(rows), Console())
     if not all(r.hit for r in rows):
         raise typer.Exit(1)
 

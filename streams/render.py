@@ -46,9 +46,9 @@ from correlators.explain import format_ranks  # noqa: F401 (re-exported: streams
 from schemas.records import Attribution, Cost, CoverageEntry, EvidenceItem, GpuRef
 
 if TYPE_CHECKING:
-    from streams.replay import ScoreRow
+    from streams.replay import CalibrationRow, ScoreRow
 
-__all__ = ["render_attribution", "render_score_table", "format_ns", "format_ranks"]
+__all__ = ["render_attribution", "render_score_table", "render_calibration", "format_ns", "format_ranks"]
 
 _QUALITY_STYLE = {
     "definitive": "green",
@@ -405,3 +405,19 @@ def render_score_table(rows: Iterable["ScoreRow"], console: Console) -> None:
     misses = len(score_rows) - hits
     style = "bold green" if misses == 0 and score_rows else "bold red"
     console.print(Text(f"{hits}/{len(score_rows)} hit, {misses} miss", style=style))
+
+
+def render_calibration(rows: Iterable["CalibrationRow"], console: Console) -> None:
+    """Print the calibration table of :class:`streams.replay.CalibrationRow` rows: quality,
+    verdicts, right, hit rate, target (``-`` where the level promises none) and whether it is
+    met."""
+    table = Table(title="calibration (right = every check but quality passes)", title_justify="left",
+                  title_style="bold", box=box.SIMPLE_HEAD)
+    for name in ("quality", "verdicts", "right", "hit rate", "target", "met"):
+        table.add_column(name, justify="left" if name == "quality" else "right")
+    for r in rows:
+        rate = "-" if r.rate is None else f"{r.rate:.1%}"
+        target = "-" if r.target is None else f">= {r.target:.0%}"
+        met = Text("yes", style="green") if r.met else Text("NO", style="bold red")
+        _row(table, r.quality, str(r.verdicts), str(r.right), rate, target, met)
+    console.print(table)

@@ -128,16 +128,66 @@ def _replay(path: str | Path, config: EngineConfig,
 
 @dataclass(frozen=True)
 class ScoreRow:
-    """One bundle's score: which checks of expected.yaml failed (empty = hit)."""
+    """One bundle's score: which checks of expected.yaml failed (empty = hit). ``quality`` is
+    the verdict's quality ("" when no verdict was scored)."""
 
     bundle: str
     expected: str
     got: str
     misses: tuple[str, ...]
+    quality: str = ""
 
     @property
     def hit(self) -> bool:
         return not self.misses
+
+    @property
+    def right(self) -> bool:
+        """The verdict's conclusion is right: every check but its quality passes."""
+        return bool(self.quality) and all(m.startswith(QUALITY_MISS) for m in self.misses)
+
+
+#: how a miss on the quality check starts (:func:`score`)
+QUALITY_MISS = "quality "
+
+
+@dataclass(frozen=True)
+class CalibrationRow:
+    """Calibration of one quality level over scored bundles: ``verdicts`` scored at that
+    level, ``right`` of them right in everything but quality (:attr:`ScoreRow.right`),
+    ``target`` the least hit rate the level promises (DESIGN.md: definitive 0.98, probable
+    0.80; None where the level promises none)."""
+
+    quality: str
+    verdicts: int
+    right: int
+    target: float | None
+
+    @property
+    def rate(self) -> float | None:
+        """``right / verdicts`` (None for no verdict)."""
+        return self.right / self.verdicts if self.verdicts else None
+
+    @property
+    def met(self) -> bool:
+        """The level keeps its promise (a level with no verdict keeps it)."""
+        return self.target is None or self.rate is None or self.rate >= self.target
+
+
+#: the least hit rate each quality level promises (DESIGN.md "Quality means what it says")
+CALIBRATION_TARGETS: dict[str, float | None] = {
+    "definitive": 0.98, "probable": 0.80, "ambiguous": None, "insufficient": None}
+
+
+def calibration(rows: Sequence[ScoreRow]) -> list[CalibrationRow]:
+    """Per quality level (definitive, probable, ambiguous, insufficient): how many scored
+    verdicts have it and how many of those are right (:attr:`ScoreRow.right`). Rows without a
+    verdict (a bundle that could not be replayed) are left out."""
+    out = []
+    for level, target in CALIBRATION_TARGETS.items():
+        at = [r for r in rows if r.quality == level]
+        out.append(CalibrationRow(quality=level, verdicts=len(at), right=sum(r.right for r in at), target=target))
+    return out
 
 
 def score(att: Attribution, exp: ExpectedSpec, bundle: str, all_verdicts: Sequence[Attribution] = ()) -> ScoreRow:
@@ -162,7 +212,7 @@ def score(att: Attribution, exp: ExpectedSpec, bundle: str, all_verdicts: Sequen
         ("ports", att.culprits.ports, exp.culprit_ports),
     ])
     if exp.quality_any_of and att.quality not in exp.quality_any_of:
-        misses.append(f"quality {att.quality} not in {exp.quality_any_of}")
+        misses.append(f"{QUALITY_MISS}{att.quality} not in {exp.quality_any_of}")
     if exp.alternatives is not None:
         listed = sorted(a.code for a in att.alternatives)
         if not exp.alternatives and listed:
@@ -177,7 +227,7 @@ def score(att: Attribution, exp: ExpectedSpec, bundle: str, all_verdicts: Sequen
         misses += _score_incident(att, exp.incident, incidents, all_verdicts)
     want = " | ".join(causes) or exp.domain or "/".join(exp.domain_any_of or []) or "?"
     got = f"{att.root_cause.code} ({att.domain}, {att.quality})"
-    return ScoreRow(bundle=bundle, expected=want, got=got, misses=tuple(misses))
+    return ScoreRow(bundle=bundle, expected=want, got=got, misses=tuple(misses), quality=att.quality)
 
 
 def _code_matches(code: str, want: str) -> bool:

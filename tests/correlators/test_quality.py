@@ -271,6 +271,8 @@ WRONG = {
     "culprits": ({"culprit_hosts": ["node-a02"]}, "hosts ['node-a01'] != ['node-a02']"),
     "ranks": ({"culprit_ranks": [3]}, "ranks [] != [3]"),
     "quality": ({"quality_any_of": ["definitive"]}, "quality probable not in ['definitive']"),
+    "not_domain": ({"not_domain": ["gpu_hardware", "fabric"]}, "domain gpu_hardware in not_domain ['gpu_hardware', 'fabric']"),
+    "root_cause_list": ({"root_cause": ["app.xid", "host."]}, "root cause gpu.xid.31.repeated !~ app.xid | host."),
     "alternatives": ({"alternatives": ["host.oom"]}, "alternative host.oom not among ['app.xid.31']"),
     "no_alternatives": ({"alternatives": []}, "alternatives ['app.xid.31'] listed, none expected"),
 }
@@ -288,6 +290,24 @@ def test_score_misses_a_wrong_expectation_with_its_reason(tmp_path, field):
     row = score(result.attribution, result.expected, "b")
     assert not row.hit
     assert reason in row.misses
+
+
+def test_expected_root_cause_list_accepts_any_prefix_and_not_domain_passes_other_domains():
+    att = replay_bundle(EXAMPLES / "history-xid31-repeated-across-jobs").attribution
+    assert score(att, ExpectedSpec(root_cause=["host.oom", "gpu.xid.31"], not_domain=["software", "fabric"]), "b").hit
+
+
+def test_calibration_counts_each_quality_level_and_judges_everything_but_quality():
+    from streams.replay import ScoreRow, calibration
+
+    rows = [ScoreRow("a", "x", "x", (), "definitive"),
+            ScoreRow("b", "x", "x", ("quality definitive not in ['probable']",), "definitive"),
+            ScoreRow("c", "x", "x", ("domain fabric != host",), "probable"),
+            ScoreRow("d", "x", "x", (), "probable"),
+            ScoreRow("e", "?", "not replayed", ("e: broken",))]
+    got = {r.quality: (r.verdicts, r.right, r.rate, r.met) for r in calibration(rows)}
+    assert got == {"definitive": (2, 2, 1.0, True), "probable": (2, 1, 0.5, False),
+                   "ambiguous": (0, 0, None, True), "insufficient": (0, 0, None, True)}
 
 
 def test_expected_alternatives_match_by_prefix():

@@ -57,6 +57,19 @@ def test_score_examples_is_all_hits():
     assert f"{len(BUNDLES)} hit, 0 miss" in result.stdout
 
 
+def test_score_calibration_on_every_labelled_bundle_keeps_the_quality_promises():
+    """Every labelled bundle: the examples and the real public bundles (shared fixtures)."""
+    real = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real" / "bundles"
+    assert real.is_dir(), f"the real bundles are missing: {real}"
+    result = runner.invoke(app, ["score", "--calibration", str(EXAMPLES), str(real)], terminal_width=200)
+    table = result.stdout.split("calibration (right", 1)[1]
+    rows = {line.split()[0]: line.split() for line in table.splitlines()
+            if line.split() and line.split()[0] in ("definitive", "probable", "ambiguous", "insufficient")}
+    assert set(rows) == {"definitive", "probable", "ambiguous", "insufficient"}
+    assert sum(int(r[1]) for r in rows.values()) >= len(BUNDLES) + 33
+    assert rows["definitive"][-1] == "yes" and rows["probable"][-1] == "yes", table
+
+
 def test_replay_writes_rows_to_embedded_clickhouse_once(tmp_path):
     from sinks.clickhouse import ClickHouseSink
 
