@@ -135,57 +135,107 @@ _HUMAN_PREEMPTION = {"prioritization in the ClusterQueue": "InClusterQueue",
                      "reclamation within the cohort while borrowing": "InCohortReclaimWhileBorrowing",
                      "reclamation within the cohort": "InCohortReclamation",
                      "Fair Sharing within the cohort": "InCohortFairSharing"}
+#: v0.7-v0.8 ``... in the %s`` origin -> the reason Kueue set with it
+_ORIGIN_PREEMPTION = {"ClusterQueue": "InClusterQueue", "cohort": "InCohort"}
+#: the WorkloadPreempted condition's reasons (apis/kueue/*/workload_types.go)
+_PREEMPTION_REASONS = {"InClusterQueue", "InCohort", "InCohortReclamation", "InCohortFairSharing",
+                       "InCohortReclaimWhileBorrowing"}
 _FIELD = re.compile(r"(?:^|[\s{,])\"?(?P<key>type|status|reason|Type|Status|Reason)\"?\s*:\s*['\"]?(?P<val>[A-Za-z]+)")
+# where one condition starts: a YAML list item, a JSON object, a describe 'Last Transition Time:'
+_ITEM_START = re.compile(r"^[ \t]*- |\{|^[ \t]*Last Transition Time:", re.M)
+_WS = re.compile(r"\s+")
 
 
-def _kueue_reason(text: str, a: dict) -> str:
-    if text.startswith("Preempted to accommodate"):
+def _kueue_reason(a: dict) -> str:
+    """The eviction reason (Kueue's own constant) a matched message states."""
+    if a.get("migrated"):
+        return "FlavorMigration"
+    if a.get("preemption_reason") is not None or a.get("preemptor_uid") is not None or a.get("_preempted"):
         return "Preempted"
-    if text.startswith("Exceeded the PodsReady timeout"):
+    if a.get("workload"):
         return "PodsReadyTimeout"
-    if text.startswith("Evicted to accommodate"):
-        return "Preempted"
-    if text.startswith("Workload was evicted as there was no replacement"):
+    if a.get("nodes") or a.get("tas_nodes"):
         return "NodeFailures"
-    if text.startswith("The ClusterQueue is stopped"):
-        return "ClusterQueueStopped"
-    why = str(a.get("deactivated") or "")
+    if a.get("stopped"):
+        return f"{a['stopped']}Stopped"
+    if a.get("check"):
+        return "AdmissionCheck"
+    if a.get("manager"):
+        return "EvictedOnManagerCluster"
+    why = _WS.sub(" ", str(a.get("deactivated") or ""))
     if "maximum execution time" in why:
         return "MaximumExecutionTimeExceeded"
     if "re-queuing retries" in why:
         return "RequeuingLimitExceeded"
+    if why.lower().startswith("admission"):
+        return "AdmissionCheck"
     return "Deactivated"
+
+
+def _condition_segment(body: str, start: int, end: int) -> str:
+    """The one condition (YAML item, JSON object, describe entry) around ``body[start:end]``."""
+    s = 0
+    for m in _ITEM_START.finditer(body, 0, start + 1):
+        s = m.start()
+    nxt = _ITEM_START.search(body, end)
+    return body[s:nxt.start() if nxt else len(body)]
 
 
 @hook("kueue_workload_message")
 def kueue_workload_message(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
-    """A Kueue message -> ``kueue.workload_condition``: reason (from the message; the record's
-    own ``reason:`` wins when the record is one condition), type (the record's ``type:``, else
-    Evicted, DeactivationTarget for deactivations), status, preemption_reason (InClusterQueue,
-    InCohortReclamation, InCohortFairSharing, InCohortReclaimWhileBorrowing), message."""
+    """A Kueue eviction message -> ``kueue.workload_condition``: reason (Kueue's eviction reason
+    stated by the message: Preempted, FlavorMigration, PodsReadyTimeout, NodeFailures,
+    ClusterQueueStopped, LocalQueueStopped, AdmissionCheck, MaximumExecutionTimeExceeded,
+    RequeuingLimitExceeded, Deactivated, EvictedOnManagerCluster), type (the condition's
+    ``type:``, else Evicted), status, condition_reason (the
+    condition's own ``reason:``), preemption_reason (InClusterQueue, InCohort,
+    InCohortReclamation, InCohortFairSharing, InCohortReclaimWhileBorrowing), preemptor_uid,
+    message (whitespace folded). A cleared condition (``Previously: ...``) gives nothing.
+    MultiKueue's ``Evicted on manager: <message>`` takes the reason of the message it wraps."""
     assert match is not None
     a = draft.attributes
-    text = match.group(0).strip().rstrip("'\",")
+    if a.pop("previously", None):
+        return []
+    body = obs.body or ""
     human = a.pop("human", None)
+    origin = a.pop("origin", None)
     if human:
-        for phrase, reason in _HUMAN_PREEMPTION.items():
-            if human.strip().startswith(phrase):
-                a["preemption_reason"] = reason
-                break
-    kind = _kueue_reason(text, a)
-    a.pop("deactivated", None)
+        a["preemption_reason"] = _HUMAN_PREEMPTION.get(_WS.sub(" ", human), "UNKNOWN")
+    elif origin:
+        a["preemption_reason"] = _ORIGIN_PREEMPTION[origin]
+    if match.group(0).lstrip().startswith("Preempted"):
+        a["_preempted"] = True
+    if a.get("manager") and rule.pattern is not None:
+        inner = rule.pattern.search(body, match.end())
+        if inner is not None and not inner.group("manager"):
+            for k, v in inner.groupdict().items():
+                if v is not None and k not in ("human", "origin", "previously"):
+                    a[k] = v
+            a.pop("manager", None)
+            if inner.group(0).lstrip().startswith("Preempted"):
+                a["_preempted"] = True
+    kind = _kueue_reason(a)
+    if a.get("tas_nodes"):
+        a["nodes"] = a.pop("tas_nodes")
+    if a.get("nodes"):
+        a["nodes"] = _WS.sub(" ", a["nodes"])
+    for k in ("_preempted", "deactivated", "migrated", "stopped", "check", "manager"):
+        a.pop(k, None)
     if a.get("workload"):
         a["workload"] = a["workload"].rstrip("'\",")
-    body = obs.body or ""
     fields: dict[str, str] = {}
-    if body.count("\n") < 12:  # one condition (YAML item, JSON object, describe block), not a dump
-        for m in _FIELD.finditer(body):
-            fields.setdefault(m["key"].lower(), m["val"])
-    a["reason"] = fields.get("reason") or kind
-    a["type"] = fields.get("type") or ("DeactivationTarget" if text.startswith("The workload is deactivated") else "Evicted")
+    for m in _FIELD.finditer(_condition_segment(body, match.start(), match.end())):
+        fields.setdefault(m["key"].lower(), m["val"])
+    ctype, creason = fields.get("type"), fields.get("reason")
+    if ctype == "Preempted" and creason in _PREEMPTION_REASONS and "preemption_reason" not in a:
+        a["preemption_reason"] = creason
+    a["reason"] = kind
+    if creason:
+        a["condition_reason"] = creason
+    a["type"] = ctype or "Evicted"
     if fields.get("status"):
         a["status"] = fields["status"]
-    a["message"] = text
+    a["message"] = _WS.sub(" ", match.group(0).strip()).replace("''", "'").rstrip("'\",")
     return [draft]
 
 
