@@ -22,16 +22,26 @@ existing hypothesis that it corroborates.
   do, those others lack the GPUDirect path (nvidia-peermem not loaded, or dma-buf unsupported):
   a configuration fault that costs bandwidth, not a fabric fault (NCCL issue #897,
   transport/net.cc prints the suffix from the local ``useGdr``).
+* ``loopback_peer`` -- in a job across several nodes, a rank that fails to *connect* to a
+  peer at a loopback address (127.0.0.0/8, ::1, IPv4-mapped loopback; gloo pairs, NCCL
+  sockets) was given that address by the peer itself: the peer's host name resolves to
+  loopback (Debian's /etc/hosts ``127.0.1.1 <hostname>``) or the socket interface is ``lo``
+  (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME). A configuration fault, not the network
+  ("Connection refused": nothing listens on the connecting node's own loopback) and not a
+  crash (pytorch/pytorch#15592, gloo device.cc binds to the address the host name resolves
+  to). One node alone may use loopback: then it says nothing.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from correlators.enrich import Allocation
 from correlators.explain import format_ranks
 from correlators.hypothesis import Hypothesis, hypothesis_ranks, render_text
+from correlators.ids import parse_address
 from correlators.process_groups import Membership, ProcessGroup, build_membership
 from correlators.timetext import clock
 from schemas.records import Event
@@ -365,4 +375,47 @@ def gdr_asymmetry(info, alloc: Allocation, events: Sequence[Event], hyps: list, 
     for host in without:
         for e in by_host[host]:
             hyp.support.append((weight, "gdr_asymmetry", e))
+    return [hyp]
+
+
+def is_loopback(peer: str | None) -> bool:
+    """True when a peer (``127.0.1.1:3210``, ``[::1]:5000``, ``::ffff:127.0.0.1``, a bare
+    address) is a loopback address. A host name (``localhost`` included) is not judged: what
+    it resolved to is not in the line."""
+    addr = parse_address(peer)
+    if addr is None:
+        return False
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
+
+
+@detector("loopback_peer")
+def loopback_peer(info, alloc: Allocation, events: Sequence[Event], hyps: list, params: dict) -> list:
+    nodes = set(info.nodes) | {h for h, _ in alloc.ranks.values()}
+    if len(nodes) < 2:
+        return []
+    kinds = [dict(k) for k in params.get("when", ())]
+    hits = [e for e in events
+            if any(e.type == k.get("type") and all(e.attributes.get(a) == v for a, v in k.items() if a != "type")
+                   for k in kinds)
+            and is_loopback(e.peer)]
+    if not hits:
+        return []
+    weight = float(params.get("weight", 0.8))
+    first = min(hits, key=lambda e: (e.at, e.event_id))
+    peers = sorted({str(e.peer) for e in hits})
+    hyp = Hypothesis(
+        code=params["code"],
+        family="config",
+        domain=params.get("domain", "config"),
+        text=render_text(params.get("text", params["code"]), first, peers=", ".join(peers), nodes=len(nodes)),
+        job_wide=True,
+    )
+    for e in hits:
+        hyp.support.append((weight, "loopback_peer", e))
+    hyp.reasons.append(
+        f"{first.host} failed to connect to {', '.join(peers)}, a loopback address, in a job across "
+        f"{len(nodes)} nodes: a peer on another node advertised its loopback address")
     return [hyp]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import random
 
+import pytest
+
 from correlators.attribution import WorkloadInfo, decide
 from correlators.enrich import Allocation
 from schemas.bundle import WorkloadSpec
@@ -269,3 +271,35 @@ def test_one_cause_on_two_hosts_is_named_after_its_primary_event():
     assert att.root_cause.event_id == run.enriched[1].event_id  # node-a02's XID, enriched
     assert "node-a02" in att.root_cause.text and "node-a01" not in att.root_cause.text
     assert att.culprits.hosts == ["node-a01", "node-a02"]
+
+
+# --- loopback peers (detectors.loopback_peer) ----------------------------------------------------
+
+
+def _connect(at_s, host, peer, *, type_="net.connection_reset", **attrs):
+    base = {"backend": "gloo", "op": "connect", "reason": "refused"} if type_ == "net.connection_reset" else {"op": "connect"}
+    return ev(type_, at_s, host, peer=peer, **{**base, **attrs})
+
+
+@pytest.mark.parametrize("peer", ["127.0.1.1:3210", "127.0.0.1:29501", "[::1]:5000", "[::ffff:127.0.0.1]:5000"])
+def test_a_connect_to_a_loopback_peer_across_nodes_is_config(peer):
+    att = run(spec(rpn=2), [_connect(30, "node-a02", peer)], present("node-a01", "node-a02"))
+    assert att.domain == "config"
+    assert att.root_cause.code == "config.loopback_address"
+
+
+def test_an_nccl_socket_connect_to_loopback_across_nodes_is_config():
+    att = run(spec(rpn=2), [_connect(30, "node-a02", "127.0.0.1:45321", type_="nccl.socket_error",
+                                     error="Connection refused")], present("node-a01", "node-a02"))
+    assert att.root_cause.code == "config.loopback_address"
+
+
+@pytest.mark.parametrize("nodes, peer, attrs", [
+    (("node-a01",), "127.0.0.1:3210", {}),             # one node: loopback is the right address
+    (("node-a01", "node-a02"), "10.0.0.11:3210", {}),  # a routable peer: no address fault
+    (("node-a01", "node-a02"), "127.0.0.1:3210", {"op": "read", "reason": "reset"}),  # not a connect
+    (("node-a01", "node-a02"), "localhost:3210", {}),  # a name: what it resolved to is not said
+])
+def test_loopback_needs_a_connect_to_a_loopback_address_in_a_multi_node_job(nodes, peer, attrs):
+    att = run(spec(nodes=nodes, rpn=2), [_connect(30, nodes[-1], peer, **attrs)], present(*nodes))
+    assert att.root_cause.code != "config.loopback_address"
