@@ -303,3 +303,20 @@ def test_an_nccl_socket_connect_to_loopback_across_nodes_is_config():
 def test_loopback_needs_a_connect_to_a_loopback_address_in_a_multi_node_job(nodes, peer, attrs):
     att = run(spec(nodes=nodes, rpn=2), [_connect(30, nodes[-1], peer, **attrs)], present(*nodes))
     assert att.root_cause.code != "config.loopback_address"
+
+
+# --- errnos only a program produces ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, code", [("EFAULT", "app.errno.EFAULT"), ("EBADF", "app.errno.EBADF")])
+def test_a_program_fault_errno_is_software_not_storage(name, code):
+    e = ev("os.error", 30, "node-a01", errno={"EFAULT": 14, "EBADF": 9}[name], errno_name=name, category="app",
+           exception="OSError", strerror="Bad address")
+    att = run(spec(rpn=2), [e], present("node-a01", "node-a02"))
+    assert att.domain == "software" and att.root_cause.code == code
+
+
+def test_a_storage_errno_stays_storage():
+    e = ev("os.error", 30, "node-a01", errno=5, errno_name="EIO", category="storage", exception="OSError",
+           strerror="Input/output error", path="/ckpt/x")
+    assert run(spec(rpn=2), [e], present("node-a01", "node-a02")).domain == "storage"
