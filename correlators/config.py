@@ -25,12 +25,19 @@ class WindowPolicy:
     window that saw nothing new for this long is closed. ``decisive_weight`` (0..1): cause
     weight from which a single event triggers a provisional verdict. ``fabric_flush_s``
     (seconds of driver wall-clock): a cluster's fabric evidence is re-decided at most this
-    often; what arrives sooner is decided together at the next flush."""
+    often; what arrives sooner is decided together at the next flush.
+    ``provisional_interval_s`` (seconds of driver wall-clock; 0: every change is published): a
+    workload's provisional revisions are coalesced -- the first is published at once, the next
+    no sooner than this after the previous one, and only when what the verdict says changed
+    (:func:`correlators.windows.verdict_content`); what arrives in between is published by the
+    driver's next tick (:meth:`correlators.pipeline.Pipeline.idle`) or by the final verdict,
+    which is never held."""
 
     allowed_lateness_s: float = 30.0
     idle_timeout_s: float | None = 10.0
     decisive_weight: float = 0.9
     fabric_flush_s: float = 2.0
+    provisional_interval_s: float = 0.0
 
     @property
     def lateness_ns(self) -> int:

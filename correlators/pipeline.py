@@ -62,6 +62,7 @@ from schemas.messages import (
     HistoryMessage,
     HostFactsMessage,
     InterestMessage,
+    ReviseMessage,
     Span,
     SpanMessage,
     SpecMessage,
@@ -237,6 +238,10 @@ class Pipeline:
         self._gpus_still: set[str] = set()  # host keys whose collected table held since the last flush
         self._interest: set[tuple[str, str]] = set()  # (host window, workload) interests sent (a cache)
         self.deferred: set[str] = set()  # clusters with evidence not yet decided
+        # provisional coalescing (WindowPolicy.provisional_interval_s), timing only, not state:
+        self.provisional_at: dict[str, float] = {}  # window key -> driver time of its last provisional
+        self.held: set[str] = set()  # window keys with a provisional revision held back
+        self.pending_revise: set[str] = set()  # window keys a ReviseMessage was sent to
 
     # -- ingest ----------------------------------------------------------------------------
 
@@ -372,13 +377,20 @@ class Pipeline:
             return batch_events(out)
         if key.startswith(HOST):
             return self._apply_host(key, message)
+        if isinstance(message, ReviseMessage):  # a tick, not activity: the idle close is not put off
+            self.pending_revise.discard(key)
+            w = self.window(key)
+            if key in self.held and not w.closed and w.events and w.spec is not None:
+                return self._emit(w, final=False, now=now)
+            self.held.discard(key)
+            return []
         self.activity[key] = now
         w = self.window(key)
         out: list[Effect] = []
         if isinstance(message, CloseMessage):
             self.pending_close.discard(key)
             if not w.closed and w.events:
-                out += self._emit(w, final=True)
+                out += self._emit(w, final=True, now=now)
             return out
         if isinstance(message, EventMessage):
             event = message.event
@@ -390,9 +402,9 @@ class Pipeline:
             if w.due(self.config.window):
                 # a window with cable evidence waits for the fabric correlator's faults (or the
                 # idle timer) before it is final: a link down may be one port of a lost switch
-                out += self._emit(w, final=not w.cabled)
+                out += self._emit(w, final=not w.cabled, now=now)
             elif w.spec is not None and not w.closed and is_decisive(event, self.config, w.spec.start_ns):
-                out += self._emit(w, final=False)
+                out += self._emit(w, final=False, now=now)
             return out
         if isinstance(message, SpecMessage):
             changed = w.set_spec(message.spec)
@@ -420,13 +432,13 @@ class Pipeline:
         if isinstance(message, SpecMessage):
             start = w.spec.start_ns
             if any(is_decisive(e, self.config, start) for e in w.events.values()):
-                out += self._emit(w, final=False)  # decisive evidence came before the spec
+                out += self._emit(w, final=False, now=now)  # decisive evidence came before the spec
         elif isinstance(message, FaultsMessage):
             # a fault is decisive evidence: re-decide now rather than wait for the idle timer
             if w.due(self.config.window):
-                out += self._emit(w, final=True)
+                out += self._emit(w, final=True, now=now)
             elif w.spec is not None and w.events:
-                out += self._emit(w, final=False)
+                out += self._emit(w, final=False, now=now)
         # otherwise the idle timer (or the next due event) emits the revision, so a burst of
         # updates gives one revision, not one each
         return out
@@ -441,8 +453,26 @@ class Pipeline:
             w = self.windows[wid] = WorkloadWindow(workload_id=wid)
         return w
 
-    def _emit(self, w: WorkloadWindow, *, final: bool) -> list[Effect]:
-        att = w.emit(self.config, final=final)
+    def _emit(self, w: WorkloadWindow, *, final: bool, now: float | None = None) -> list[Effect]:
+        """Publish the window's verdict if it changed. A provisional one is coalesced when the
+        policy's ``provisional_interval_s`` is set and ``now`` (driver seconds) is given: the
+        window's first is published at once; a later one sooner than the interval after the
+        previous one is held (:meth:`idle` sends the tick that publishes it), and one that
+        says what the last one said is not published. A final verdict is never held."""
+        key = w.workload_id
+        interval = self.config.window.provisional_interval_s
+        coalesce = not final and interval > 0 and now is not None
+        if coalesce:
+            last = self.provisional_at.get(key)
+            if last is not None and now - last < interval:
+                self.held.add(key)
+                return []
+        att = w.emit(self.config, final=final, coalesce=coalesce)
+        self.held.discard(key)
+        if final:
+            self.provisional_at.pop(key, None)
+        elif coalesce and att is not None:
+            self.provisional_at[key] = now
         self.stores.window_meta[w.workload_id] = w.to_state()
         if att is None:
             return []
@@ -561,21 +591,27 @@ class Pipeline:
         """Close messages for the windows with evidence and a spec that saw nothing for the
         window policy's ``idle_timeout_s`` (live mode; none when it is None), except those of a
         cluster whose fabric evidence this pipeline has not decided yet (their faults may be
-        on the way; a worker that does not own the cluster's fabric partition cannot know)."""
+        on the way; a worker that does not own the cluster's fabric partition cannot know);
+        then revise messages for the windows whose provisional revision was held back
+        (:meth:`_emit`) and whose ``provisional_interval_s`` passed, unless they are closed
+        now. A driver calls it on a timer, more often than either period."""
+        out: list[Route] = []
         timeout = self.config.window.idle_timeout_s
-        if not timeout:
-            return []
-        if not self._loaded:
-            self._load_windows()
-        out = []
-        for wid in sorted(self.windows):
-            w = self.windows[wid]
-            if (not w.closed and w.events and w.spec is not None and wid not in self.pending_close
-                    and w.spec.cluster not in self.deferred  # its cluster's faults are settling
-                    and now - self.activity.setdefault(wid, now) >= timeout):
-                self.pending_close.add(wid)
-                out.append(Route("workload", wid, CloseMessage()))
-        return out
+        if timeout:
+            if not self._loaded:
+                self._load_windows()
+            for wid in sorted(self.windows):
+                w = self.windows[wid]
+                if (not w.closed and w.events and w.spec is not None and wid not in self.pending_close
+                        and w.spec.cluster not in self.deferred  # its cluster's faults are settling
+                        and now - self.activity.setdefault(wid, now) >= timeout):
+                    self.pending_close.add(wid)
+                    out.append(Route("workload", wid, CloseMessage()))
+        interval = self.config.window.provisional_interval_s
+        revise = [wid for wid in sorted(self.held - self.pending_revise - self.pending_close)
+                  if now - self.provisional_at.get(wid, -1e18) >= interval]
+        self.pending_revise.update(revise)
+        return out + [Route("workload", wid, ReviseMessage()) for wid in revise]
 
     def _load_windows(self) -> None:
         """Bring every stored workload window into the cache (after a restart or a
@@ -709,6 +745,9 @@ class Pipeline:
         self._deferred_loaded = False
         self._loaded = False
         self.deferred.clear()
+        self.provisional_at.clear()
+        self.held.clear()
+        self.pending_revise.clear()
 
 
 class InMemoryRouter:

@@ -34,13 +34,14 @@ from typing import Any, Iterable, Mapping, Sequence
 from correlators.attribution import WorkloadInfo, decide, propose
 from correlators.config import EngineConfig, WindowPolicy
 from correlators.enrich import Allocation
+from correlators.identity import disagreements
 from correlators.fabric import PORT_EVENT_TYPES, Fault, assemble, correlate, withdrawal, workload_faults
 from correlators.topology import FabricIndex
 from schemas.bundle import TopologySpec, WorkloadSpec
 from schemas.messages import Span
 from schemas.records import Attribution, CoverageEntry, Event, canonical_json
 
-__all__ = ["WindowPolicy", "fabric_relevant", "host_key", "workload_key", "WorkloadIndex", "WorkloadWindow", "FabricWindow", "verdict_digest", "is_decisive"]
+__all__ = ["WindowPolicy", "fabric_relevant", "host_key", "workload_key", "WorkloadIndex", "WorkloadWindow", "FabricWindow", "verdict_digest", "verdict_content", "is_decisive"]
 
 
 
@@ -48,6 +49,20 @@ def verdict_digest(att: Attribution) -> str:
     """Digest of a verdict's content, revision excluded: equal digests = nothing new."""
     data = att.model_dump(mode="json")
     data.pop("revision")
+    return hashlib.blake2b(canonical_json(data).encode(), digest_size=16).hexdigest()
+
+
+def verdict_content(att: Attribution) -> str:
+    """Digest of what a verdict says: its content without the bookkeeping of when it was
+    decided (``revision``, ``decided_at``/``decided_at_utc``, the window's ``end``/``end_utc``
+    and ``cost.verdict_after_s``, which move with every event of a running window). Two
+    provisional verdicts with equal digests tell a consumer nothing new."""
+    data = att.model_dump(mode="json")
+    for key in ("revision", "decided_at", "decided_at_utc"):
+        data.pop(key, None)
+    for key in ("end", "end_utc"):
+        (data.get("window") or {}).pop(key, None)
+    (data.get("cost") or {}).pop("verdict_after_s", None)
     return hashlib.blake2b(canonical_json(data).encode(), digest_size=16).hexdigest()
 
 
@@ -139,6 +154,7 @@ class WorkloadWindow:
     max_at: int = 0
     revision: int = 0
     digest: str | None = None
+    content: str | None = None  # verdict_content of the last verdict published
     closed: bool = False
     cabled: bool = False  # holds an event the fabric correlator reads (fabric_relevant)
 
@@ -243,7 +259,8 @@ class WorkloadWindow:
             if event_id not in enriched:
                 enriched[event_id] = alloc.enrich(event)
         events = [enriched[event_id] for event_id in self.events] + list(self.faults.values())
-        coverage = [self.coverage[k] for k in sorted(self.coverage)]
+        # a host name a line gave that was not taken is reported (correlators.identity)
+        coverage = [self.coverage[k] for k in sorted(self.coverage)] + disagreements(enriched[i] for i in self.events)
         return decide(WorkloadInfo.from_spec(spec), alloc, events, coverage,
                       ruleset_version=config.ruleset_version, rules=config.causal, history=self.history(),
                       baseline=config.baseline)
@@ -253,9 +270,11 @@ class WorkloadWindow:
         cache = self.__dict__.get("_enriched")
         return list(cache[3].values()) if cache else []
 
-    def emit(self, config: EngineConfig, *, final: bool) -> Attribution | None:
+    def emit(self, config: EngineConfig, *, final: bool, coalesce: bool = False) -> Attribution | None:
         """The verdict to publish now, or None if it equals the last one published.
-        ``final`` closes the window (status ``final``); else the verdict is ``provisional``."""
+        ``final`` closes the window (status ``final``); else the verdict is ``provisional``.
+        ``coalesce`` (provisional only): also None when it says what the last one published
+        said, bookkeeping aside (:func:`verdict_content`)."""
         att = self.verdict(config)
         if att is None:
             return None
@@ -266,7 +285,11 @@ class WorkloadWindow:
         digest = verdict_digest(att)
         if digest == self.digest:
             return None
+        content = verdict_content(att)
+        if coalesce and not final and content == self.content:
+            return None
         self.digest = digest
+        self.content = content
         self.revision += 1
         return att.model_copy(update={"revision": self.revision})
 
@@ -283,6 +306,7 @@ class WorkloadWindow:
             "faults": [self.faults[k].model_dump(mode="json") for k in sorted(self.faults)],
             "revision": self.revision,
             "digest": self.digest,
+            "content": self.content,
             "closed": self.closed,
         }
 
@@ -297,6 +321,7 @@ class WorkloadWindow:
             faults={e.event_id: e for e in (Event.model_validate(f) for f in state.get("faults", []))},
             revision=int(state.get("revision", 0)),
             digest=state.get("digest"),
+            content=state.get("content"),
             closed=bool(state.get("closed", False)),
         )
         for event in events:

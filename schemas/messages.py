@@ -70,6 +70,13 @@ class CloseMessage(_Message):
     kind: Literal["close"] = "close"
 
 
+class ReviseMessage(_Message):
+    """Publish the workload's provisional revision held back by the minimum interval between
+    provisional revisions (the driver's tick, once the interval passed); the window stays open."""
+
+    kind: Literal["revise"] = "revise"
+
+
 class Span(_Message):
     """A workload's time on its nodes: ``start`` and ``end`` in UTC ns (``end`` None while it
     runs), and the nodes' addresses (host -> IP, from the spec's ``hosts``) for naming ports."""
@@ -182,7 +189,7 @@ class FlushMessage(_Message):
 
 WorkloadMessage = Annotated[
     Union[EventMessage, EventsMessage, SpecMessage, CoverageMessage, FaultsMessage, CloseMessage, ClaimMessage,
-          GpuMessage, HistoryMessage, InterestMessage, HostFactsMessage],
+          GpuMessage, HistoryMessage, InterestMessage, HostFactsMessage, ReviseMessage],
     Field(discriminator="kind"),
 ]
 FabricMessage = Annotated[

@@ -222,6 +222,7 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         allowed_lateness_s=settings.allowed_lateness_s,
         idle_timeout_s=settings.idle_timeout_s or None,
         fabric_flush_s=settings.fabric_flush_s,
+        provisional_interval_s=settings.provisional_interval_s,
     ))
     metrics = Metrics()
     # one worker per data directory: RocksDB and chDB files cannot be shared
@@ -465,9 +466,10 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         except Exception:  # noqa: BLE001 -- a timer must never take the worker down
             log.exception("fabric flush failed")
 
-    if config.window.idle_timeout_s:
+    periods = [p for p in (config.window.idle_timeout_s, config.window.provisional_interval_s) if p]
+    if periods:  # idle close, and the provisional revisions held back by the minimum interval
 
-        @app.timer(interval=max(0.5, config.window.idle_timeout_s / 4))
+        @app.timer(interval=max(0.5, min(periods) / 4))
         async def idle_close() -> None:
             try:
                 if ready():

@@ -17,6 +17,9 @@ FAULTSTREAM_IDLE_TIMEOUT_S         live mode: close a window idle this long     
 FAULTSTREAM_FABRIC_FLUSH_S          re-decide a cluster's fabric at most this often  2
                                    (s); later records wait for the flush tick
                                    (wall-clock s); 0 disables
+FAULTSTREAM_PROVISIONAL_INTERVAL_S a workload's provisional verdicts at most      5
+                                   once per this many s (the first at once, a
+                                   final never held); 0: every change
 FAULTSTREAM_PARTITIONS             partitions of the internal topics             12
 FAULTSTREAM_WEB_PORT               port of /metrics and health                   6066
 FAULTSTREAM_WEB_BIND               address they listen on (0.0.0.0 in a pod)      127.0.0.1
@@ -71,6 +74,10 @@ class WorkerSettings(BaseSettings):
     #: the fabric correlator re-decides a cluster at most once per this many seconds; records
     #: arriving sooner are decided together by the next flush tick
     fabric_flush_s: float = Field(2.0, ge=0, allow_inf_nan=False)
+    #: a workload's provisional verdicts are published at most once per this many seconds (the
+    #: first at once; the latest content held back comes at the next tick, a final verdict
+    #: is never held), and only when what they say changed; 0: every change is published
+    provisional_interval_s: float = Field(5.0, ge=0, allow_inf_nan=False)
     partitions: int = Field(12, ge=1)
     web_port: int = Field(6066, ge=1, le=65535)
     #: the address /metrics and the health pages listen on (0.0.0.0 in a pod, for scraping)
