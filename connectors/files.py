@@ -15,7 +15,14 @@ since the cursor was created). The position is only valid for the file it was ta
   same way when the old file is still in the same directory under another name (``x.log.1``).
 * **Truncation** (size < offset, same inode): the pending lines are emitted, reading restarts
   at 0, and it is counted (``truncations``) and noted in :meth:`FilesConnector.coverage`.
-* **Partial lines**: bytes after the last newline wait until their newline arrives.
+* **Partial lines**: bytes after the last newline wait until their newline arrives. A last
+  line without a newline is never dropped without a word: a one-shot run publishes it when
+  the file was not modified for ``idle_s`` seconds (its writer is done with it; the cursor
+  then notes the line was unterminated, so a newline appended later only ends that line and
+  more text is read as the next line, noted in the coverage), and so does a rotation or a
+  truncation; otherwise (a file being written, a following run that stops) the cursor stays
+  before it, the next run reads it again, and :meth:`FilesConnector.unterminated` (the CLI's
+  stderr) gives its offset.
 * **Multi-line records** (tracebacks, NCCL error blocks, torchrun summaries, NVRM
   continuations; :mod:`connectors.records`): a record is emitted when the line after it
   shows it is complete, at the end of a pass in one-shot mode, or after ``idle_s`` seconds
@@ -160,6 +167,8 @@ class _Tail:
     last_ns: int | None = None
     last_data: float = 0.0  # monotonic time new bytes last arrived
     draining: bool = False  # the open file is a rotated-away one: finish it, then switch
+    open_line: bool = False  # committed: the last emitted line had no newline (published at the end)
+    published_open: list[tuple[int, int]] = field(default_factory=list)  # (offset, bytes) of lines published without newline
     stats: _Stats = field(default_factory=_Stats)
     clock: LineClock | None = None  # times of this file generation's lines, in order
     clock_epoch: int = -1  # the generation ``clock`` belongs to
@@ -175,6 +184,8 @@ class _Tail:
     def state(self, totals: bool) -> dict[str, Any]:
         out = {"dev": self.dev, "ino": self.ino, "offset": self.off, "line": self.line,
                "epoch": self.epoch, "last_ns": self.last_ns}
+        if self.open_line:
+            out["unterminated"] = True
         if totals or self.carried:  # kept once a run wrote them, so later counts stay totals
             out["totals"] = self.totals()
         return out
@@ -191,7 +202,8 @@ class FilesConnector:
     publisher's job, see :meth:`checkpoint`). ``follow``: keep polling for new data every
     ``poll_s`` seconds (else one pass to the current end of every file). ``idle_s``: in follow
     mode, a record waiting for a possible continuation line is emitted after this many seconds
-    without new data. ``year`` / ``tz``: :class:`~connectors.timefmt.TimeContext` for
+    without new data; in one-shot mode, a last line without a newline is published when the
+    file was not modified for this many seconds. ``year`` / ``tz``: :class:`~connectors.timefmt.TimeContext` for
     formats without a year or zone (default: the current UTC year, UTC). ``prefilter``: True
     (the packaged rule pack) or an :class:`~connectors.prefilter.EdgePrefilter`: publish only
     the records it keeps (see the module docstring); ``publish_coverage``: add coverage
@@ -459,6 +471,17 @@ class FilesConnector:
                                          unparsed=tot["unparsed"], detail="; ".join(notes)))
         return entries
 
+    def unterminated(self) -> list[tuple[str, int, int, bool]]:
+        """The lines without a newline at the end of a file: ``(path, byte offset of the line,
+        its length in bytes, published)``. ``published``: this run published it (a one-shot
+        run's end, a rotation, a truncation); False: it is pending (a following run; the
+        cursor stays before it and the next run reads it again)."""
+        out = [(t.path, off, n, True) for t in self._tails for off, n in t.published_open]
+        for t in self._tails:
+            if t.partial or t.dropped:
+                out.append((t.path, t.read_off - len(t.partial) - t.dropped, len(t.partial) + t.dropped, False))
+        return out
+
     def close(self) -> None:
         """Close every open file."""
         for t in self._tails:
@@ -478,6 +501,7 @@ class FilesConnector:
             tail.stats.note("cursor entry unusable: file read from the start")
             return
         tail.dev, tail.ino, tail.off, tail.line, tail.epoch, tail.last_ns = dev, ino, off, line, epoch, last_ns
+        tail.open_line = entry.get("unterminated") is True
         try:
             st = os.stat(tail.path)
             same = (st.st_dev, st.st_ino) == (dev, ino)
@@ -518,7 +542,7 @@ class FilesConnector:
         tail.dev, tail.ino = dev, ino
         tail.off = tail.read_off = tail.line = 0
         tail.lines, tail.ends, tail.context, tail.partial = [], [], [], bytearray()
-        tail.dropped, tail.binary, tail.skipped = 0, False, {}
+        tail.dropped, tail.binary, tail.skipped, tail.open_line = 0, False, {}, False
 
     def _open(self, tail: _Tail) -> bool:
         try:
@@ -539,6 +563,16 @@ class FilesConnector:
         elif st.st_size < tail.off:
             self._truncated(tail, st.st_size)
         fh.seek(tail.off)
+        if tail.open_line:  # the last line was published without its newline
+            nxt = fh.read(1)
+            if nxt == b"\n":  # its newline came since: it ends that line, no new (blank) line
+                tail.off += 1
+                tail.open_line = False
+            elif nxt:
+                tail.stats.note(f"line {tail.line} was published without its newline; the text appended "
+                                f"to it since (from byte {tail.off}) is read as the next line")
+                tail.open_line = False
+            fh.seek(tail.off)
         tail.fh, tail.read_off = fh, tail.off
         tail.last_data = time.monotonic()
         return True
@@ -585,7 +619,10 @@ class FilesConnector:
                 return
             if not tail.draining:
                 idle = self.follow and time.monotonic() - tail.last_data >= self.idle_s
-                self._emit(tail, out, final=(not self.follow) or idle)
+                # one-shot: a file its writer is done with (not modified for idle_s) is read as
+                # it is, its last line too even without a newline
+                done = not self.follow and time.time() - os.fstat(tail.fh.fileno()).st_mtime >= self.idle_s
+                self._emit(tail, out, final=(not self.follow) or idle, with_partial=done)
                 return
             # finish the rotated-away file: every line, the last one even without its newline
             self._emit(tail, out, final=True, with_partial=True)
@@ -687,10 +724,14 @@ class FilesConnector:
         (no continuation can come), with ``with_partial`` also a line without its newline."""
         if with_partial and tail.partial:
             dropped = tail.dropped
-            self._add_lines(tail, bytes(tail.partial) + b"\n", tail.read_off - len(tail.partial) - dropped,
-                            first_extra=dropped)
+            start = tail.read_off - len(tail.partial) - dropped
+            tail.published_open = tail.published_open[-99:] + [(start, len(tail.partial) + dropped)]
+            tail.stats.note(f"the last line (byte {start}, {len(tail.partial) + dropped} bytes) has no newline: "
+                            "published as it is")
+            self._add_lines(tail, bytes(tail.partial) + b"\n", start, first_extra=dropped)
             tail.ends[-1] -= 1  # no newline in the file
             tail.partial, tail.dropped = bytearray(), 0
+            tail.open_line = True  # until a generation change: the cursor says the line is open
         if not tail.lines:
             return
         ctx = tail.context
@@ -861,6 +902,13 @@ def connect_files_cli(
         cli_fail(str(exc))
     finally:
         conn.close()
+    for path, offset, size, published in conn.unterminated():
+        if published:
+            typer.echo(f"{path}: the last line (byte {offset}, {size} bytes) has no newline: published as it is",
+                       err=True)
+        else:
+            typer.echo(f"{path}: a last line without its newline (byte {offset}, {size} bytes) is not published "
+                       "yet: the cursor stays before it and the next run reads it again", err=True)
     logs = conn.totals().records_published
     extra = f" ({logs} log records, {n - logs} coverage records)" if conn.publish_coverage else ""
     typer.echo(f"published {n} records{extra} from {len(paths)} files to {topic}", err=True)

@@ -1,6 +1,8 @@
 """FilesConnector against a real Kafka broker: append, partial line, rotation, truncation,
 restart from the cursor (exactly once), crash before the cursor is saved (same ids, nothing
-lost), follow mode with a multi-line record, invalid UTF-8 and a 5 MB line."""
+lost), follow mode with a multi-line record, invalid UTF-8 and a 5 MB line, a last line
+without a newline (published when its file is idle, else kept for the next run, never in
+silence)."""
 
 from __future__ import annotations
 
@@ -270,3 +272,61 @@ def test_cli_connect_files_resumes(tmp_path, settings, kafka_config, kafka_topic
     assert o["time_quality"] == 0.7 and o["observed_at"] == wall_to_ns(time.gmtime().tm_year, 11, 30, 1, 20, 0)
     bad = CliRunner().invoke(app, ["connect", "files", str(log), "--host-from-path", "(no-group)"])
     assert bad.exit_code == 2 and "no (?P<host>...) group" in bad.output
+
+
+def test_a_last_line_without_newline_is_never_dropped_without_a_word(tmp_path, settings, kafka_config,  # noqa: F811
+                                                                    kafka_topic_factory):
+    """A one-shot run publishes the last line of a file its writer is done with (not modified
+    for ``idle_s``) even without a newline, says so on stderr with its offset, and marks the
+    cursor: a newline appended later only ends that line. A file being written keeps its
+    unterminated line for the next run and says so too."""
+    from typer.testing import CliRunner
+
+    from streams.cli import app
+
+    topic = kafka_topic_factory("unterminated")
+    log = tmp_path / "node-a01" / "kern.log"
+    log.parent.mkdir()
+    head = f"{ts(0)} a\n{ts(1)} b\n"
+    log.write_text(head + f"{ts(2)} NVRM: Xid (PCI:0000:9c:00): 79, GPU has fallen off the bus.")
+    old = time.time() - 60
+    os.utime(log, (old, old))  # an archived file: its writer is done
+    args = ["connect", "files", str(log), "--host", "node-a01", "--cursor", str(tmp_path / "cur.json"),
+            "--bootstrap", settings.bootstrap_servers, "--topic", topic]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "published 3 records" in first.output
+    assert f"{log}: the last line (byte {len(head)}, " in first.output and "has no newline: published" in first.output
+    saved = json.loads((tmp_path / "cur.json").read_text())["files"][str(log)]
+    assert saved["offset"] == log.stat().st_size and saved["line"] == 3 and saved["unterminated"] is True
+    # its writer adds the newline and a line: the newline ends line 3, the line is line 4
+    with log.open("a") as fh:
+        fh.write(f"\n{ts(3)} d\n")
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "published 1 records" in again.output, again.output
+    # a file being written now (modified this second): its open line waits, with a word
+    with log.open("a") as fh:
+        fh.write(f"{ts(4)} half-writ")
+    third = CliRunner().invoke(app, args)
+    assert third.exit_code == 0 and "published 0 records" in third.output, third.output
+    size = log.stat().st_size
+    assert f"(byte {size - len(f'{ts(4)} half-writ')}, {len(f'{ts(4)} half-writ')} bytes) is not published yet" \
+        in third.output
+    got = values(consume(kafka_config, topic, 4))
+    assert [(o["body"], o["position"]["line"]) for o in got] == [
+        (f"{ts(0)} a", 1), (f"{ts(1)} b", 2),
+        (f"{ts(2)} NVRM: Xid (PCI:0000:9c:00): 79, GPU has fallen off the bus.", 3), (f"{ts(3)} d", 4)]
+    assert json.loads((tmp_path / "cur.json").read_text())["files"][str(log)]["line"] == 4
+
+
+def test_a_one_shot_read_publishes_an_idle_files_last_line_and_notes_it_in_the_coverage(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_text(f"{ts(0)} a\n{ts(1)} tail without newline")
+    old = time.time() - 60
+    os.utime(log, (old, old))
+    conn = FilesConnector([log], host="h", cursor=CursorStore(tmp_path / "c.json"))
+    got = list(conn.observations())
+    assert [o.body for o in got] == [f"{ts(0)} a", f"{ts(1)} tail without newline"]
+    assert conn.unterminated() == [(str(log), len(f"{ts(0)} a\n"), len(f"{ts(1)} tail without newline"), True)]
+    assert f"the last line (byte {len(f'{ts(0)} a') + 1}, 45 bytes) has no newline" in conn.coverage()[0].detail
+    assert conn.checkpoint()["files"][str(log)]["offset"] == log.stat().st_size
