@@ -40,6 +40,7 @@ from correlators import unrecognised as _unrecognised
 import correlators.rules.code as _code
 from correlators.rules.code import HOOKS, Draft, normalize_peer, normalize_pci
 from correlators.rules.scan import LiteralSet
+from correlators.rules.spotter import Spotter
 from correlators.rules.model import MISSING, Condition, FieldSpec, Rule, RuleError
 from schemas.records import SCHEMA_VERSION, TIME_NS_MAX, TIME_NS_MIN, EvidenceRef, Event, GpuRef, Observation, Position, Source, check_json_value
 from schemas.utc import format_utc
@@ -266,7 +267,10 @@ class RulePack:
             self._automaton.add_word(kw, ix)
         if index:
             self._automaton.make_automaton()
-        self.prefilter_keywords: tuple[str, ...] = tuple(sorted(set(self.keywords) | set(_unrecognised.PREFILTER_LITERALS)))
+        #: the frame-independent vocabulary matcher (correlators/rules/spotter.py)
+        self.spotter: Spotter = Spotter()
+        self.prefilter_keywords: tuple[str, ...] = tuple(sorted(
+            set(self.keywords) | set(_unrecognised.PREFILTER_LITERALS) | set(self.spotter.literals)))
         self._prefilter = LiteralSet(self.prefilter_keywords)
         rid, _, rver = _unrecognised.RULE_REF.partition("@")
         self._unrecognised_rule = Rule(
@@ -335,6 +339,8 @@ class RulePack:
             if rule.exclusive:
                 return events
             out.extend(events)
+        spotted = self._spots(body, out)
+        out.extend(self._build(rule, d, obs) for rule, d in spotted)
         for rule in hit if not out else ():
             if rule.fallback and not (rule.unless and any(u in body for u in rule.unless)):
                 out.extend(self._build(rule, d, obs) for d in self._apply_log(rule, obs, body))
@@ -347,6 +353,25 @@ class RulePack:
                 d.rank = p_rank if p_rank is not None else mpi_rank
                 d.host, d.gpu_index = host, dev
                 out.append(self._build(self._unrecognised_rule, d, obs))
+        return out
+
+    def _spots(self, body: str, framed: Sequence[Event]) -> list[tuple[Rule, Draft]]:
+        """The vocabulary spots of ``body`` (:class:`correlators.rules.spotter.Spotter`) that no
+        frame event of the record already carries (the same type for a ``type`` key, else the
+        same attribute value), as drafts with ``frame: none`` and the line's rank and NCCL
+        device prefix."""
+        out: list[tuple[Rule, Draft]] = []
+        for spot in self.spotter.spot(body):
+            attr, value = spot.key
+            if any((e.type == value) if attr == "type" else (e.attributes.get(attr) == value) for e in framed):
+                continue
+            d = spot.draft
+            d.attributes["frame"] = "none"
+            p_rank, mpi_rank, _, ctx_dev, _ = _line_context(body, spot.start)
+            d.rank = p_rank if p_rank is not None else mpi_rank
+            if d.gpu_index is None:
+                d.gpu_index = ctx_dev
+            out.append((spot.rule, d))
         return out
 
     def apply(self, rule: Rule, obs: Observation) -> list[Event]:
