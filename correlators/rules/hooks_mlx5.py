@@ -108,6 +108,34 @@ MLX4_CMD_STATUS: dict[int, str] = {
     0x40: "CMD_STAT_BAD_SIZE",
     0x50: "CMD_STAT_MULTI_FUNC_REQ",
 }
+#: What a failed firmware command says, by its status (the errno the kernel turns it into:
+#: mlx5 core cmd.c cmd_status_to_err(), the same table in rdma-core providers/mlx5 vfio;
+#: mlx4 cmd.c mlx4_status_to_errno() and the status comments of its enum): ``rejected`` --
+#: the firmware refused the request as invalid for this device or its state (mlx5 -EINVAL;
+#: mlx4 BAD_OP -EPERM, BAD_PARAM/BAD_QP_STATE/BAD_PKT -EINVAL, BAD_RESOURCE/BAD_INDEX -EBADF,
+#: ...: an unsupported opcode, op_mod, register or parameter; the issuer's matter -- a driver
+#: feature, a tool, a health agent's query), not a fault of the device; ``resources`` -- out
+#: of HCA resources or busy (-ENOMEM, -EAGAIN, -EBUSY, mlx4 ICM pages -ENFILE); ``device`` --
+#: the firmware failed it (-EIO: internal error, bad system state, bad input/output length;
+#: mlx4 corrupted firmware image BAD_NVMEM, local memory not present). ACCESS_REG's bad system state is "register not supported"
+#: (mstflint translate_cmd_status_to_reg_status: ME_REG_ACCESS_REG_NOT_SUPP): rejected.
+CMD_STATUS_CLASS: dict[str, str] = {
+    "MLX5_CMD_STAT_INT_ERR": "device", "MLX5_CMD_STAT_BAD_OP_ERR": "rejected",
+    "MLX5_CMD_STAT_BAD_PARAM_ERR": "rejected", "MLX5_CMD_STAT_BAD_SYS_STATE_ERR": "device",
+    "MLX5_CMD_STAT_BAD_RES_ERR": "rejected", "MLX5_CMD_STAT_RES_BUSY": "resources",
+    "MLX5_CMD_STAT_LIM_ERR": "resources", "MLX5_CMD_STAT_BAD_RES_STATE_ERR": "rejected",
+    "MLX5_CMD_STAT_IX_ERR": "rejected", "MLX5_CMD_STAT_NO_RES_ERR": "resources",
+    "MLX5_CMD_STAT_BAD_QP_STATE_ERR": "rejected", "MLX5_CMD_STAT_BAD_PKT_ERR": "rejected",
+    "MLX5_CMD_STAT_BAD_SIZE_OUTS_CQES_ERR": "rejected", "MLX5_CMD_STAT_BAD_INP_LEN_ERR": "device",
+    "MLX5_CMD_STAT_BAD_OUTP_LEN_ERR": "device",
+    "CMD_STAT_INTERNAL_ERR": "device", "CMD_STAT_BAD_OP": "rejected", "CMD_STAT_BAD_PARAM": "rejected",
+    "CMD_STAT_BAD_SYS_STATE": "device", "CMD_STAT_BAD_RESOURCE": "rejected",
+    "CMD_STAT_RESOURCE_BUSY": "resources", "CMD_STAT_EXCEED_LIM": "resources",
+    "CMD_STAT_BAD_RES_STATE": "rejected", "CMD_STAT_BAD_INDEX": "rejected", "CMD_STAT_BAD_NVMEM": "device",
+    "CMD_STAT_ICM_ERROR": "resources", "CMD_STAT_BAD_QP_STATE": "rejected", "CMD_STAT_BAD_SEG_PARAM": "rejected",
+    "CMD_STAT_REG_BOUND": "rejected", "CMD_STAT_LAM_NOT_PRE": "device", "CMD_STAT_BAD_PKT": "rejected",
+    "CMD_STAT_BAD_SIZE": "rejected", "CMD_STAT_MULTI_FUNC_REQ": "rejected",
+}
 #: port module event error text (lower case, spaces removed) -> enum name
 MODULE_ERRORS: dict[str, str] = {
     "powerbudgetexceeded": "MLX5_MODULE_EVENT_ERROR_POWER_BUDGET_EXCEEDED",
@@ -174,7 +202,8 @@ def mlx5_cmd_error(draft: Draft, match: re.Match[str] | None, obs: Observation, 
     ``status_code`` (int) becomes ``code`` = ``MLX5_CMD_STAT_*`` (mlx5) or ``CMD_STAT_*``
     (``driver: mlx4_core``); a timeout line keeps the rule's constant ``code``/``kind``. The
     faked ``MLX5_DRIVER_STATUS_ABORTED`` (device already in error state) gets
-    ``kind: aborted``."""
+    ``kind: aborted``; any other status gets ``status_class`` (:data:`CMD_STATUS_CLASS`:
+    rejected, resources, device)."""
     a = draft.attributes
     st = a.get("status_code")
     if isinstance(st, int):
@@ -182,6 +211,11 @@ def mlx5_cmd_error(draft: Draft, match: re.Match[str] | None, obs: Observation, 
         a["code"] = table.get(st, f"status_0x{st:x}")
         if st == 0xFE and table is MLX5_CMD_STATUS:
             a["kind"] = "aborted"
+        else:
+            cls = CMD_STATUS_CLASS.get(a["code"], "device")
+            if a.get("command") == "ACCESS_REG" and a["code"] == "MLX5_CMD_STAT_BAD_SYS_STATE_ERR":
+                cls = "rejected"
+            a["status_class"] = cls
     if "status" in a:
         a["status"] = str(a["status"]).strip()
     return [draft]
