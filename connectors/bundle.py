@@ -967,7 +967,14 @@ class BundleConnector:
         try:
             parsed = parse_telemetry(text, src.ctx)
         except Exception as exc:  # noqa: BLE001 -- any parser error: fall back to log lines
+            # a telemetry file that cannot be read: its coverage says failed, stderr says why
+            import logging
+
+            stats.status = "failed"
             stats.notes.append(f"telemetry parse error ({type(exc).__name__}: {exc}); read as log lines")
+            logging.getLogger("faultstream.bundle").warning(
+                "%s: telemetry cannot be read (%s: %s): coverage failed, its lines read as log lines",
+                src.rel, type(exc).__name__, str(exc)[:300])
             return False
         if parsed is None:
             stats.notes.append("no telemetry format recognised; read as log lines")

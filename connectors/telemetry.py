@@ -9,7 +9,9 @@ Recognised by content, never by file name (:func:`detect_format`):
   of it such as the ``Clocks Event Reasons`` / older ``Clocks Throttle Reasons`` block (seen in
   issue reports, fixture rc-35).
 * ``nvidia_smi_csv`` -- ``nvidia-smi --query-gpu=timestamp,index,uuid,... --format=csv``
-  (header line with ``index`` and ``uuid``; field names from ``nvidia-smi --help-query-gpu``).
+  with any choice of columns: a header line whose every column is a field ``nvidia-smi
+  --help-query-gpu`` lists (:func:`is_query_gpu_header`; ``[unit]`` suffixes and
+  ``nounits`` alike) and that names a GPU or a reading this module keeps.
 * ``nvml_json`` -- a JSON object (or list / JSON Lines of objects) with a ``uuid`` key, as
   written by small NVML (pynvml) collectors.
 * ``nvidia_smi_table`` -- the default ``nvidia-smi`` summary table (``| NVIDIA-SMI ...``,
@@ -53,6 +55,7 @@ __all__ = [
     "parse_nvidia_smi_q_text",
     "parse_nvidia_smi_q_xml",
     "parse_nvidia_smi_csv",
+    "is_query_gpu_header",
     "parse_nvml_json",
     "parse_nvidia_smi_table",
     "normalise_pci_bus_id",
@@ -416,25 +419,63 @@ def _csv_header(line: str) -> list[str]:
     return [re.sub(r"\s*\[.*\]$", "", h.strip()).lower() for h in line.split(",")]
 
 
+#: ``nvidia-smi --help-query-gpu`` field names without a dot (and their aliases)
+_QUERY_NAMES = frozenset({
+    "timestamp", "driver_version", "count", "name", "gpu_name", "serial", "gpu_serial", "uuid", "gpu_uuid",
+    "gpu_bus_id", "index", "display_mode", "display_attached", "display_active", "persistence_mode",
+    "addressing_mode", "vbios_version", "pstate", "compute_mode", "compute_cap",
+})
+#: the first dotted part of the other ``--help-query-gpu`` fields (``pci.bus_id``,
+#: ``clocks.current.sm``, ``ecc.errors.corrected.volatile.total``, ...)
+_QUERY_FAMILIES = frozenset({
+    "pci", "pcie", "vgpu_driver_capability", "vgpu_device_capability", "accounting", "driver_model", "inforom",
+    "gom", "fan", "clocks_event_reasons", "clocks_throttle_reasons", "clocks_event_reasons_counters", "memory",
+    "utilization", "encoder", "ecc", "retired_pages", "remapped_rows", "temperature", "power", "enforced",
+    "module", "clocks", "mig", "fabric", "gsp", "c2c", "protected_memory", "platform", "reset_status",
+    "dramencryption", "conf_compute", "gpu_recovery_action",
+})
+#: aliases nvidia-smi accepts for the identifying columns
+_CSV_ALIASES = {"gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id", "gpu_name": "name", "gpu_serial": "serial"}
+#: the columns that name a GPU
+_CSV_IDS = frozenset({"index", "uuid", "pci.bus_id", "gpu_uuid", "gpu_bus_id"})
+
+
+def is_query_gpu_header(columns: list[str]) -> bool:
+    """True when ``columns`` (a CSV header, :func:`_csv_header`-normalised) is one
+    ``nvidia-smi --query-gpu=... --format=csv`` prints: at least two columns, every one a
+    ``--help-query-gpu`` field, at least one of them naming a GPU (``index``, ``uuid``,
+    ``pci.bus_id``) or a reading this module keeps (``temperature.gpu``, ``ecc.errors...``)."""
+    if len(columns) < 2:
+        return False
+    for col in columns:
+        if col not in _CSV_KEYS and col not in _QUERY_NAMES and col.split(".", 1)[0] not in _QUERY_FAMILIES:
+            return False
+    return any(col in _CSV_IDS or col in _CSV_KEYS for col in columns)
+
+
 def parse_nvidia_smi_csv(text: str, ctx: TimeContext) -> list[TelemetrySample]:
     """Parse ``nvidia-smi --query-gpu=... --format=csv`` (header with units such as
     ``power.draw [W]``; ``nounits`` works too). One sample per data row; time from the
-    ``timestamp`` column (``2026/11/30 01:20:00.821``, host zone). Raises ``ValueError`` when
-    the first non-empty line is not a header with ``index`` and ``uuid``."""
+    ``timestamp`` column (``2026/11/30 01:20:00.821``, host zone); the GPU from whichever of
+    ``index``, ``uuid`` and ``pci.bus_id`` are there (none: a sample that names no GPU).
+    Raises ``ValueError`` when the first non-empty line is not such a header
+    (:func:`is_query_gpu_header`)."""
     lines = text.split("\n")
     start = next((i for i, l in enumerate(lines) if l.strip()), None)
     if start is None:
         raise ValueError("no header")
     header = _csv_header(lines[start])
-    if "index" not in header or "uuid" not in header:
-        raise ValueError("header has no 'index' and 'uuid' columns")
+    if not is_query_gpu_header(header):
+        raise ValueError("the header is not one of nvidia-smi --query-gpu fields")
+    first = header[0]
+    header = [_CSV_ALIASES.get(col, col) for col in header]
     samples = []
     for n in range(start + 1, len(lines)):
         if not lines[n].strip():
             continue
         row = next(csv.reader(io.StringIO(lines[n]), skipinitialspace=True))
         cells = dict(zip(header, (c.strip() for c in row)))
-        if cells.get(header[0]) == header[0]:
+        if row and _csv_header(row[0])[0] == first:
             continue  # repeated header (nvidia-smi -l)
         metric: dict[str, float] = {}
         for col, val in cells.items():
@@ -607,7 +648,7 @@ def detect_format(text: str) -> str | None:
     first = head.split("\n", 1)[0]
     if "," in first:
         cols = _csv_header(first)
-        if "index" in cols and "uuid" in cols:
+        if is_query_gpu_header(cols):
             return "nvidia_smi_csv"
     if head.startswith("{") or head.startswith("["):
         return "nvml_json" if '"uuid"' in text[:65536] else None

@@ -107,7 +107,8 @@ def test_bad_metrics_fall_back_to_log_lines(tmp_path: Path, real_fixtures: Path)
     })
     obs, cov, _ = read(root)
     cut = cov["file:metrics/node-a01/cut.xml"]
-    assert "telemetry parse error" in cut.detail and cut.status == "present"
+    # telemetry that cannot be read is a failed source, whose lines are still read
+    assert "telemetry parse error" in cut.detail and cut.status == "failed"
     assert sum(1 for o in obs if o.position.file.endswith("cut.xml")) == cut.records > 100
     assert cov["file:metrics/node-a01/corrupt.gz"].status == "failed"
     ok = [o for o in obs if o.position.file.endswith("ok.xml.gz")]
@@ -153,3 +154,28 @@ def test_bad_topology_and_missing_dir(tmp_path: Path) -> None:
 def test_exit_code_is_not_sexagesimal(tmp_path: Path) -> None:
     root = bundle(tmp_path, {}, WORKLOAD + "exit_code: 1:0\n")
     assert BundleConnector(root).workload.exit_code == "1:0"
+
+
+def test_a_query_gpu_csv_without_uuid_is_telemetry_and_unreadable_telemetry_fails_aloud(
+        tmp_path: Path, real_fixtures: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An ``nvidia-smi --query-gpu`` CSV with a subset of the columns (no ``uuid``) gives
+    telemetry samples, not log lines; a telemetry file that cannot be read is ``failed`` in the
+    coverage and says so in the log (stderr)."""
+    from tests.connectors.test_telemetry import subset_csv
+
+    real = real_fixtures / "h200-2026-11" / "nvidia-smi-query-gpu.csv"
+    text = subset_csv(real, ["timestamp", "index", "pci.bus_id", "temperature.gpu", "power.draw",
+                             "clocks_event_reasons.hw_thermal_slowdown", "ecc.errors.uncorrected.volatile.total"])
+    xml = (real_fixtures / "h200-2026-11" / "nvidia-smi-q.xml").read_bytes()
+    root = bundle(tmp_path, {"metrics/node-a01/gpu.csv": text.encode(),
+                             "metrics/node-a01/cut.xml": xml[: len(xml) // 3]})
+    with caplog.at_level("WARNING", logger="faultstream.bundle"):
+        obs, cov, _ = read(root)
+    csv_obs = [o for o in obs if o.position.file == "metrics/node-a01/gpu.csv"]
+    assert [(o.kind, o.gpu.index, o.gpu.pci_bus_id, o.metric["power_w"]) for o in csv_obs] == \
+        [("telemetry", 0, "0000:00:06", 123.30)]
+    entry = cov["file:metrics/node-a01/gpu.csv"]
+    assert (entry.status, entry.records) == ("present", 1) and "nvidia_smi_csv: 1 GPU samples" in entry.detail
+    assert cov["file:metrics/node-a01/cut.xml"].status == "failed"
+    assert any("metrics/node-a01/cut.xml: telemetry cannot be read (ParseError" in r.getMessage()
+               for r in caplog.records), caplog.text

@@ -103,6 +103,57 @@ def test_query_gpu_csv(real_fixtures: Path) -> None:
     assert s.at.at_ns == utc("2026-11-30T01:20:00.821Z") and s.line == 2
 
 
+def subset_csv(path: Path, keep: list[str], *, nounits: bool = False) -> str:
+    """The real ``--query-gpu`` CSV at ``path`` with only the columns named in ``keep`` (their
+    names without units), in that order: what ``nvidia-smi --query-gpu=<keep> --format=csv``
+    prints on that machine."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(path.read_text()), skipinitialspace=True))
+    names = [h.split(" [")[0] for h in rows[0]]
+    cols = [names.index(k) for k in keep]
+    header = [(names[i] if nounits else rows[0][i]) for i in cols]
+    body = [[r[i] for i in cols] for r in rows[1:] if r]
+    return "\n".join(", ".join(r) for r in [header, *body]) + "\n"
+
+
+@pytest.mark.parametrize("keep", [
+    ["timestamp", "index", "pci.bus_id", "temperature.gpu", "power.draw", "ecc.errors.uncorrected.volatile.total"],
+    ["index", "temperature.gpu", "clocks_event_reasons.hw_thermal_slowdown"],
+    ["timestamp", "pci.bus_id", "name", "remapped_rows.pending", "power.draw"],
+    ["uuid", "power.draw"],
+], ids=["no-uuid", "index-only", "pci-only", "uuid-only"])
+def test_query_gpu_csv_with_a_subset_of_the_columns(real_fixtures: Path, keep: list[str]) -> None:
+    """Any choice of ``--query-gpu`` columns is telemetry, ``uuid`` or not: the samples keep
+    the readings and the GPU identifiers that are there."""
+    real = real_fixtures / "h200-2026-11" / "nvidia-smi-query-gpu.csv"
+    whole = parse_telemetry(real.read_text(), CTX)[1][0]
+    for nounits in (False, True):
+        text = subset_csv(real, keep, nounits=nounits)
+        assert detect_format(text) == "nvidia_smi_csv", text
+        fmt, samples = parse_telemetry(text, CTX)
+        assert fmt == "nvidia_smi_csv" and len(samples) == 1
+        s = samples[0]
+        assert s.gpu == GpuRef(index=0 if "index" in keep else None, uuid=UUID if "uuid" in keep else None,
+                               pci_bus_id="0000:00:06" if "pci.bus_id" in keep else None)
+        assert s.metric and all(s.metric[k] == whole.metric[k] for k in s.metric)
+        if "power.draw" in keep:
+            assert s.metric["power_w"] == 123.30
+        if "timestamp" in keep:
+            assert s.at.at_ns == utc("2026-11-30T01:20:00.821Z")
+
+
+@pytest.mark.parametrize("header", [
+    "name, driver_version",  # names no GPU and no reading
+    "index, latency_ms",  # a column nvidia-smi does not print
+    "time, host, message",
+    "temperature.gpu",  # one column
+])
+def test_a_csv_that_nvidia_smi_would_not_print_is_not_telemetry(header: str) -> None:
+    assert detect_format(f"{header}\n1, 2\n") is None
+
+
 def test_nvml_json(real_fixtures: Path) -> None:
     fmt, samples = parse(real_fixtures / "h200-2026-11" / "nvml.json")
     assert fmt == "nvml_json" and len(samples) == 1
