@@ -196,14 +196,24 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
     out: list = []
     if suspects or suspect_hosts:
         # corroboration: a strong cause on a suspect rank (or on its host, not on a waiter)
+        # (a killed process is the stopped member itself, however weak its line is alone: a
+        # SIGKILL names the victim, not the sender; the waits that point at it make it the
+        # cause of the job's failure, so they lend it their weight)
         for hyp in hyps:
-            if hyp.family not in ("gpu", "host", "killed", "app", "fabric", "rack") or hyp.strength < weight:
+            if hyp.family not in ("gpu", "host", "killed", "app", "fabric", "rack"):
+                continue
+            if hyp.strength < weight and hyp.family != "killed":
                 continue
             hr = hypothesis_ranks(hyp)
             on_rank = bool(hr & set(suspects))
             on_host = suspect_hosts <= hyp.hosts and not (hr & waiters)
             if on_rank or on_host:
                 hyp.extra_ranks |= set(suspects)
+                if hyp.strength < weight:
+                    hyp.derived_weight = max(hyp.derived_weight, weight)
+                    hyp.reasons.append(
+                        f"{len(waiters)} other member(s) waited on rank(s) {', '.join(map(str, suspects))}: "
+                        "the kill is what stopped the job")
                 return []
         strength = max(weight, outweigh)
         how = []

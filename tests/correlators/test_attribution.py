@@ -320,3 +320,32 @@ def test_a_storage_errno_stays_storage():
     e = ev("os.error", 30, "node-a01", errno=5, errno_name="EIO", category="storage", exception="OSError",
            strerror="Input/output error", path="/ckpt/x")
     assert run(spec(rpn=2), [e], present("node-a01", "node-a02")).domain == "storage"
+
+
+# --- SIGKILL: the victim, not the sender ----------------------------------------------------------
+
+
+def test_a_lone_sigkill_names_its_victim_weakly_and_never_the_program():
+    # torch.multiprocessing: "process 0 terminated with signal SIGKILL", no OOM-killer line
+    s = spec(nodes=("node-a01",), rpn=1)
+    att = run(s, [ev("proc.killed", 30, "node-a01", signal=9, signal_name="SIGKILL", process_index=0,
+                     source="mp.spawn")], present("node-a01"))
+    assert att.root_cause.code == "proc.killed.sigkill"
+    assert att.domain == "host"  # sent from outside the process: the OOM killer most often
+    lone = att.confidence
+    # the peers that waited on the killed rank make it the cause of the job's failure
+    s2 = spec(nodes=("node-a01", "node-a02"), rpn=1)
+    events = [ev("proc.killed", 31.30, "node-a02", pid=572, signal=9, signal_name="SIGKILL", local_rank=0),
+              ev("net.connection_reset", 31.27, "node-a01", rank=0, peer="10.0.0.12:11692", reason="reset",
+                 backend="gloo")]
+    corroborated = run(s2, events, present("node-a01", "node-a02"))
+    assert corroborated.root_cause.code == "proc.killed.sigkill"
+    assert corroborated.culprits.ranks == [1]
+    assert corroborated.confidence > lone
+
+
+def test_an_oom_kill_line_outweighs_the_sigkill_it_sent():
+    s = spec(nodes=("node-a01",), rpn=1)
+    events = [ev("host.oom_kill", 29, "node-a01", pid=4242, process="python3"),
+              ev("proc.killed", 30, "node-a01", signal=9, signal_name="SIGKILL", pid=4242)]
+    assert run(s, events, present("node-a01")).root_cause.code == "host.oom_kill"
