@@ -18,6 +18,8 @@ error"; ``power_save.c``: "ResumeTimeout reached", "reboot timed out"; ``slurm_e
 
 from __future__ import annotations
 
+import errno as _errno_mod
+import os
 import re
 from typing import TYPE_CHECKING
 
@@ -288,4 +290,41 @@ def slurmd_config_error(draft: Draft, match: re.Match[str] | None, obs: Observat
         a.update(code="register_failed", detail=reg)
     elif parse:
         a.update(code="gres_conf_parse", detail=parse_detail)
+    return [draft]
+
+
+#: strerror(3) text (what %m prints) -> errno name, from the C library's own table
+_ERRNO_BY_STRERROR: dict[str, str] = {os.strerror(n): name for n, name in sorted(_errno_mod.errorcode.items())}
+#: slurmd's staged batch script: <SlurmdSpoolDir>/job%05u/slurm_script (mgr.c _batch_script_path)
+_BATCH_SCRIPT = re.compile(r"^(?P<spool>.*)/job\d+(?:\.\d+)?/slurm_script$")
+
+
+@hook("slurm_execve")
+def slurm_execve(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """slurmstepd could not exec a task or script -> ``sched.config_error`` with ``code``
+    batch_script_missing (ENOENT on slurmd's staged ``.../jobN/slurm_script``: the node's spool
+    state), batch_script_noexec (EACCES there: a noexec spool), bad_interpreter,
+    script_execve_failed (TaskProlog/TaskEpilog and other scripts run as the user) or
+    execve_failed (the user's program); ``errno`` (the text) and ``errno_name``; ``spool``
+    for the batch script."""
+    a = draft.attributes
+    script, script_errno = a.pop("script", None), a.pop("script_errno", None)
+    if script:
+        a.update(code="script_execve_failed", script=script, errno=script_errno)
+    text = str(a.get("errno") or "").strip().rstrip(".")
+    name = _ERRNO_BY_STRERROR.get(text)
+    if name:
+        a["errno_name"] = name
+    if script:
+        return [draft]
+    if a.get("interpreter") is not None:
+        a["code"] = "bad_interpreter"
+        return [draft]
+    program = str(a.get("program") or "").strip()
+    m = _BATCH_SCRIPT.match(program)
+    if m and name in ("ENOENT", "EACCES"):
+        a["code"] = "batch_script_missing" if name == "ENOENT" else "batch_script_noexec"
+        a["spool"] = m["spool"] or "/"
+    else:
+        a["code"] = "execve_failed"
     return [draft]
