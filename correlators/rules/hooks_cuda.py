@@ -140,6 +140,25 @@ def _fill_cuda(draft: Draft, row: CudaError | None, text: str | None) -> None:
         a["text"] = text.strip()[:300]
 
 
+#: ProcessGroupNCCL's log prefix on its watchdog / abort lines (torch/csrc/distributed/c10d/
+#: ProcessGroupNCCL.cpp): "[Rank N] " (1.x-2.1), "[PG <id> Rank N] " (2.2-2.3), "[PG ID <id> PG
+#: GUID <guid>(<desc>) Rank N] " (2.4+); N is the rank within that process group, the global
+#: rank for the default group (PG 0, default_pg) and for the unnumbered legacy form
+_PG_RANK = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+) )?(?:PG GUID (?P<guid>[^\]\s]+) )?Rank (?P<rank>\d+)\]")
+
+
+def pg_global_rank(line: str) -> int | None:
+    """The global rank a ProcessGroupNCCL prefix in ``line`` states (the last one before the
+    text that matters), or None for a sub-group's rank or no prefix."""
+    found = list(_PG_RANK.finditer(line))
+    if not found:
+        return None
+    m = found[-1]
+    if m["pg"] not in (None, "0") and "default_pg" not in (m["guid"] or ""):
+        return None
+    return int(m["rank"])
+
+
 @hook("cuda_error")
 def cuda_error(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
     """Resolve a CUDA error framing into ``cuda.error`` attributes.
@@ -182,6 +201,14 @@ def cuda_error(draft: Draft, match: re.Match[str] | None, obs: Observation, rule
         # CUDA <= 10.0 numbered some codes differently (device-side assert was 59)
         a["printed_errno"] = errno
         a.setdefault("cuda_errno", errno)
+    if draft.rank is None and match is not None:
+        # "[Rank 1] NCCL watchdog thread terminated with exception: CUDA error: ...": the
+        # watchdog checks its own process's device, so the CUDA error is that rank's
+        body = obs.body or ""
+        line_start = body.rfind("\n", 0, match.start()) + 1
+        rank = pg_global_rank(body[line_start:match.start()])
+        if rank is not None:
+            draft.rank = rank
     return [draft]
 
 

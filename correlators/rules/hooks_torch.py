@@ -183,9 +183,14 @@ def torch_comm_aborted(draft: Draft, match: re.Match[str] | None, obs: Observati
     """``NCCL communicator was aborted on rank N. Original reason for failure was: <reason>``
     (stage=aborted, comm_rank) or ``... watchdog thread terminated with exception: <reason>``
     (stage=watchdog_exception): ``reason`` (str, the quoted failure) and ``reason_kind``
-    (cuda_error | nccl_error | timeout | other) classified from it."""
+    (cuda_error | nccl_error | timeout | other) classified from it; the watchdog's ``[PG p
+    Rank r]`` prefix gives ``pg`` / ``pg_rank``, and the event's rank for the default group."""
     a = draft.attributes
     wd = a.pop("wd_reason", None)
+    guid = a.pop("pg_guid", None)
+    if draft.rank is None and isinstance(a.get("pg_rank"), int) and (
+            a.get("pg") in (None, 0) or "default_pg" in (guid or "")):
+        draft.rank = a["pg_rank"]  # the default group's rank is the global rank
     a["stage"] = "aborted" if "comm_rank" in a else "watchdog_exception"
     reason = (a.get("reason") or wd or "").strip()
     if reason:
