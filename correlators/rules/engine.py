@@ -40,7 +40,8 @@ from correlators import unrecognised as _unrecognised
 import correlators.rules.code as _code
 from correlators.rules.code import HOOKS, Draft, normalize_peer, normalize_pci
 from correlators.rules.scan import LiteralSet
-from correlators.rules.spotter import Spotter
+from correlators.rules.spotter import Spotter, negative_context
+from correlators.rules.unwrap import unwrap
 from correlators.rules.model import MISSING, Condition, FieldSpec, Rule, RuleError
 from schemas.records import SCHEMA_VERSION, TIME_NS_MAX, TIME_NS_MIN, EvidenceRef, Event, GpuRef, Observation, Position, Source, check_json_value
 from schemas.utc import format_utc
@@ -203,6 +204,18 @@ def _line_context(body: str, pos: int) -> tuple[int | None, int | None, str | No
     return rank, mpi, host, dev, pid
 
 
+def _in_negative_context(body: str, pos: int, end: int) -> bool:
+    """True when a frame match starting at ``pos`` is in a context where words report nothing
+    (a comment, a help text leading to it, a list of skipped codes: the contexts of
+    :data:`correlators.rules.spotter.NEGATIVE_CONTEXTS` that frames honour)."""
+    start = body.rfind("\n", 0, pos) + 1
+    stop = body.find("\n", pos)
+    last = body.rfind("\n", 0, max(end - 1, pos)) + 1
+    last_stop = body.find("\n", last)
+    return negative_context(body[start:stop if stop >= 0 else len(body)], body[start:pos], frames=True,
+                            end_line=body[last:last_stop if last_stop >= 0 else len(body)]) is not None
+
+
 # ----------------------------------------------------------------------------- the pack
 
 
@@ -327,6 +340,7 @@ class RulePack:
         body = obs.body
         if not body or not self._prefilter.search(body):
             return []
+        body = unwrap(body)
         out: list[Event] = []
         hit = self._rules_hit(body)
         for rule in hit:
@@ -408,6 +422,8 @@ class RulePack:
             matches = (m,) if m else ()
         out: list[Draft] = []
         for m in matches:
+            if _in_negative_context(body, m.start(), m.end()):
+                continue
             d = Draft(type=rule.event, attributes=dict(rule.attributes))
             groups = m.groupdict()
             for spec in rule.fields:

@@ -94,6 +94,18 @@ def _load() -> tuple[dict[str, FailureCode], dict[int, FailureCode], list[tuple[
 
 CODES_BY_NAME, CODES_BY_ID, _TEMPLATES = _load()
 
+
+def message_templates() -> list[tuple[str, FailureCode]]:
+    """(printf template, code) for every message template of ``dcgm-fr.csv`` whose code
+    reports a fault (informational codes left out), in table order."""
+    out = []
+    with TABLE_PATH.open(newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            fc = CODES_BY_NAME[row["code"]]
+            if fc.fault_class != "none":
+                out.extend((t, fc) for t in filter(None, (x.strip() for x in row["templates"].split(" || "))))
+    return out
+
 #: "Detected %ld %s for GPU %u" is shared by several codes; the field name decides
 _SHARED = {"DCGM_FR_FIELD_VIOLATION", "DCGM_FR_SBE_VIOLATION", "DCGM_FR_DBE_VIOLATION",
            "DCGM_FR_PCIE_REPLAY_VIOLATION", "DCGM_FR_FIELD_THRESHOLD", "DCGM_FR_SBE_THRESHOLD_VIOLATION",

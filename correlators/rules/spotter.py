@@ -27,9 +27,11 @@ Vocabularies (each compiled from its table, never from example lines):
   ncclSystemError, ncclInternalError, ncclInvalidArgument, ncclInvalidUsage, ncclRemoteError).
 
 Negative contexts (:data:`NEGATIVE_CONTEXTS`) keep the same words out of places where they
-report nothing: source lines (comments, ``if``/``raise``/``case``/comparisons), help and
-listing texts (``e.g.``, ``such as``, ``one of``), lists of what a tool ignores or skips, and
-negations (``no Xid``). They are checked on the line holding the word.
+report nothing: comments and source lines (``if``/``raise``/``case``, comparisons), help and
+listing texts (``e.g.``, ``such as``, ``one of`` leading to the word), lists of what a tool
+ignores or skips, references to an earlier error (``caused by previous Xid``) and negations
+(``no Xid``). They are checked on the line holding the word; frame rules honour the first
+three at the start of their match.
 """
 
 from __future__ import annotations
@@ -75,36 +77,42 @@ SPOT_RULES: dict[str, Rule] = {r.id: r for r in (
 NCCL_RESULTS = ("ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError", "ncclInvalidArgument",
                 "ncclInvalidUsage", "ncclRemoteError")
 
-#: Lines where a vocabulary word reports nothing (checked on the line holding the word):
-#: (name, pattern). Each has negative examples in tests/correlators/test_spotter.py.
-NEGATIVE_CONTEXTS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("comment", re.compile(r"^\s*(?:#|//|/\*|\*\s|--\s)")),
-    ("source code", re.compile(
-        r"^\s*(?:\[rank\d+\]:\s*)?(?:raise|if|elif|else|except|return|case|assert|while|for|def|throw|catch|"
-        r"switch|#define|const|static|enum|typedef|yield|print\(|printf\(|fprintf\(|std::cerr|log\.)\b")),
-    ("comparison", re.compile(r"(?:==|!=|<=|>=)\s*\w*\s*$|(?:==|!=)\s*[\w.:]*$")),
-    ("reference", re.compile(r"(?i)\b(?:caused by|triggered by|due to|after|following)(?: an?| the)?"
-                             r"(?: previous| prior| earlier)?\s*$|(?i:previous|prior|earlier)\s+$")),
+#: Where a vocabulary word reports nothing: (name, pattern, read, frames). ``read`` says what
+#: the pattern is searched in: ``line`` (the whole line holding the word), ``before`` (the
+#: line up to the word: the phrase must lead to it) or ``end`` (the whole line; for a frame
+#: match, the line where it ends: PyTorch's traceback frames start on the echoed source line
+#: and end on the exception's). ``frames``: frame rules honour it too; the others are the
+#: spotter's alone. Each has negative examples in tests/correlators/test_spotter.py.
+NEGATIVE_CONTEXTS: tuple[tuple[str, re.Pattern[str], str, bool], ...] = (
+    ("comment", re.compile(r"^\s*(?:#|//|/\*)"), "line", True),
+    ("option help", re.compile(r"^\s*(?:usage:|-{1,2}[a-z][\w-]*[ =]+[A-Z_]*\s)", re.IGNORECASE), "line", True),
     ("help or listing", re.compile(
-        r"(?i)\b(?:usage:|e\.g\.|i\.e\.|for example|such as|one of|possible values|valid values|"
-        r"documentation|see https?://|e\. ?g\.|search for|for more information|for details)")),
+        r"(?i)(?:^\s*usage:|\b(?:e\.g\.|i\.e\.|for example|such as|one of|possible values|valid values|"
+        r"search for|codes? like)[\s:,(`'\"]{0,3}(?:[\w.-]+[\s,/]{1,3}){0,3})$"), "before", True),
     ("ignored", re.compile(
         r"(?i)\b(?:ignor(?:e|es|ed|ing)|skip(?:s|ped|ping)?|whitelist(?:ed)?|allowlist(?:ed)?|"
-        r"exclud(?:e|ed|ing)|suppress(?:ed|ing)?|filter(?:ed|ing) out|masked)\b")),
-    ("negation", re.compile(r"(?i)\b(?:no|without|zero|0|none of the|never)\s+(?:new\s+|recent\s+)?"
-                            r"(?:s?xid|xids|errors?|dcgm_fr\w*|cuda errors?)\b")),
+        r"exclud(?:e|ed|ing)|suppress(?:ed|ing)?|filter(?:ed|ing) out|masked)\b[^.;!?]{0,60}$"), "before", True),
+    ("source code", re.compile(
+        r"^\s*(?:\[rank\d+\]:\s*)?(?:raise|if|elif|else|except|return|case|assert|while|for|def|throw|catch|"
+        r"switch|#define|const|static|enum|typedef|yield|print\(|printf\(|fprintf\(|std::cerr|log\.)\b"),
+     "end", True),
+    ("comparison", re.compile(r"(?:==|!=|<=|>=)\s*[\w.:]*\s*$"), "before", False),
+    ("reference", re.compile(r"(?i)\b(?:caused by|triggered by|due to|after|following)(?: an?| the)?"
+                             r"(?: previous| prior| earlier)?\s*$|(?i:previous|prior|earlier)\s+$"), "before", False),
+    ("negation", re.compile(r"(?i)\b(?:no|without|zero|none of the|never)\s+(?:new\s+|recent\s+)?"
+                            r"(?:s?xid|xids|errors?|dcgm_fr\w*|cuda errors?)\b"), "line", False),
 )
 
 
-#: negative contexts read in the part of the line before the word
-_READ_BEFORE = frozenset({"comparison", "reference"})
-
-
-def negative_context(line: str, before: str) -> str | None:
-    """The name of the first negative context (:data:`NEGATIVE_CONTEXTS`) ``line`` is in, or
-    None. ``before`` is the part of the line before the word (comparisons are read there)."""
-    for name, rx in NEGATIVE_CONTEXTS:
-        text = before if name in _READ_BEFORE else line
+def negative_context(line: str, before: str, frames: bool = False, end_line: str | None = None) -> str | None:
+    """The name of the first negative context (:data:`NEGATIVE_CONTEXTS`) a word is in, or
+    None: ``line`` is the line holding it, ``before`` the line up to it, ``end_line`` the line
+    where a frame match ends (default ``line``). ``frames``: only the contexts frame rules
+    honour."""
+    for name, rx, read, for_frames in NEGATIVE_CONTEXTS:
+        if frames and not for_frames:
+            continue
+        text = before if read == "before" else (end_line if read == "end" and end_line is not None else line)
         if rx.search(text):
             return name
     return None
@@ -159,8 +167,13 @@ class Spotter:
         self._auto = ahocorasick.Automaton()
         anchors: dict[str, list[tuple[Callable[..., Spot | None], Any]]] = {}
 
-        def add(word: str, reader: Callable[..., Spot | None], arg: Any) -> None:
+        literals: set[str] = set()
+
+        def add(word: str, reader: Callable[..., Spot | None], arg: Any, printed: str | None = None) -> None:
+            """``word``: the anchor (lower case for texts read case-insensitively);
+            ``printed``: the word as the vendor prints it, for the pack's prefilter."""
             anchors.setdefault(word, []).append((reader, arg))
+            literals.add(printed or word)
 
         for row in hooks_cuda.CUDA_ERRORS:
             if row.errno == 0:
@@ -170,24 +183,25 @@ class Spotter:
                     add(name, self._cuda_name, row)
             for text in (row.text, *row.alt_texts):
                 if len(text.split()) >= 4:
-                    add(text.lower(), self._cuda_text, row)
+                    add(text.lower(), self._cuda_text, row, text)
         for word in ("Xid", "XID"):
             add(word, self._xid, None)
         add("SXid", self._sxid, None)
         add("DCGM_FR_", self._dcgm_name, None)
-        for rx, fc, _ in hooks_dcgm._TEMPLATES:
-            lit = max(re.split(r"\\s\*|\.\+\?|-\?\[\\d\.\]\+\(\?:e\[-\+\]\?\\d\+\)\?|\(\?:0x\)\?\[0-9a-fA-F\]\+",
-                               rx.pattern), key=len)
-            lit = re.sub(r"\\(.)", r"\1", lit).strip()
+        for template, fc in hooks_dcgm.message_templates():
+            # the template's longest literal run anchors it; the compiled template reads it
+            lit = " ".join(max(hooks_dcgm._FMT.split(template), key=len).split())
             if len(lit) >= 12:
-                add(lit.lower(), self._dcgm_text, (rx, fc))
+                add(lit.lower(), self._dcgm_text, fc, lit)
         add("NVML_ERROR_", self._nvml_name, None)
         for name in NCCL_RESULTS:
             add(name, self._nccl_name, name)
         for word, readers in anchors.items():
             self._auto.add_word(word, (len(word), tuple(readers)))
         self._auto.make_automaton()
-        self.literals: tuple[str, ...] = tuple(sorted(anchors))
+        #: the anchors as printed, for the pack's prefilter (a record holding none of them holds
+        #: no vocabulary word in the case its vendor prints it)
+        self.literals: tuple[str, ...] = tuple(sorted(literals))
 
     def spot(self, body: str) -> list[Spot]:
         """Every vocabulary word of ``body`` outside a negative context, in body order, one
@@ -302,12 +316,11 @@ class Spotter:
             return None
         return self._dcgm(fc, name, line[m.end() - line_start:].strip(" :-=") or None, start)
 
-    def _dcgm_text(self, body, start, end, line_start, line, arg) -> Spot | None:
-        rx, fc = arg
-        if rx.search(line) is None:
-            return None
-        fc = hooks_dcgm.code_of_message(line) or fc
-        return self._dcgm(fc, None, line.strip(), start)
+    def _dcgm_text(self, body, start, end, line_start, line, fc) -> Spot | None:
+        found = hooks_dcgm.code_of_message(line)
+        if found is None:
+            return None  # the anchor without the rest of a DCGM message
+        return self._dcgm(found, None, line.strip(), start)
 
     def _nvml_name(self, body, start, end, line_start, line, _) -> Spot | None:
         m = _NVML_NAME.match(body, start)

@@ -1,0 +1,174 @@
+"""Vocabulary first, frames second: every vocabulary entry in every framing gives its event
+(the framing matrix of correlators/rules/coverage.py), healthy look-alikes give nothing, frame
+rules win over spots, and wrapped records are read as their emitter printed them."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import orjson
+import pytest
+
+from correlators.rules import load_rule_pack
+from correlators.rules.coverage import FRAMINGS, NEGATIVE_FRAMINGS, coverage_matrix, vocabulary_entries
+from correlators.rules.spotter import NEGATIVE_CONTEXTS, Spotter
+from correlators.rules.unwrap import unwrap
+from tests.correlators.test_rules import obs_for
+
+PACK = load_rule_pack()
+ENTRIES = vocabulary_entries()
+
+
+def events(text):
+    return PACK.extract(obs_for(text, host="node-a01"))
+
+
+def test_every_vocabulary_is_compiled_from_its_table():
+    count = Counter(e.vocabulary for e in ENTRIES)
+    # cuda-errors.csv: runtime and driver names; the XID catalog; sxid-codes.csv; the DCGM codes
+    # that report a fault; NVML's failing return codes; NCCL's error results
+    assert count["cuda"] > 200 and count["cuda-text"] > 60
+    assert count["xid"] >= 100 and count["sxid"] > 400
+    assert count["dcgm"] > 100 and count["nvml"] >= 20 and count["nccl"] == 6
+
+
+@pytest.mark.parametrize("vocabulary", sorted({e.vocabulary for e in ENTRIES}))
+def test_framing_matrix_every_entry_in_every_framing(vocabulary):
+    rows = coverage_matrix(PACK, [e for e in ENTRIES if e.vocabulary == vocabulary])
+    misses = [(r.entry.name, r.misses) for r in rows if r.misses]
+    wrong = [(r.entry.name, r.false_positives) for r in rows if r.false_positives]
+    assert not misses, f"{len(misses)} entries missed in some framing, e.g. {misses[:3]}"
+    assert not wrong, f"{len(wrong)} entries gave an event in a negative framing, e.g. {wrong[:3]}"
+    assert all(len(r.hits) == len(FRAMINGS) for r in rows)
+
+
+def test_the_framings_are_the_documented_list():
+    assert list(FRAMINGS) == ["bare", "syslog-rfc3164", "syslog-rfc5424", "journald", "dmesg-raw", "dmesg-T",
+                              "pdsh", "cri", "kubectl-prefix", "json", "python-exception", "python-logging",
+                              "glog", "continuation"]
+    assert set(NEGATIVE_FRAMINGS) == {"source-line", "comment", "option-help", "help-text", "skipped"}
+
+
+# --- the kinds of line a frame-only pack missed -------------------------------------------------
+
+
+def test_cuda_enum_on_the_continuation_line_of_an_application_message():
+    got = events("my_kernel.cu:88: cudaMemcpyAsync failed with error 700\n"
+                 "  cudaErrorIllegalAddress: an illegal memory access was encountered")
+    assert [(e.type, e.attributes["error"], e.attributes["cuda_errno"]) for e in got] == [
+        ("cuda.error", "illegal_address", 700)]
+
+
+def test_a_cuda_description_alone_on_a_continuation_line():
+    got = events("ERROR: the training step failed:\n    uncorrectable ECC error encountered")
+    assert [(e.type, e.attributes["error"], e.attributes["frame"]) for e in got] == [
+        ("cuda.error", "ecc_uncorrectable", "none")]
+
+
+def test_xid_fragment_without_its_nvrm_prefix_with_the_nvlink5_subcode():
+    got = events("node-a01 reported Xid (PCI:0000:9b:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 04 "
+                 "(0x025001c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)")
+    [e] = got
+    assert (e.type, e.attributes["xid"], e.attributes["frame"], e.gpu.pci_bus_id) == ("gpu.xid", 149, "none", "0000:9b:00")
+    assert e.attributes["nvlink_severity"] == "fatal" and e.attributes["link"] == 4
+    assert e.attributes["mnemonic"] == "NVLINK_NETIR_ERROR"
+    assert e.rule == "vocab.xid@1"
+
+
+def test_an_xid_line_that_ends_at_the_code():
+    [e] = events("Nov 30 01:20:31 node-a01 gpu-monitor[311]: GPU 0000:3b:00.0 Xid 79")
+    assert (e.type, e.attributes["xid"], e.attributes["immediate_action"]) == ("gpu.xid", 79, "RESTART_BM")
+
+
+def test_a_dcgm_message_reprinted_by_a_health_daemon():
+    [e] = events('level=error msg="GPU 2 failed health check" code=DCGM_FR_VOLATILE_DBE_DETECTED '
+                 'detail="Detected 2 volatile double-bit ECC error(s) in GPU 2."')
+    assert (e.type, e.attributes["fr_code"], e.attributes["fault_class"]) == (
+        "dcgm.failure", "DCGM_FR_VOLATILE_DBE_DETECTED", "gpu_hardware")
+
+
+def test_a_dcgm_message_text_without_its_code_name():
+    got = events("[nhc] check_gpu: Detected 12 volatile double-bit ECC error(s) in GPU 5.")
+    assert [(e.type, e.attributes["fr_code"]) for e in got] == [("dcgm.failure", "DCGM_FR_VOLATILE_DBE_DETECTED")]
+
+
+def test_the_device_plugin_xid_line_keeps_its_frame_event_and_is_not_spotted_twice():
+    got = events("I0809 13:32:51.873541       1 health.go:185] XidCriticalError: Xid=94 on "
+                 "Device=GPU-00000000-0000-0000-0000-000000000001; marking device as unhealthy.")
+    assert [(e.type, e.attributes.get("xid"), "frame" in e.attributes) for e in got] == [("gpu.unhealthy", 94, False)]
+
+
+def test_a_frame_rule_wins_over_the_spot_of_the_same_fact():
+    got = events("[Mon Nov 30 01:21:04 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, "
+                 "GPU has fallen off the bus.")
+    assert [(e.type, e.rule) for e in got] == [("gpu.xid", "gpu.xid@3")]
+
+
+# --- healthy look-alikes -------------------------------------------------------------------------
+
+LOOKALIKES = [
+    "I1130 01:20:31.299000       1 health.go:70] Ignoring the following XIDs for health checks: map[13:true 31:true 43:true]",
+    "Nov 30 01:20:31 node-a01 gpu-monitor[311]: no Xid errors since boot",
+    "kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149",
+    "Search for `cudaErrorAssert' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.",
+    "    if (err == cudaErrorIllegalAddress) {",
+    "  # retry on CUDA_ERROR_LAUNCH_FAILED and Xid 79",
+    '[rank1]:     if r == 1: raise RuntimeError("CUDA error: an illegal memory access was encountered (simulated in rank 1)")',
+    "dcgm-exporter: skipping field DCGM_FR_VOLATILE_DBE_DETECTED on unsupported GPU",
+    "  --xid-ignore LIST   Xid codes to leave alone, e.g. Xid 13, Xid 31",
+    "temperature oxidation 79 C",
+]
+
+
+@pytest.mark.parametrize("line", LOOKALIKES)
+def test_healthy_lookalikes_give_no_vocabulary_event(line):
+    got = [e for e in events(line) if e.type in ("gpu.xid", "cuda.error", "dcgm.failure", "nvml.error")]
+    # the XID 45 line is its own frame event; the XID it names as its cause is not a new one
+    assert [(e.type, e.attributes.get("xid")) for e in got] in ([], [("gpu.xid", 45)]), line
+
+
+def test_every_negative_context_has_a_lookalike_it_rejects():
+    spotter = Spotter()
+    names = {name for name, *_ in NEGATIVE_CONTEXTS}
+    rejected = set()
+    for line in LOOKALIKES + ["-- see the manual: possible values such as Xid 79",
+                              "dcgmi health: none of the xids seen (Xid 48 would need a reset)",
+                              "NVRM: Xid (PCI:0000:dc:00): 45, Ch 00000001 caused by previous Xid 149"]:
+        for name, rx, read, _ in NEGATIVE_CONTEXTS:
+            word = next((w for w in ("Xid", "cudaError", "CUDA_ERROR", "DCGM_FR_") if w in line), None)
+            before = line[:line.rindex(word)] if word else line
+            if rx.search(before if read == "before" else line):
+                rejected.add(name)
+    assert rejected == names, names - rejected
+    assert spotter.spot("all good: Xid 79 seen on GPU 3")  # the plain word is still read
+
+
+# --- wrapped records -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wrapped, inner", [
+    ("2026-11-30T01:20:31.299000000Z stderr F [rank3]: RuntimeError: boom", "[rank3]: RuntimeError: boom"),
+    ("[pod/trainer-0/main] node-a01:4107:4160 [0] NCCL WARN x", "node-a01:4107:4160 [0] NCCL WARN x"),
+    ("node-a01: [ 9812.3] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, x", "[ 9812.3] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, x"),
+    (orjson.dumps({"log": "[rank2]: ncclSystemError: x\n", "stream": "stderr"}).decode(), "[rank2]: ncclSystemError: x"),
+    ("2026-11-30T01:20:31.1Z stdout F " + orjson.dumps({"msg": "E1130 f.cc:1] x"}).decode(), "E1130 f.cc:1] x"),
+])
+def test_unwrap_removes_collector_wrappers(wrapped, inner):
+    assert unwrap(wrapped) == inner
+
+
+@pytest.mark.parametrize("line", [
+    "torch.distributed.DistBackendError: NCCL error in: x",
+    "rank0: NCCL WARN x",
+    "RuntimeError: CUDA error: out of memory",
+    "{not json}",
+    '{"level": "error"}',
+])
+def test_unwrap_leaves_other_prefixes_alone(line):
+    assert unwrap(line) is line
+
+
+def test_a_rank_prefix_inside_a_cri_line_names_the_rank():
+    [e] = [e for e in events("2026-11-30T01:20:31.299000000Z stderr F [rank3]: RuntimeError: CUDA error: "
+                             "an illegal memory access was encountered") if e.type == "cuda.error"]
+    assert (e.rank, e.attributes["error"]) == (3, "illegal_address")
