@@ -585,17 +585,67 @@ def rules_suggest(
     """Print a YAML rule skeleton (template, keywords, pattern, example line) for each
     template of error-severity lines that no rule knows, most frequent first. Fill in its
     source, event type and fields, then load it with the pack (correlators/rules/)."""
+    from correlators.rules import load_rule_pack
     from correlators.unrecognised import EVENT_TYPE, mine_templates, suggest_rules
     from streams.replay import replay_bundle
 
+    pack = load_rule_pack()
+    fallbacks = {r.ref for r in pack.rules if r.fallback}
     unknown = []
     for bundle in bundles:
         try:
             result = replay_bundle(bundle)
         except BundleError as exc:
             cli_fail(str(exc))
-        unknown.extend(e for e in result.events if e.type == EVENT_TYPE)
+        # a line only a fallback rule read (a bare NCCL WARN, an uncaught exception) is offered
+        # like one no rule knows: a specific rule would say what it means
+        unknown.extend(e for e in result.events if e.type == EVENT_TYPE or e.rule in fallbacks)
     typer.echo(suggest_rules(mine_templates(unknown), min_count=min_count), nl=False)
+
+
+@rules_app.command("coverage")
+def rules_coverage(
+    misses_only: bool = typer.Option(False, "--misses", help="only the entries missed in some framing"),
+) -> None:
+    """Print the framing matrix: per vocabulary (CUDA names and descriptions, XID, SXID, DCGM,
+    NVML, NCCL results) its entries' hits in each framing (bare, syslog, journald, dmesg, pdsh,
+    CRI, kubectl, JSON, Python, glog, continuation) and the events its negative framings (source
+    line, comment, help texts, skipped lists) gave although they must not; then each missed
+    entry. Exit 1 on any miss or false positive."""
+    from rich.table import Table
+
+    from correlators.rules import load_rule_pack
+    from correlators.rules.coverage import FRAMINGS, NEGATIVE_FRAMINGS, coverage_matrix
+
+    rows = coverage_matrix(load_rule_pack())
+    vocabularies = sorted({r.entry.vocabulary for r in rows})
+    table = Table(title="vocabulary x framing (hits / entries)", title_justify="left")
+    table.add_column("framing")
+    for v in vocabularies:
+        table.add_column(v, justify="right")
+    for framing in list(FRAMINGS) + [f"not: {n}" for n in NEGATIVE_FRAMINGS]:
+        cells = []
+        for v in vocabularies:
+            mine = [r for r in rows if r.entry.vocabulary == v]
+            if framing.startswith("not: "):
+                wrong = sum(framing[5:] in r.false_positives for r in mine)
+                cells.append(f"{wrong} wrong" if wrong else "0")
+            else:
+                cells.append(f"{sum(framing in r.hits for r in mine)}/{len(mine)}")
+        table.add_row(framing, *cells)
+    console = Console()
+    if not misses_only:
+        console.print(table)
+    bad = [r for r in rows if r.misses or r.false_positives]
+    for r in bad:
+        console.print(f"{r.entry.vocabulary} {r.entry.name}: missed in {', '.join(r.misses) or '-'}; "
+                      f"wrong in {', '.join(r.false_positives) or '-'}", markup=False)
+    hits = sum(len(r.hits) for r in rows)
+    console.print(f"{len(rows)} entries x {len(FRAMINGS)} framings: {hits} hits, "
+                  f"{len(rows) * len(FRAMINGS) - hits} misses, {sum(len(r.false_positives) for r in rows)} false positives",
+                  markup=False)
+    if bad:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -158,6 +158,30 @@ def test_replay_shows_and_rules_suggest_prints_unrecognised_lines(tmp_path: Path
     assert bad.exit_code == 2
 
 
+def test_rules_suggest_offers_a_line_only_a_fallback_rule_read(tmp_path: Path) -> None:
+    """A bare NCCL WARN no specific rule explains gives the fallback nccl.warn event; it is
+    offered for a rule of its own like an unrecognised line."""
+    bundle = _bundle_with_line(
+        tmp_path, "[Mon Nov 30 01:21:02 2026] node-a01:4107:4160 [0] misc/frob.cc:12 NCCL WARN frobnicator 3 lost its lease")
+    events = [e for e in replay_bundle(bundle).events if e.type == "nccl.warn"]
+    assert events and all(e.rule.startswith("nccl.warn@") for e in events)
+    sug = CliRunner().invoke(app, ["rules", "suggest", str(bundle)])
+    assert sug.exit_code == 0, sug.output
+    (rule,) = yaml.safe_load(sug.output)["rules"]
+    assert "frobnicator" in rule["examples"][0]["line"] and "lost its lease" in rule["examples"][0]["line"]
+
+
+def test_rules_coverage_prints_the_framing_matrix_without_a_miss() -> None:
+    out = CliRunner().invoke(app, ["rules", "coverage"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "not: source-line" in out.output and "continuation" in out.output
+    from correlators.rules.coverage import FRAMINGS, vocabulary_entries
+
+    n = len(vocabulary_entries())
+    assert out.output.strip().splitlines()[-1] == (
+        f"{n} entries x {len(FRAMINGS)} framings: {n * len(FRAMINGS)} hits, 0 misses, 0 false positives")
+
+
 def test_a_log_line_never_drives_the_terminal(tmp_path: Path) -> None:
     bundle = _bundle_with_line(tmp_path, "[Mon Nov 30 01:21:02 2026] frob \x1b[31mself-test\x1b[0m failed")
     out = CliRunner().invoke(app, ["replay", str(bundle), "--no-store"], env={"COLUMNS": "200"})

@@ -70,6 +70,25 @@ def test_score_calibration_on_every_labelled_bundle_keeps_the_quality_promises()
     assert rows["definitive"][-1] == "yes" and rows["probable"][-1] == "yes", table
 
 
+REAL_BUNDLES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real" / "bundles"
+
+
+@pytest.mark.parametrize("bundle", sorted(p.parent.name for p in REAL_BUNDLES.glob("*/*/expected.yaml")))
+def test_every_real_public_bundle_scores(bundle):
+    """The 33 bundles built from real public threads (shared fixtures, never edited)."""
+    from streams.replay import replay_bundle, score as score_one
+
+    (path,) = REAL_BUNDLES.glob(f"*/{bundle}")
+    result = replay_bundle(path)
+    assert result.expected is not None, result.expected_error
+    row = score_one(result.attribution, result.expected, bundle, result.attributions)
+    assert row.hit, f"{bundle}: {row.got}: {'; '.join(row.misses)}"
+
+
+def test_the_real_public_bundles_are_there():
+    assert len(list(REAL_BUNDLES.glob("*/*/expected.yaml"))) == 33, f"the real bundles are missing: {REAL_BUNDLES}"
+
+
 def test_replay_writes_rows_to_embedded_clickhouse_once(tmp_path):
     from sinks.clickhouse import ClickHouseSink
 
