@@ -7,6 +7,10 @@
 * ``logs/<host>/*``, ``fabric/<switch>/*`` -> ``kind="log_line"``, one Observation per record
   (multi-line records by :mod:`connectors.records`), timed by :mod:`connectors.timefmt`;
 * ``logs/_scheduler/*`` -> ``kind="scheduler_event"`` with ``host="_scheduler"``;
+* ``logs/_aggregated/*`` -> ``kind="log_line"`` with ``host="_aggregated"``: a declared
+  aggregator (a central syslog file, a log store's export), whose lines' own host field names
+  the event's host when it is a node of the allocation (:mod:`correlators.identity`); every
+  other file's host is its folder's, whatever its lines say;
 * ``metrics/<host>/*`` -> ``kind="telemetry"``, one Observation per GPU per sample
   (:mod:`connectors.telemetry`); a file no telemetry parser recognises is read as log lines.
 * ``fabric/<node>/*.counters.csv``, ``metrics/<node>/*.counters.csv`` -> port counter series
@@ -91,6 +95,7 @@ from connectors.counter_readers import (
 from connectors.slurm_pids import ListpidsError, parse_listpids, slurm_job_of, task_pid_rows
 from connectors.telemetry import TelemetrySample, parse_telemetry
 from correlators.attribution import default_causal_rules
+from correlators.identity import AGGREGATED_HOST
 from correlators.rules.engine import gc_paused, json_attributes, light_record, opt_int32, opt_str, time_ok
 from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, record_span
 from connectors.timefmt import TIMESTAMP_HINT, LineClock, LineTime, TimeContext, parse_line_time
@@ -644,11 +649,12 @@ class BundleConnector:
 
     def coverage_for(self, workload_id: str) -> list[CoverageEntry]:
         """The coverage entries about one workload: all of them in a one-workload bundle;
-        with several workloads, those of its nodes' files and of ``logs/_scheduler/``."""
+        with several workloads, those of its nodes' files and of ``logs/_scheduler/`` and
+        ``logs/_aggregated/``."""
         if len(self.workloads) == 1:
             return self.coverage()
         spec = next(w for w in self.workloads if w.workload_id == workload_id)
-        nodes = set(spec.nodes) | {SCHEDULER_HOST}
+        nodes = set(spec.nodes) | {SCHEDULER_HOST, AGGREGATED_HOST}
         own = f"file:{self.workload_files[workload_id]}"
         out = []
         for entry in self._coverage:

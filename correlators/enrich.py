@@ -9,6 +9,9 @@ line leaves out:
   ``[dev]``), or from the GPU's PCI bus id through the host's GPU table (nvidia-smi
   telemetry: PCI id -> index);
 * ``host`` for scheduler-side lines that name a rank but were read from ``_scheduler``;
+* the ``host`` of a declared aggregator's event settled against the allocation's nodes
+  (:func:`correlators.identity.settle`: a name that is no node of the allocation goes back to
+  the host that collected the record);
 * ``attributes.peer_host`` when ``peer`` is an address of a known host (``10.0.0.15:38560``).
 
 Enrichment is pure: it returns a new event (re-identified with :meth:`Event.with_id`) or the
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from correlators.identity import COLLECTED_ON, settle
 from correlators.ids import normalise_pci, parse_address
 from schemas.bundle import WorkloadSpec
 from schemas.records import Event, GpuRef, Observation
@@ -38,7 +42,9 @@ class Allocation:
     records of ``workload.yaml`` ``task_pids`` (``scontrol listpids`` tables of the bundle's
     ``scheduler/<host>/``), one (host, pid, rank, step or None, source) each, in the
     record's order (:mod:`correlators.pids` turns both into pid -> rank statements and adds
-    what the logs state).
+    what the logs state); ``nodes``: the allocation's node names (``WorkloadSpec.nodes``; the
+    hosts of ``ranks`` count as nodes too), against which an aggregator's in-line host names
+    are settled.
     """
 
     workload_id: str
@@ -48,6 +54,7 @@ class Allocation:
     gpus: dict[tuple[str, str], int] = field(default_factory=dict)
     pids: dict[tuple[str, int], int] = field(default_factory=dict)
     task_pids: list[tuple[str, int, int, str | None, str]] = field(default_factory=list)
+    nodes: tuple[str, ...] = ()
 
     @classmethod
     def from_workload(cls, spec: WorkloadSpec) -> "Allocation":
@@ -58,7 +65,7 @@ class Allocation:
         pids = {(slot.host, slot.pid): r for r, slot in slots.items() if slot.pid}
         tasks = [(t.host, t.pid, t.rank, t.step, t.source) for t in spec.task_pids]
         return cls(workload_id=spec.workload_id, cluster=spec.cluster, ranks=ranks, ips=ips, pids=pids,
-                   task_pids=tasks)
+                   task_pids=tasks, nodes=tuple(spec.nodes))
 
     def __post_init__(self) -> None:
         self._by_host_gpu: dict[tuple[str, int], int] = {}
@@ -68,6 +75,7 @@ class Allocation:
     def _reindex(self) -> None:
         self._by_host_gpu = {}
         self._by_host = {}
+        self._nodes = tuple(dict.fromkeys([*self.nodes, *(h for h, _ in self.ranks.values() if h)]))
         # addresses normalised (correlators.ids.parse_address), first host per address wins
         self._ip_host: dict[str, str] = {}
         for ip, host in self.ips.items():
@@ -126,6 +134,8 @@ class Allocation:
 
     def enrich(self, event: Event) -> Event:
         """Fill workload, rank, host and peer_host; see the module docstring."""
+        if COLLECTED_ON in event.attributes:
+            event = settle(event, self._nodes)
         update: dict = {}
         attrs = event.attributes
         host = event.host

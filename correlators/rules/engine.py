@@ -6,7 +6,10 @@ Generic line context (applied to the line where a match starts; values a rule ex
 except that a ``[rankN]:`` prefix -- PyTorch's global rank -- wins over everything):
 ``[rank3]:`` -> rank 3; Open MPI ``[1,2]<stdout>:`` -> rank 2; NCCL ``host:pid:tid [dev]``
 (optionally after ``[2026-11-30 01:20:22] ``) -> host and gpu.index; syslog ``Dec  2
-10:43:35 node-a01 kernel:`` / ISO ``2026-...T... node-a01 slurmd[1]:`` -> host.
+10:43:35 node-a01 kernel:`` / ISO ``2026-...T... node-a01 slurmd[1]:`` -> host. A host the
+text names (here, in a rule's ``to: host`` field or from a hook) is evidence: the event's host
+is the observation's, the name kept as ``attributes.line_host``; only a declared aggregator's
+text names the event's host (``attributes.collected_on``), see :mod:`correlators.identity`.
 
 Peers are normalised (NCCL ``10.0.0.15<38560>`` -> ``10.0.0.15:38560``, gloo
 ``[127.0.0.1]:11692`` -> ``127.0.0.1:11692``); PCI bus ids to ``0000:9c:00``.
@@ -37,6 +40,7 @@ import ahocorasick
 import pydantic
 
 from correlators import unrecognised as _unrecognised
+from correlators import identity as _identity
 import correlators.rules.code as _code
 from correlators.rules.code import HOOKS, Draft, normalize_peer, normalize_pci
 from correlators.rules.scan import LiteralSet
@@ -498,7 +502,11 @@ class RulePack:
         else:
             gpu = obs.gpu.model_copy() if obs.gpu is not None else None
         at, began, quality = obs.observed_at, d.began_at, obs.time_quality
-        host = d.host or obs.host
+        # identity comes from the source: the line's host is evidence (correlators.identity)
+        host = obs.host
+        if d.host is not None and d.host != host:
+            host = _identity.event_host(host, d.host, _identity.is_aggregator(host, obs.kind, obs.attributes),
+                                        d.attributes)
         rank = d.rank if d.rank is not None else obs.rank
         peer = normalize_peer(d.peer) if d.peer else None
         ref = rule.ref
