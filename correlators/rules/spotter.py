@@ -27,11 +27,12 @@ Vocabularies (each compiled from its table, never from example lines):
   ncclSystemError, ncclInternalError, ncclInvalidArgument, ncclInvalidUsage, ncclRemoteError).
 
 Negative contexts (:data:`NEGATIVE_CONTEXTS`) keep the same words out of places where they
-report nothing: comments and source lines (``if``/``raise``/``case``, comparisons), help and
-listing texts (``e.g.``, ``such as``, ``one of`` leading to the word), lists of what a tool
-ignores or skips, references to an earlier error (``caused by previous Xid``) and negations
-(``no Xid``). They are checked on the line holding the word; frame rules honour the first
-three at the start of their match.
+report nothing: comments and source lines (``if``/``raise``/``case``, comparisons, an enum
+header's ``NAME = 700,``), shell commands (``grep``), test output, help and listing texts
+(``e.g.``, ``such as``, ``one of`` leading to the word), lists of what a tool ignores or skips,
+references to an earlier error (``caused by previous Xid``), negations and recoveries (``no
+Xid``, ``recovered from Xid 79``) and healthy reports. They are checked on the line holding the
+word; frame rules honour those marked for them at the start of their match.
 """
 
 from __future__ import annotations
@@ -79,12 +80,19 @@ NCCL_RESULTS = ("ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError"
 
 #: Where a vocabulary word reports nothing: (name, pattern, read, frames). ``read`` says what
 #: the pattern is searched in: ``line`` (the whole line holding the word), ``before`` (the
-#: line up to the word: the phrase must lead to it) or ``end`` (the whole line; for a frame
+#: line up to the word: the phrase must lead to it), ``from`` (the line from the word on: an
+#: enum header's ``NAME = 700,``) or ``end`` (the whole line; for a frame
 #: match, the line where it ends: PyTorch's traceback frames start on the echoed source line
 #: and end on the exception's). ``frames``: frame rules honour it too; the others are the
 #: spotter's alone. Each has negative examples in tests/correlators/test_spotter.py.
 NEGATIVE_CONTEXTS: tuple[tuple[str, re.Pattern[str], str, bool], ...] = (
-    ("comment", re.compile(r"^\s*(?:#|//|/\*)"), "line", True),
+    ("comment", re.compile(r"^\s*(?:#|//|/\*)|\s(?:#|//)\s"), "before", True),
+    ("definition", re.compile(r"^[A-Za-z_]\w*\s*=\s*(?:-?\d+\s*(?:[,;:/]|$)|(?:ignore|disabled?|off|false|true)\b)",
+                              re.IGNORECASE), "from", True),
+    ("explanation", re.compile(r"^[\w-]+(?:\s*\(?\d+\)?)?\s*(?:indicates|means|signals|denotes|refers to|"
+                               r"is (?:a|an|the|raised|returned))\b", re.IGNORECASE), "from", True),
+    ("shell command", re.compile(r"^\s*[$>]\s|\|\s*e?grep\b|\bgrep\s"), "before", True),
+    ("test output", re.compile(r"::test_|\b(?:PASSED|XFAIL|XPASS)\b|\bexpected\b[^.;]{0,30}$"), "line", True),
     ("option help", re.compile(r"^\s*(?:usage:|-{1,2}[a-z][\w-]*[ =]+[A-Z_]*\s)", re.IGNORECASE), "line", True),
     ("help or listing", re.compile(
         r"(?i)(?:^\s*usage:|\b(?:e\.g\.|i\.e\.|for example|such as|one of|possible values|valid values|"
@@ -99,8 +107,10 @@ NEGATIVE_CONTEXTS: tuple[tuple[str, re.Pattern[str], str, bool], ...] = (
     ("comparison", re.compile(r"(?:==|!=|<=|>=)\s*[\w.:]*\s*$"), "before", False),
     ("reference", re.compile(r"(?i)\b(?:caused by|triggered by|due to|after|following)(?: an?| the)?"
                              r"(?: previous| prior| earlier)?\s*$|(?i:previous|prior|earlier)\s+$"), "before", False),
-    ("negation", re.compile(r"(?i)\b(?:no|without|zero|none of the|never)\s+(?:new\s+|recent\s+)?"
-                            r"(?:s?xid|xids|errors?|dcgm_fr\w*|cuda errors?)\b"), "line", False),
+    ("negation", re.compile(r"(?i)\b(?:no|without|zero|none of the|never|not|recovered from|cleared|resolved)"
+                            r"\s+(?:[\w-]+\s+){0,2}[(\"'`]?$"), "before", True),
+    ("healthy", re.compile(r"(?i)\b(?:healthy|no (?:new |recent )?(?:s?xids?|errors?|faults?) (?:found|seen|since))\b"),
+     "line", False),
 )
 
 
@@ -112,7 +122,12 @@ def negative_context(line: str, before: str, frames: bool = False, end_line: str
     for name, rx, read, for_frames in NEGATIVE_CONTEXTS:
         if frames and not for_frames:
             continue
-        text = before if read == "before" else (end_line if read == "end" and end_line is not None else line)
+        if read == "from":
+            text = line[len(before):]
+        elif read == "before":
+            text = before
+        else:
+            text = end_line if read == "end" and end_line is not None else line
         if rx.search(text):
             return name
     return None

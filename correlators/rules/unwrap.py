@@ -16,9 +16,12 @@ Wrappers, each from the tool that writes it:
 * ``pdsh``/``clush``: ``<host>: <message>`` (a lower-case host name holding a digit, and a message
   starts with what a log line starts with: a bracket, a digit, a letter of a syslog month or
   a known program prefix);
-* a JSON object on one line (Docker's json-file ``{"log": ...}``, logfmt-to-JSON shippers,
-  structured loggers): the first string field of ``log``, ``message``, ``msg``, ``MESSAGE``
-  (journald export), ``text``, ``body``.
+* a JSON object on one line (Docker's json-file ``{"log": ...}``, Fluent Bit's nested
+  ``{"log": {"message": ...}}``, structured loggers, journald's JSON export): the first string
+  field named ``log``, ``message``, ``msg``, ``MESSAGE``, ``text`` or ``body`` (nested objects
+  included), then, on a line of its own, the other fields as ``key=value`` (a shipper's time,
+  stream and container labels left out) so a level or an error code beside the message is
+  read too.
 """
 
 from __future__ import annotations
@@ -61,17 +64,46 @@ def unwrap_line(line: str) -> str:
 
 
 def _json_message(line: str) -> str | None:
+    """A JSON log line's message (the first of :data:`MESSAGE_FIELDS`, looked for in nested
+    objects too: Fluent Bit's ``{"log": {"message": ...}}``) and, on a second line, its other
+    fields as ``key=value`` (dotted keys for nested ones: ``level=error error=CUDA_ERROR_X``;
+    :data:`_METADATA` left out), so a level or an error code held beside the message is read as
+    well; None when the line is no JSON object or holds no message."""
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
     if not isinstance(obj, dict):
         return None
-    for key in MESSAGE_FIELDS:
-        value = obj.get(key)
-        if isinstance(value, str) and value.strip():
-            return value.rstrip("\n")
-    return None
+    leaves: list[tuple[str, str]] = []
+    _leaves(obj, "", leaves, 0)
+    message = next((v for k, v in leaves if k.rsplit(".", 1)[-1] in MESSAGE_FIELDS and v.strip()), None)
+    if message is None:
+        return None
+    rest = " ".join(f"{k}={v}" for k, v in leaves
+                    if v is not message and "\n" not in v and k.split(".", 1)[0] not in _METADATA)
+    return message.rstrip("\n") + ("\n" + rest if rest else "")
+
+
+#: JSON fields a shipper adds that say nothing of the failure (times, stream, the container's
+#: Kubernetes and Docker labels)
+_METADATA = frozenset({"stream", "time", "ts", "timestamp", "@timestamp", "date", "kubernetes", "docker",
+                       "container_id", "container_name", "source", "tag"})
+
+
+def _leaves(obj: dict, prefix: str, out: list[tuple[str, str]], depth: int) -> None:
+    """(dotted key, text) of every str, int or float leaf of ``obj``, in document order; at
+    most 64 leaves and 4 levels deep."""
+    for key, value in obj.items():
+        if len(out) >= 64:
+            return
+        name = f"{prefix}{key}"
+        if isinstance(value, str):
+            out.append((name, value))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append((name, str(value)))
+        elif isinstance(value, dict) and depth < 4:
+            _leaves(value, name + ".", out, depth + 1)
 
 
 def unwrap(body: str) -> str:

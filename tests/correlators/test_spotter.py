@@ -117,12 +117,24 @@ LOOKALIKES = [
     "dcgm-exporter: skipping field DCGM_FR_VOLATILE_DBE_DETECTED on unsupported GPU",
     "  --xid-ignore LIST   Xid codes to leave alone, e.g. Xid 13, Xid 31",
     "temperature oxidation 79 C",
+    "Xid 79 indicates the GPU has fallen off the bus; see the XID catalog",
+    "cudaErrorIllegalAddress = 700: The device encountered a load or store instruction on an invalid memory address.",
+    "DCGM_FR_VOLATILE_DBE_DETECTED = 1, // Detected 2 volatile double-bit ECC error(s) in GPU 3.",
+    "NVML_ERROR_GPU_IS_LOST = 15 // The GPU has fallen off the bus or has otherwise become inaccessible",
+    "  XID_FATAL = {48, 63, 64, 74, 79, 94, 95}  # Xid 79 means fallen off bus",
+    "DCGM_HEALTH_WATCH_ALL=1 DCGM_FR_XID_ERROR=ignore",
+    '$ dmesg | grep -i "Xid 79"',
+    "dcgmi health -c: Healthy. No DCGM_FR_VOLATILE_DBE_DETECTED",
+    "NVML_SUCCESS: device 0 healthy (no NVML_ERROR_GPU_IS_LOST)",
+    "Recovered from Xid 79 on GPU 3 after reboot at 00:10; node returned to service",
+    "test_cuda_errors.py::test_illegal_address[cudaErrorIllegalAddress] PASSED",
 ]
 
 
 @pytest.mark.parametrize("line", LOOKALIKES)
 def test_healthy_lookalikes_give_no_vocabulary_event(line):
-    got = [e for e in events(line) if e.type in ("gpu.xid", "cuda.error", "dcgm.failure", "nvml.error")]
+    got = [e for e in events(line) if e.type in ("gpu.xid", "cuda.error", "dcgm.failure", "nvml.error",
+                                                 "nccl.system_error")]
     # the XID 45 line is its own frame event; the XID it names as its cause is not a new one
     assert [(e.type, e.attributes.get("xid")) for e in got] in ([], [("gpu.xid", 45)]), line
 
@@ -135,9 +147,10 @@ def test_every_negative_context_has_a_lookalike_it_rejects():
                               "dcgmi health: none of the xids seen (Xid 48 would need a reset)",
                               "NVRM: Xid (PCI:0000:dc:00): 45, Ch 00000001 caused by previous Xid 149"]:
         for name, rx, read, _ in NEGATIVE_CONTEXTS:
-            word = next((w for w in ("Xid", "cudaError", "CUDA_ERROR", "DCGM_FR_") if w in line), None)
+            word = next((w for w in ("Xid", "cudaError", "CUDA_ERROR", "DCGM_FR_", "NVML_ERROR") if w in line), None)
             before = line[:line.rindex(word)] if word else line
-            if rx.search(before if read == "before" else line):
+            text = {"before": before, "from": line[len(before):]}.get(read, line)
+            if rx.search(text):
                 rejected.add(name)
     assert rejected == names, names - rejected
     assert spotter.spot("all good: Xid 79 seen on GPU 3")  # the plain word is still read
@@ -166,6 +179,16 @@ def test_unwrap_removes_collector_wrappers(wrapped, inner):
 ])
 def test_unwrap_leaves_other_prefixes_alone(line):
     assert unwrap(line) is line
+
+
+def test_a_json_line_is_read_with_its_nested_message_and_the_fields_beside_it():
+    nested = orjson.dumps({"date": 1.7e9, "log": {"message": "RuntimeError: CUDA error: an illegal memory access "
+                           "was encountered"}, "kubernetes": {"pod_name": "trainer-0"}}).decode()
+    assert unwrap(nested) == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert [e.attributes["error"] for e in events(nested) if e.type == "cuda.error"] == ["illegal_address"]
+    beside = orjson.dumps({"level": "error", "msg": "gpu check", "error": "NVML_ERROR_GPU_IS_LOST"}).decode()
+    assert unwrap(beside) == "gpu check\nlevel=error error=NVML_ERROR_GPU_IS_LOST"
+    assert [e.attributes["error"] for e in events(beside) if e.type == "nvml.error"] == ["gpu_is_lost"]
 
 
 def test_a_rank_prefix_inside_a_cri_line_names_the_rank():
