@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from correlators.rules.printf import CONVERSION, compile_format
 from correlators.rules.code import Draft, hook
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,33 +46,10 @@ class FailureCode:
     fault_class: str
 
 
-_FMT = re.compile(r"%(?:%|[-#+ 0]*\d*(?:\.\d+)?(?:hh|h|ll|l|z)?[diuxXfeEgs])")
-
-
 def _template_regex(template: str) -> re.Pattern[str]:
-    """printf template -> regex: numbers for %d/%u/%ld/..., text for %s, blanks optional (the
-    tables wrap messages), matched anywhere."""
-    out = []
-    pos = 0
-    for m in _FMT.finditer(template):
-        out.append(template[pos:m.start()])
-        spec = m.group()
-        if spec == "%%":
-            out.append("QQPCTQQ")
-        elif spec.endswith("s"):
-            out.append("QQSTRQQ")
-        elif spec[-1] in "xX":
-            out.append("QQHEXQQ")
-        else:
-            out.append("QQNUMQQ")
-        pos = m.end()
-    out.append(template[pos:])
-    lit = "".join(out).strip().rstrip(".")
-    rx = re.escape(lit)
-    rx = re.sub(r"(?:\\ )+", r"\\s*", rx)
-    rx = (rx.replace("QQNUMQQ", r"-?[\d.]+(?:e[-+]?\d+)?").replace("QQSTRQQ", r".+?")
-          .replace("QQHEXQQ", r"(?:0x)?[0-9a-fA-F]+").replace("QQPCTQQ", "%"))
-    return re.compile(rx)
+    """A DCGM message template -> regex (:func:`correlators.rules.printf.compile_format`, blanks
+    optional: the tables wrap messages), matched anywhere; the final period is optional."""
+    return re.compile(compile_format(template.strip().rstrip("."), blanks="optional"))
 
 
 def _load() -> tuple[dict[str, FailureCode], dict[int, FailureCode], list[tuple[re.Pattern[str], FailureCode, int]]]:
@@ -85,7 +63,7 @@ def _load() -> tuple[dict[str, FailureCode], dict[int, FailureCode], list[tuple[
             if row["last_release"] == "HEAD" or fc.id not in by_id:
                 by_id[fc.id] = fc
             for t in filter(None, (x.strip() for x in row["templates"].split(" || "))):
-                literal = len(_FMT.sub("", t))
+                literal = len(CONVERSION.sub("", t))
                 if literal >= 12:
                     templates.append((_template_regex(t), fc, literal))
     templates.sort(key=lambda x: -x[2])  # the most specific template first

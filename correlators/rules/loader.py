@@ -27,6 +27,12 @@ Rule files (``correlators/rules/<domain>.yaml``)::
           - line: "NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus."
             expect: {type: gpu.xid, attributes: {xid: 79}, gpu: {pci_bus_id: "0000:02:00"}}
 
+A message a vendor prints from a printf format may be given as the format itself instead of
+a pattern: ``format: "NET/IB : %s:%d async event: %s"`` with ``args: [device, port, event]``
+(one name per conversion, ``_`` to skip one); the loader compiles it
+(:mod:`correlators.rules.printf`) and takes the format's longest literal run as the keyword
+unless ``keywords`` are given.
+
 Telemetry rules have ``kind: telemetry``, no pattern/keywords, and conditions on
 ``obs.metric`` (``"ecc_uncorrected_volatile > 0"``; a condition on a missing metric is
 false): ``when`` (all hold), ``when_any`` (one holds), ``unless`` (none holds); ``fields``
@@ -61,6 +67,7 @@ import yaml
 
 from correlators.rules.code import HOOKS
 from correlators.rules.engine import RulePack, gc_paused
+from correlators.rules.printf import compile_format, literal_runs
 from correlators.rules.model import (
     EVENT_FIELDS,
     FIELD_TYPES,
@@ -88,7 +95,7 @@ for _mod in sorted(m.name for m in pkgutil.iter_modules([str(RULES_DIR)]) if m.n
 
 _RULE_KEYS = {"id", "version", "source", "kind", "keywords", "pattern", "event", "match",
               "fields", "attributes", "backdate_ms", "unless", "exclusive", "code", "examples",
-              "when", "when_any", "flags", "note", "fallback"}
+              "when", "when_any", "flags", "note", "fallback", "format", "args"}
 
 
 def _err(file: str, rule_id: str, fld: str, msg: str) -> RuleError:
@@ -240,14 +247,13 @@ def _parse_rule(file: str, raw: Any, pos: int) -> Rule:
         return Rule(**common, when=when, when_any=when_any,
                     unless_metric=_conditions(file, rid, "unless", raw.get("unless")),
                     fields=_field_specs(file, rid, raw.get("fields"), (), True))
-    kws = raw.get("keywords")
+    pat, kws = _format_pattern(file, rid, raw) if "format" in raw else (raw.get("pattern"), raw.get("keywords"))
     if isinstance(kws, str):
         kws = [kws]
     if not isinstance(kws, list) or not kws or not all(isinstance(k, str) and k for k in kws):
         raise _err(file, rid, "keywords", "required: a non-empty list of literal strings")
-    pat = raw.get("pattern")
     if not isinstance(pat, str) or not pat:
-        raise _err(file, rid, "pattern", "required for a log rule")
+        raise _err(file, rid, "pattern", "required for a log rule (or a printf 'format')")
     flags = re.MULTILINE
     for f in raw.get("flags") or []:
         if f == "ignorecase":
@@ -273,6 +279,30 @@ def _parse_rule(file: str, raw: Any, pos: int) -> Rule:
     return Rule(**common, keywords=tuple(kws), pattern=regex, match_all=match == "all",
                 fields=fields, backdate_ms=backdate, unless=tuple(unless),
                 exclusive=bool(raw.get("exclusive", False)), fallback=bool(raw.get("fallback", False)))
+
+
+def _format_pattern(file: str, rid: str, raw: dict) -> tuple[str, Any]:
+    """(pattern, keywords) of a rule given as a printf ``format`` with its ``args`` names
+    (:func:`correlators.rules.printf.compile_format`); the keywords default to the format's
+    longest literal run, which must then hold at least 6 characters."""
+    if "pattern" in raw:
+        raise _err(file, rid, "format", "give a pattern or a format, not both")
+    fmt, args = raw["format"], raw.get("args") or []
+    if not isinstance(fmt, str) or not fmt.strip():
+        raise _err(file, rid, "format", "must be the printf format string as the source prints it")
+    if not isinstance(args, list) or not all(isinstance(a, str) and a for a in args):
+        raise _err(file, rid, "args", "must be a list of names, one per conversion ('_' to skip one)")
+    try:
+        pattern = compile_format(fmt, args)
+    except ValueError as exc:
+        raise _err(file, rid, "format", str(exc)) from None
+    kws = raw.get("keywords")
+    if kws is None:
+        longest = max(literal_runs(fmt), key=len, default="")
+        if len(longest) < 6:
+            raise _err(file, rid, "keywords", f"the format's longest literal {longest!r} is too short: give keywords")
+        kws = [longest]
+    return pattern, kws
 
 
 def _load_file(path: Path) -> list[Rule]:

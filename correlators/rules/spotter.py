@@ -48,6 +48,7 @@ from correlators.rules.code import Draft
 from correlators.rules.hooks_nccl import RESULT_EVENT
 from correlators.rules.hooks_nvidia import MAX_XID, nvrm_xid, nvswitch_sxid
 from correlators.rules.model import Rule
+from correlators.rules.printf import literal_runs
 
 __all__ = ["NEGATIVE_CONTEXTS", "Spot", "Spotter", "SPOT_RULES", "negative_context"]
 
@@ -89,8 +90,8 @@ NEGATIVE_CONTEXTS: tuple[tuple[str, re.Pattern[str], str, bool], ...] = (
     ("comment", re.compile(r"^\s*(?:#|//|/\*)|\s(?:#|//)\s"), "before", True),
     ("definition", re.compile(r"^[A-Za-z_]\w*\s*=\s*(?:-?\d+\s*(?:[,;:/]|$)|(?:ignore|disabled?|off|false|true)\b)",
                               re.IGNORECASE), "from", True),
-    ("explanation", re.compile(r"^[\w-]+(?:\s*\(?\d+\)?)?\s*(?:indicates|means|signals|denotes|refers to|"
-                               r"is (?:a|an|the|raised|returned))\b", re.IGNORECASE), "from", True),
+    ("explanation", re.compile(r"^[\w-]+(?:\s*\(?\d+\)?)?\s+(?:indicates|means|denotes|refers to|"
+                               r"is (?:a|an|the|raised|returned))\s", re.IGNORECASE), "from", False),
     ("shell command", re.compile(r"^\s*[$>]\s|\|\s*e?grep\b|\bgrep\s"), "before", True),
     ("test output", re.compile(r"::test_|\b(?:PASSED|XFAIL|XPASS)\b|\bexpected\b[^.;]{0,30}$"), "line", True),
     ("option help", re.compile(r"^\s*(?:usage:|-{1,2}[a-z][\w-]*[ =]+[A-Z_]*\s)", re.IGNORECASE), "line", True),
@@ -205,7 +206,7 @@ class Spotter:
         add("DCGM_FR_", self._dcgm_name, None)
         for template, fc in hooks_dcgm.message_templates():
             # the template's longest literal run anchors it; the compiled template reads it
-            lit = " ".join(max(hooks_dcgm._FMT.split(template), key=len).split())
+            lit = max(literal_runs(template), key=len, default="")
             if len(lit) >= 12:
                 add(lit.lower(), self._dcgm_text, fc, lit)
         add("NVML_ERROR_", self._nvml_name, None)
