@@ -471,6 +471,8 @@ class Pipeline:
         self.held.discard(key)
         if final:
             self.provisional_at.pop(key, None)
+            if not self.hold:  # live: a closed window keeps its evidence, not its caches
+                w.drop_caches()
         elif coalesce and att is not None:
             self.provisional_at[key] = now
         self.stores.window_meta[w.workload_id] = w.to_state()

@@ -265,6 +265,13 @@ class WorkloadWindow:
                       ruleset_version=config.ruleset_version, rules=config.causal, history=self.history(),
                       baseline=config.baseline)
 
+    def drop_caches(self) -> None:
+        """Forget what :meth:`verdict` caches (the enriched copy of every event, the hosts'
+        history): a closed window's memory is then its evidence alone; the next verdict, after
+        a late event re-opened it, builds them again."""
+        self.__dict__.pop("_enriched", None)
+        self.__dict__.pop("_history", None)
+
     def enriched_events(self) -> list[Event]:
         """The window's events as the last :meth:`verdict` enriched them."""
         cache = self.__dict__.get("_enriched")

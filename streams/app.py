@@ -59,6 +59,7 @@ from schemas.deadletter import DeadLetter, reason_of
 from sinks.kafka_settings import KafkaSettings
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
 from streams.codec import decode_record, encode_effect
+from streams.memory import release_memory
 from streams.metrics import Metrics, merge_expositions
 from streams.offsets import MAX_AHEAD, ContinuityGuard
 from streams.settings import WorkerSettings
@@ -101,6 +102,19 @@ def lock_data_dir(path: Path) -> BinaryIO:
     fh.flush()
     return fh
 
+
+#: RocksDB options of every table partition (each one is a database of its own: 6 tables x
+#: FAULTSTREAM_PARTITIONS). Faust's defaults (64 MiB write buffers, up to 3 of them, and a
+#: 2 GiB block cache, per database) let what a burst wrote stay resident, in memtables not
+#: yet flushed and cached blocks: a worker stayed ~140 MiB above its start after one
+#: 16,384-rank job. With these, a database holds at most 2 x 4 MiB of unflushed writes and
+#: 4 MiB of cached blocks; the tables are read once per window after a restart or a
+#: rebalance, so a small cache costs nothing measurable.
+ROCKSDB_OPTIONS = {"write_buffer_size": 4 << 20, "max_write_buffer_number": 2, "block_cache_size": 4 << 20,
+                   "block_cache_compressed_size": 4 << 20}
+
+#: seconds between two returns of freed heap memory to the operating system (streams.memory)
+MEMORY_RELEASE_S = 15.0
 
 #: child processes that end with the worker when it exits without a commit (its ingest stage)
 CHILDREN: set[subprocess.Popen] = set()
@@ -277,7 +291,8 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
 
     def table(name: str, schema: Any, *, global_: bool = False) -> Any:
         factory = app.GlobalTable if global_ else app.Table
-        return factory(name, default=None, partitions=settings.partitions, schema=schema)
+        options = dict(ROCKSDB_OPTIONS) if settings.store.startswith("rocksdb") else None
+        return factory(name, default=None, partitions=settings.partitions, schema=schema, options=options)
 
     stores = Stores(
         window_meta=table("window_meta", json_schema),
@@ -476,6 +491,11 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                     await run(pipeline.idle(time.monotonic()))
             except Exception:  # noqa: BLE001 -- a timer must never take the worker down
                 log.exception("idle close failed")
+
+    @app.timer(interval=MEMORY_RELEASE_S)
+    async def release_freed_memory() -> None:
+        """Return the heap a burst freed to the operating system (streams/memory.py)."""
+        release_memory()
 
     @app.on_partitions_revoked.connect
     async def on_revoked(app: faust.App, revoked: set[TP], **kwargs: Any) -> None:

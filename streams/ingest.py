@@ -57,6 +57,7 @@ from schemas.records import Event, Position
 from schemas.wire import Headers, encode_record
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
 from streams.codec import decode_record, encode_effect, read_observation
+from streams.memory import release_memory
 from streams.metrics import Metrics
 from streams.remediation_inputs import allocation_message
 from streams.settings import WorkerSettings
@@ -66,6 +67,10 @@ log = logging.getLogger("faultstream.ingest")
 
 #: The fields a consumed record's position is given (its file and line, and where on Kafka).
 _POSITION_SET = frozenset({"file", "line", "topic", "partition", "offset"})
+
+#: Least seconds between two returns of freed heap memory to the system (after a burst, when
+#: a batch comes back empty; streams.memory).
+MEMORY_RELEASE_S = 10.0
 
 #: The dead letters' ``source``.
 SOURCE = "stage.ingest"
@@ -264,7 +269,9 @@ class IngestStage:
         batch in progress are committed only if it completed). ``on_ready`` is called once,
         when the group's first assignment reaches this consumer (its partitions, possibly none
         when the group has more members than partitions): from then on a record produced to
-        an assigned partition is read within one batch."""
+        an assigned partition is read within one batch. Idle after a burst (an empty batch, at
+        most every :data:`MEMORY_RELEASE_S`), it returns the heap the burst freed to the
+        system (:func:`streams.memory.release_memory`)."""
         stop = stop or threading.Event()
         pending = [on_ready] if on_ready is not None else []
 
@@ -276,9 +283,15 @@ class IngestStage:
         self.consumer.subscribe([self.settings.topic("observations")], on_assign=assigned)
         log.info("ingest stage started: group %s-ingest, topic %s", self.settings.app_id,
                  self.settings.topic("observations"))
+        busy, released = False, time.monotonic()
         try:
             while not stop.is_set():
-                self.run_batch()
+                if self.run_batch():
+                    busy = True
+                elif busy and time.monotonic() - released >= MEMORY_RELEASE_S:
+                    # idle after a burst: the heap its batches freed goes back to the system
+                    release_memory()
+                    busy, released = False, time.monotonic()
         finally:
             self.producer.flush(10)
             self.consumer.close()

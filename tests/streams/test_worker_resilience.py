@@ -128,3 +128,118 @@ def test_a_leaf_switch_failure_gives_a_few_provisional_revisions_per_scope(strea
         # decisive event emits at once; the final waits for the 2 s idle timeout)
         final_t = next(t for t, a in by_scope[scope] if a["status"] == "final")
         assert first_t < final_t - 1000, report
+
+
+def _bench():
+    """bench/stream.py (the stream benchmark's synthetic cluster), loaded by path."""
+    import importlib.util
+    import sys
+
+    name = "faultstream_bench_stream"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, EXAMPLES.parents[1] / "bench" / "stream.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def rss_mib(pid: int) -> float:
+    """Resident set size of process ``pid`` (MiB, /proc/<pid>/status VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+def burst(k: int, seconds: int = 3, job_hosts: int = 256) -> tuple[list[tuple[bytes, bytes]], str]:
+    """Burst ``k`` of the soak: ``seconds`` of the benchmark's background noise from all 2,048
+    hosts (20,480 observations per second: training-step, NCCL INFO, kernel lines and GPU
+    samples) with a job of ``job_hosts`` hosts x 8 ranks failing in it (its workload record,
+    an XID 79, a watchdog timeout from every other rank, its terminal state); event times
+    100,000 s after the previous burst's, the job on the next hosts. Returns (the messages as
+    (key, value), the job's id)."""
+    import random
+
+    b = _bench()
+    ns, gpus = b.NS, b.GPUS
+    base = b.T0 + k * 100_000 * ns
+    noise = b.Noise(seed=k)
+    wid = f"job-soak-{k}"
+    first = (job_hosts * k) % (b.HOSTS - job_hosts)
+    hosts = [f"node-b{h:04d}" for h in range(first, first + job_hosts)]
+    bad = first + 3
+    start = base - 3600 * ns
+    xid_at = base + ns + ns // 2
+    end = xid_at + 605 * ns
+    rnd = random.Random(k)
+    out = [b.workload_record(wid, hosts, start, state="RUNNING", end_ns=None, at=start)]
+    for s in range(seconds):
+        out += noise.second(base + s * ns)
+        if s == 1:
+            out.append(b.xid_line(bad, xid_at))
+        if s == 2:
+            out += [b.watchdog_line(h, g, xid_at + 600 * ns + rnd.randrange(ns), rnd, first)
+                    for h in range(first, first + job_hosts) for g in range(gpus) if not (h == bad and g == b.BAD_GPU)]
+    out.append(b.workload_record(wid, hosts, start, state="FAILED", end_ns=end, at=end))
+    return out, wid
+
+
+def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> None:
+    from confluent_kafka import Producer
+
+    from transport.kafka_settings import with_partitioner
+
+    p = Producer(with_partitioner({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10000,
+                                   "queue.buffering.max.messages": 1_000_000}))
+    for key, value in messages:
+        while True:
+            try:
+                p.produce(topic, value, key)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0, "the burst was not delivered"
+
+
+#: What a whole worker's two processes may hold once a burst is handled (MiB of RSS): the
+#: Faust worker (~150 MiB at start on the development machine; it keeps each closed window's
+#: events in memory, ~13 MiB per burst here: 181, 195, 207 MiB measured after the three) and
+#: its ingest child (~135 MiB at start; back to 133-136 after each burst, 167-185 before it
+#: returned freed heap to the system).
+WORKER_CEILING_MIB = 240
+CHILD_CEILING_MIB = 170
+
+
+def test_worker_memory_returns_under_a_ceiling_after_bursts(stream_env, kafka_bootstrap):
+    """Three bursts (61,440 observations of noise and a 2,048-rank job failing each) through a
+    whole worker: after each is handled (its final verdict out) the worker's and its ingest
+    child's RSS are back under :data:`WORKER_CEILING_MIB` / :data:`CHILD_CEILING_MIB`."""
+    env, prefix = stream_env["env"], stream_env["prefix"]
+    worker = stream_env["start"]("w")
+    (child,) = ingest_pids(worker.log)
+    topic = f"{prefix}.observations"
+    time.sleep(2)
+    samples = {"start": (rss_mib(worker.proc.pid), rss_mib(child))}
+    t0 = time.monotonic()
+    total = 0
+    for k in range(3):
+        messages, wid = burst(k)
+        total += len(messages)
+        produce(kafka_bootstrap, topic, messages)
+        peak = [0.0, 0.0]
+
+        def final(msgs: list[Any]) -> bool:
+            peak[:] = [max(peak[0], rss_mib(worker.proc.pid)), max(peak[1], rss_mib(child))]
+            return any(m.value() and json.loads(m.value())["scope"]["id"] == wid
+                       and json.loads(m.value())["status"] == "final" for m in msgs)
+
+        consume(kafka_bootstrap, f"{prefix}.attributions", until=final, timeout=90)
+        time.sleep(16)  # one release of freed memory at least (streams.app.MEMORY_RELEASE_S)
+        samples[f"burst {k} peak"] = tuple(peak)
+        samples[f"after burst {k}"] = after = (rss_mib(worker.proc.pid), rss_mib(child))
+        report = json.dumps({key: [round(x) for x in v] for key, v in samples.items()})
+        assert after[0] <= WORKER_CEILING_MIB and after[1] <= CHILD_CEILING_MIB, \
+            f"RSS MiB (worker, ingest child) after burst {k} over the ceiling: {report}"
+    print(f"RSS MiB (worker, ingest child), {total} observations in {time.monotonic() - t0:.0f} s: {report}")
+    assert time.monotonic() - t0 < 120, "the soak must stay under 2 minutes"
