@@ -423,7 +423,9 @@ def summarise(event: Event) -> str:
         if event.began_at is not None:
             text += f"; placed at the stall's start, logged {(event.at - event.began_at) / NS:.1f} s later"
         return text
-    keys = [k for k in sorted(a) if k not in ("description", "text", "detail") and a[k] not in (None, "")]
+    # where a record was collected and what host its text named are not what it says
+    keys = [k for k in sorted(a) if k not in ("description", "text", "detail", "collected_on", "line_host")
+            and a[k] not in (None, "")]
     parts = [f"{k}={a[k]}" for k in keys[:4]]
     if event.peer:
         parts.append(f"peer={event.peer}")
