@@ -22,7 +22,11 @@ How a verdict becomes actions (:meth:`RemediationEngine.on_attribution`):
    target a port the topology cables. A name the verdict has only from its evidence (a log
    line's host field: ``ALL``, ``node[01-99]``, ``a;b``) is never a target: the actions on it
    are withheld and one ``notify`` (empty target) is proposed instead, its ``target_known``
-   guard naming the refused names and the withheld actions.
+   guard naming the refused names and the withheld actions. **A disruptive target needs
+   corroboration**: a host a drain, reboot or GPU reset takes out must be one the verdict's
+   deciding (``cause``) evidence was collected on (a port: on its switch or a host cabled to
+   it); the disruptive actions on any other known node are withheld and one ``notify`` of
+   those hosts is proposed instead, its ``target_corroborated`` guard saying why.
 4. ``action_id = content_id("act", cluster, incident, target, action)`` where ``incident`` is
    the verdict's ``incident_id`` or, without one, its ``attribution_id``: several verdicts of
    one incident (the fabric verdict and each workload it hit) share one action per target.
@@ -77,7 +81,7 @@ from correlators.remediation.guards import CircuitBreaker, FailureDomains, Guard
 from correlators.remediation.lifecycle import TERMINAL, LifecycleError, advance
 from correlators.remediation.policy import DISRUPTIVE, SEVERITY, Policy, PolicyAction, Rule, verdict_facts
 from schemas.utc import format_utc
-from correlators.remediation.targets import KnownNodes, port_problem, shown, valid_node_name
+from correlators.remediation.targets import Corroboration, KnownNodes, port_problem, shown, valid_node_name
 from correlators.timetext import NS
 from schemas.bundle import TopologySpec
 from schemas.records import (
@@ -576,11 +580,21 @@ class RemediationEngine:
         last_on: dict[str, str] = {}
         refused: dict[str, None] = {}  # why each refused name is not a target, in order
         withheld: dict[str, ActionMode] = {}  # "drain (host)" -> its mode
+        corroboration = Corroboration.of(att)
+        unsupported: dict[str, None] = {}  # why each disruptive target is not corroborated, in order
+        unsupported_hosts: dict[str, None] = {}
+        downgraded: dict[str, ActionMode] = {}  # "drain (host)" -> its mode
         for pa in rule.actions:
             targets, problems = self._targets(att, pa, known)
             if problems:
                 refused.update(dict.fromkeys(problems))
                 withheld.setdefault(f"{pa.action} ({pa.target})", self.policy.mode_of(pa))
+            if pa.action in DISRUPTIVE:
+                targets, why, hosts_held = self._corroborated(targets, corroboration)
+                if why:
+                    unsupported.update(dict.fromkeys(why))
+                    unsupported_hosts.update(dict.fromkeys(hosts_held))
+                    downgraded.setdefault(f"{pa.action} ({pa.target})", self.policy.mode_of(pa))
             for target, hosts, subjects in targets:
                 aid = content_id("act", cluster, incident, target.model_dump(mode="json"), pa.action)
                 chain_key = subjects[0] if subjects else ""
@@ -606,7 +620,48 @@ class RemediationEngine:
                 last_on[chain_key] = aid
         if refused:
             specs.append(self._refusal_spec(att, incident, f"rule {rule.id}", list(refused), withheld, [final, quality]))
+        if unsupported:
+            specs.append(self._downgrade_spec(att, incident, f"rule {rule.id}", list(unsupported),
+                                              sorted(unsupported_hosts), downgraded, [final, quality]))
         return specs
+
+    @staticmethod
+    def _corroborated(targets: list[tuple[RemediationTarget, list[str], list[str]]], corroboration: Corroboration
+                      ) -> tuple[list[tuple[RemediationTarget, list[str], list[str]]], list[str], list[str]]:
+        """The targets of a disruptive action that the verdict's deciding evidence corroborates
+        (:class:`~correlators.remediation.targets.Corroboration`), why each other one is not,
+        and the hosts of those others (a port's: none)."""
+        kept, why, held = [], [], []
+        for target, hosts, subjects in targets:
+            if target.port is not None:
+                problems = [p for p in [corroboration.port_problem(target.port, hosts)] if p]
+            else:
+                problems = [p for p in (corroboration.problem(h) for h in hosts) if p]
+            if problems:
+                why += problems
+                held += [h for h in hosts if target.port is None and corroboration.problem(h)]
+            else:
+                kept.append((target, hosts, subjects))
+        return kept, why, held
+
+    def _downgrade_spec(self, att: Attribution, incident: str, origin: str, problems: list[str], hosts: list[str],
+                        withheld: Mapping[str, ActionMode], verdict_guards: list[GuardResult]) -> _Spec:
+        """The ``notify`` proposed instead of disruptive actions whose targets the verdict's
+        deciding evidence does not corroborate: the hosts concerned as its target (known nodes,
+        never taken out by it), the reasons in its ``target_corroborated`` guard (passed: a
+        notification may go out) and reason, the mode of the first withheld action."""
+        held = ", ".join(withheld) or "none"
+        why = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+        detail = f"notify only: {why}; withheld: {held}; a person decides"
+        guard = GuardResult(guard=g.TARGET_CORROBORATED, passed=True, detail=detail)
+        target = RemediationTarget(hosts=hosts)
+        return _Spec(
+            action_id=content_id("act", att.scope.cluster, incident, target.model_dump(mode="json"), "notify",
+                                 "target_corroborated"),
+            target=target, kind="notify", severity=SEVERITY["notify"],
+            mode=next(iter(withheld.values()), self.policy.default_mode), subjects=[], hosts=[],
+            reason=f"{origin}: {att.root_cause.code}: {detail}", verdict_guards=[*verdict_guards, guard],
+        )
 
     def _refusal_spec(self, att: Attribution, incident: str, origin: str, problems: list[str],
                       withheld: Mapping[str, ActionMode], verdict_guards: list[GuardResult]) -> _Spec:

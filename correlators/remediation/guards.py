@@ -36,6 +36,10 @@ Guards and their defaults (``GuardSettings``, the ``guards:`` section of the pol
 * ``target_known`` -- on the ``notify`` the engine proposes instead of actions whose target
   is not a known node (:mod:`correlators.remediation.targets`): passed (a notification may
   go out), the detail names the refused names and the withheld actions.
+* ``target_corroborated`` -- on the ``notify`` the engine proposes instead of disruptive
+  actions on known nodes that the verdict's deciding evidence was not collected on
+  (:class:`correlators.remediation.targets.Corroboration`): passed, the detail says where the
+  evidence was collected and which actions were withheld.
 
 Only disruptive actions (:data:`correlators.remediation.policy.DISRUPTIVE`: everything but
 ``notify`` and ``recertify``) are subject to the capacity guards (breaker, budgets, cooldown,
@@ -63,6 +67,7 @@ WORKLOAD_BUDGET = "workload_budget"
 COOLDOWN = "cooldown"
 ESCALATION = "escalation"
 TARGET_KNOWN = "target_known"
+TARGET_CORROBORATED = "target_corroborated"
 
 
 class _Settings(BaseModel):

@@ -18,18 +18,34 @@ may become the target of a disruptive action only when it is
 A port target (``switch/port``) must be a port the topology cables to a host. Anything else is
 kept as evidence: the engine proposes a ``notify`` for a person instead (its
 ``target_known`` guard says which names were refused and why) and never puts the name in a
-target. Pure: no I/O, no clock.
+target.
+
+**A disruptive target needs corroboration** (:class:`Corroboration`): a host a drain, reboot,
+GPU reset (any action of :data:`~correlators.remediation.policy.DISRUPTIVE`) takes out must
+be a host of the verdict's deciding evidence -- an evidence item of role ``cause``, whose host
+is where its record was collected (:mod:`correlators.identity`: the observation's host; the
+host a telemetry sample, a counter row or the scheduler is about; a declared aggregator's host
+for a node of the allocation). A port must be on a switch, or cabled to a host, that the
+deciding evidence came from. A known node whose only tie to the verdict is another host's
+text (a line on ``node-a01`` naming ``node-a07``), or a culprit a detector inferred from
+what did *not* happen (the stalled rank), is not corroborated: its disruptive actions are
+downgraded to one ``notify`` of those hosts, its ``target_corroborated`` guard saying why.
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from schemas.records import Attribution
 
 __all__ = [
     "MAX_NAME",
     "RESERVED",
+    "Corroboration",
     "KnownNodes",
     "node_name_problem",
     "valid_node_name",
@@ -132,3 +148,40 @@ class KnownNodes:
             return f"{shown(name)} is not a node of the workload's allocation, the topology or the fleet " \
                    f"(known: {self.describe()})"
         return None
+
+
+@dataclass(frozen=True)
+class Corroboration:
+    """The hosts a verdict's deciding evidence was collected on (see the module docstring).
+
+    ``hosts``: the hosts of the verdict's evidence items of role ``cause`` (valid node names
+    or not: a name that is not one is never a target anyway)."""
+
+    hosts: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, att: "Attribution") -> "Corroboration":
+        """The corroboration of ``att``: the hosts of its ``cause`` evidence items."""
+        return cls(frozenset(e.host for e in att.evidence if e.role == "cause"))
+
+    def _where(self) -> str:
+        if not self.hosts:
+            return "the verdict holds no deciding (cause) evidence"
+        names = sorted(self.hosts)
+        more = f" and {len(names) - 4} more" if len(names) > 4 else ""
+        return "its deciding evidence was collected on " + ", ".join(shown(h) for h in names[:4]) + more
+
+    def problem(self, host: str) -> str | None:
+        """Why ``host`` may not be taken out by a disruptive action of this verdict, or None
+        when the deciding evidence was collected on it."""
+        if host in self.hosts:
+            return None
+        return f"{shown(host)} is not corroborated: {self._where()}, not on it"
+
+    def port_problem(self, port: str, cabled: Iterable[str]) -> str | None:
+        """Why a disruptive action on ``port`` (``switch/port``) is not corroborated, or None
+        when the deciding evidence came from its switch or from a host ``cabled`` to it."""
+        switch = port.split("/", 1)[0]
+        if switch in self.hosts or any(h in self.hosts for h in cabled):
+            return None
+        return f"port {shown(port)} is not corroborated: {self._where()}, not on its switch or a host cabled to it"

@@ -16,6 +16,7 @@ from schemas.records import (
     Attribution,
     Certification,
     Culprits,
+    EvidenceItem,
     RemediationCommand,
     RootCause,
     Scope,
@@ -70,6 +71,8 @@ def verdict(code: str, host: str, att_id: str, at: int = T0, *, workload: str | 
         window=Window(start=at - 600 * NS, end=at), outcome="failed", domain="gpu_hardware",
         root_cause=RootCause(code=code, text=f"{code} on {host}"), culprits=Culprits(hosts=[host]),
         confidence=0.9, quality=quality, status="final" if final else "provisional", ruleset_version="t", engine_version="t", decided_at=at,
+        # the deciding evidence was collected on the culprit: its disruptive targets are corroborated
+        evidence=[EvidenceItem(at=at, event_id="evt-1", type="gpu.xid", role="cause", host=host, summary="cause")],
     )
 
 

@@ -30,6 +30,7 @@ from schemas.records import (
     CertificationTest,
     Culprits,
     Decision,
+    EvidenceItem,
     GpuRef,
     RemediationAction,
     RemediationCommand,
@@ -70,6 +71,8 @@ def verdict(code: str, host: str = "node-1", att_id: str = "a1", at: int = T0, *
         root_cause=RootCause(code=code, text=f"{code} on {host}"),
         culprits=Culprits(hosts=[host], gpus=[GpuRef(index=2)]), confidence=0.9, quality="definitive",
         incident_id=incident, ruleset_version="t", engine_version="t", decided_at=at,
+        # the deciding evidence was collected on the culprit: its disruptive targets are corroborated
+        evidence=[EvidenceItem(at=at, event_id="evt-1", type="gpu.xid", role="cause", host=host, summary="cause")],
     )
 
 

@@ -33,9 +33,16 @@ def verdict(code: str, *, hosts=("node-1",), gpus=(GPU0,), ports=(), quality="de
         window=Window(start=at - 600 * NS, end=at), outcome=outcome, domain=domain,
         root_cause=RootCause(code=code, text=text or f"cause {code}"),
         culprits=Culprits(hosts=list(hosts), gpus=list(gpus), ports=list(ports)),
-        evidence=list(evidence), confidence=0.9, quality=quality, ruleset_version="t", engine_version="t",
-        decided_at=at,
+        evidence=list(evidence) or causes(hosts, at), confidence=0.9, quality=quality, ruleset_version="t",
+        engine_version="t", decided_at=at,
     )
+
+
+def causes(hosts, at: int = T0) -> list[EvidenceItem]:
+    """A deciding (cause) evidence item collected on each of ``hosts``: what corroborates a
+    disruptive target (correlators.remediation.targets.Corroboration)."""
+    return [EvidenceItem(at=at, event_id=f"evt-{h}", type="gpu.xid", role="cause", host=h, summary="cause")
+            for h in hosts]
 
 
 #: The cluster's cabling: remediation targets must be known nodes or cabled ports

@@ -44,6 +44,7 @@ from schemas.bundle import TopologySpec, WorkloadSpec
 from schemas.records import (
     Attribution,
     Culprits,
+    EvidenceItem,
     RemediationAction,
     RemediationCommand,
     RemediationTarget,
@@ -71,6 +72,12 @@ BAD_NAMES = ["ALL", "all", "node[01-99]", "node-a[01-02]", "a;b", "$(x)", "`id`"
 # == targets from facts =============================================================================
 
 
+def cause_on(host: str, at: int = T0) -> EvidenceItem:
+    """A deciding (cause) evidence item collected on ``host``: it corroborates ``host`` as a
+    disruptive target."""
+    return EvidenceItem(at=at, event_id="evt-1", type="gpu.xid", role="cause", host=host, summary="Xid 79")
+
+
 def all_bundle(tmp_path: Path) -> Path:
     """A bundle: a job on node-a01 whose syslog has one line naming host ``ALL`` (XID 79)."""
     bundle = tmp_path / "xid79-host-all"
@@ -95,18 +102,20 @@ def all_verdict(tmp_path: Path) -> tuple[Attribution, WorkloadSpec]:
 
 def test_the_verdict_of_a_line_naming_host_all_proposes_no_action_on_all(tmp_path):
     att, spec = all_verdict(tmp_path)
-    # the correlator does take the host from the line: the culprit is "ALL"
-    assert (att.root_cause.code, att.culprits.hosts, att.status) == ("gpu.xid.79", ["ALL"], "final")
+    # the line was collected on node-a01: its host field ("ALL") is evidence, not the host
+    assert (att.root_cause.code, att.culprits.hosts, att.status) == ("gpu.xid.79", ["node-a01"], "final")
+    assert [(e.host, e.role) for e in att.evidence] == [("node-a01", "cause")]
+    (named,) = [c for c in att.coverage if c.source.startswith("host-name:")]
+    assert (named.source, named.status, named.records) == ("host-name:node-a01", "present", 1)
+    assert named.detail.startswith("1 record(s) collected on node-a01 name another host in their text ('ALL')")
+    assert "ALL" not in canonical_json(att.culprits)
     eng = RemediationEngine(load_policy(), fleet_size=64)
     eng.on_workload(spec.cluster, spec.workload_id, spec.nodes, spec.end_ns)
     out = eng.on_attribution(att)
-    assert [(a.action, a.state, a.target.model_dump(exclude_defaults=True)) for a in out] == [("notify", "proposed", {})]
-    (notify,) = out
-    known = next(g for g in notify.guards if g.guard == "target_known")
-    assert known.passed
-    assert known.detail == ("not a target, evidence only: 'ALL' is not a valid node name: 'ALL' is a reserved "
-                            "scheduler keyword; withheld: drain (host), reboot (host); a person decides")
-    assert "ALL" not in canonical_json(notify.target)
+    # the node that collected the deciding line is the one acted on, and only it
+    assert [(a.action, a.state, a.target.model_dump(exclude_defaults=True)) for a in out] == [
+        ("drain", "proposed", {"host": "node-a01"}), ("reboot", "proposed", {"host": "node-a01"})]
+    assert all("ALL" not in canonical_json(a.target) for a in out)
 
 
 def test_a_valid_name_outside_the_allocation_is_evidence_and_a_known_one_a_target():
@@ -123,7 +132,8 @@ rules:
             attribution_id=att_id, scope=Scope(kind="workload", id=workload, cluster="c1"),
             window=Window(start=T0 - 600 * NS, end=T0), outcome="failed", domain="gpu_hardware",
             root_cause=RootCause(code="gpu.xid.79", text="fell off the bus"), culprits=Culprits(hosts=[host]),
-            confidence=0.9, quality="definitive", ruleset_version="t", engine_version="t", decided_at=T0)
+            evidence=[cause_on(host)], confidence=0.9, quality="definitive", ruleset_version="t",
+            engine_version="t", decided_at=T0)
 
     ok = eng.on_attribution(verdict("node-a02", "v1"))
     assert [(a.action, a.target.host, a.state) for a in ok] == [("drain", "node-a02", "proposed"),
@@ -161,7 +171,8 @@ rules:
         attribution_id="v1", scope=Scope(kind="workload", id="job-1", cluster="c1"),
         window=Window(start=T0 - 600 * NS, end=T0), outcome="failed", domain="gpu_hardware",
         root_cause=RootCause(code="gpu.xid.79", text="fell off the bus"), culprits=Culprits(hosts=[name]),
-        confidence=0.9, quality="definitive", ruleset_version="t", engine_version="t", decided_at=T0)
+        evidence=[cause_on(name)], confidence=0.9, quality="definitive", ruleset_version="t", engine_version="t",
+        decided_at=T0)
     out = eng.on_attribution(att)
     assert {a.action for a in out} == {"notify"}
     assert all(a.target == RemediationTarget() for a in out)
@@ -289,7 +300,8 @@ def one_node(host: str, att_id: str, at: int, code: str = "gpu.xid.46", workload
         attribution_id=att_id, scope=Scope(kind="workload", id=workload or f"job-{att_id}", cluster="c1"),
         window=Window(start=at - 600 * NS, end=at), outcome="failed", domain="gpu_hardware",
         root_cause=RootCause(code=code, text=f"{code} on {host}"), culprits=Culprits(hosts=[host]),
-        confidence=0.9, quality="definitive", ruleset_version="t", engine_version="t", decided_at=at)
+        evidence=[cause_on(host, at)], confidence=0.9, quality="definitive", ruleset_version="t", engine_version="t",
+        decided_at=at)
 
 
 def breaker_detail(records: list[RemediationAction]) -> str:

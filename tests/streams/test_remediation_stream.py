@@ -44,6 +44,7 @@ from schemas.records import (
     Certification,
     CertificationTest,
     Culprits,
+    EvidenceItem,
     GpuRef,
     RemediationAction,
     RemediationCommand,
@@ -100,6 +101,8 @@ def gpu_verdict(host: str, cluster: str, *, at: int = T0, final: bool = True, at
         root_cause=RootCause(code="gpu.xid.79", text=f"GPU 3 of {host} fell off the bus (XID 79)"),
         culprits=Culprits(hosts=[host], gpus=[GpuRef(index=3)]), confidence=0.95, quality="definitive",
         status="final" if final else "provisional", ruleset_version="t", engine_version="t", decided_at=at,
+        # the deciding line was collected on the culprit: its drain is corroborated
+        evidence=[EvidenceItem(at=at, event_id="evt-1", type="gpu.xid", role="cause", host=host, summary="Xid 79")],
     )
 
 
