@@ -178,6 +178,72 @@ rules:
     assert all(a.target == RemediationTarget() for a in out)
 
 
+# == a target needs corroboration ====================================================================
+
+CORROBORATE = parse_policy("""
+version: t
+rules:
+  - {id: bus, match: {code: gpu.xid.79}, actions: [{action: drain, target: host, mode: auto}, {action: reboot, target: host, mode: auto}]}
+  - {id: stall, match: {code: nccl.stalled_rank}, actions: [{action: drain, target: host, mode: auto}]}
+  - {id: port, match: {code: fabric.port.flapping, culprit: port}, actions: [{action: disable_port, target: port, mode: auto}]}
+""")
+
+
+def corroboration_verdict(culprits: list[str], cause_hosts: list[str], *, code: str = "gpu.xid.79",
+                          ports: tuple[str, ...] = ()) -> Attribution:
+    return Attribution(
+        attribution_id=f"att-{code}", scope=Scope(kind="workload", id="job-1", cluster="c1"),
+        window=Window(start=T0 - 600 * NS, end=T0), outcome="failed", domain="gpu_hardware",
+        root_cause=RootCause(code=code, text=code), culprits=Culprits(hosts=culprits, ports=list(ports)),
+        evidence=[cause_on(h) for h in cause_hosts], confidence=0.9, quality="definitive", ruleset_version="t",
+        engine_version="t", decided_at=T0)
+
+
+def corroboration_engine(**kw) -> RemediationEngine:
+    eng = RemediationEngine(CORROBORATE, fleet_size=64, settings=ROOMY, **kw)
+    eng.on_workload("c1", "job-1", ["node-a01", "node-a07"], T0)
+    return eng
+
+
+def test_only_culprits_the_deciding_evidence_was_collected_on_are_taken_out():
+    out = corroboration_engine().on_attribution(corroboration_verdict(["node-a01", "node-a07"], ["node-a01"]))
+    assert [(a.action, a.state, a.target.model_dump(exclude_defaults=True)) for a in out] == [
+        ("drain", "proposed", {"host": "node-a01"}), ("drain", "approved", {"host": "node-a01"}),
+        ("reboot", "proposed", {"host": "node-a01"}), ("reboot", "approved", {"host": "node-a01"}),
+        ("notify", "proposed", {"hosts": ["node-a07"]}), ("notify", "approved", {"hosts": ["node-a07"]})]
+    guard = next(g for g in out[-1].guards if g.guard == "target_corroborated")
+    assert guard.passed and guard.detail == (
+        "notify only: 'node-a07' is not corroborated: its deciding evidence was collected on 'node-a01', not on it; "
+        "withheld: drain (host), reboot (host); a person decides")
+    assert out[-1].reason.startswith("rule bus: gpu.xid.79: notify only: 'node-a07' is not corroborated")
+
+
+def test_a_culprit_without_deciding_evidence_is_notified_not_drained():
+    # a stalled rank is inferred from what its host did not log: no line of it decides
+    (notify, approved) = corroboration_engine().on_attribution(
+        corroboration_verdict(["node-a07"], [], code="nccl.stalled_rank"))
+    assert (notify.action, notify.target.hosts, approved.state) == ("notify", ["node-a07"], "approved")
+    assert next(g for g in notify.guards if g.guard == "target_corroborated").detail == (
+        "notify only: 'node-a07' is not corroborated: the verdict holds no deciding (cause) evidence, not on it; "
+        "withheld: drain (host); a person decides")
+
+
+def test_a_port_is_corroborated_by_its_switch_or_a_host_cabled_to_it():
+    topo = TopologySpec.model_validate({"links": [{"host": "node-a01", "hca": "mlx5_0", "switch": "leaf-01",
+                                                   "switch_port": "3"}]})
+    for causes in (["leaf-01"], ["node-a01"]):
+        out = corroboration_engine(topology=topo).on_attribution(
+            corroboration_verdict(["node-a01"], causes, code="fabric.port.flapping", ports=("leaf-01/3",)))
+        assert [(a.action, a.target.port, a.state) for a in out] == [("disable_port", "leaf-01/3", "proposed"),
+                                                                    ("disable_port", "leaf-01/3", "approved")]
+    out = corroboration_engine(topology=topo).on_attribution(
+        corroboration_verdict(["node-a01"], ["node-a07"], code="fabric.port.flapping", ports=("leaf-01/3",)))
+    assert [(a.action, a.target.port, a.target.hosts) for a in out] == [("notify", None, []), ("notify", None, [])]
+    assert next(g for g in out[0].guards if g.guard == "target_corroborated").detail.startswith(
+        "notify only: port 'leaf-01/3' is not corroborated: its deciding evidence was collected on 'node-a07', "
+        "not on its switch or a host cabled to it")
+
+
 def test_valid_node_names():
     for name in ("node-a01", "gpu001", "NODE_07", "n1.rack-3.example", "a", "x" * 63 + "." + "y" * 63):
         assert valid_node_name(name), name
