@@ -250,7 +250,15 @@ EVENT_TYPES: dict[str, str] = {
     "fm.error": "NVIDIA Fabric Manager error line (fabricmanager.log or its journal). attrs: kind "
     "(multicast_team|version_mismatch|nvswitch_query|nvswitch_fatal|nvswitch_nonfatal|"
     "nvlink_training|nvlink_error|fabric_degraded|gpu_registration|service_stopped|other), "
-    "severity (error|critical|fatal), detail, code (NV_* status when printed), tid, time",
+    "severity (error|critical|fatal), detail, code (NV_* status when printed), tid, time; an "
+    "NVSwitch error report: sxid, fid, device (NVSwitch PCI id), physical_id, port",
+    "gpu.nvlink_error": "NVLink / NVSwitch driver error that is not an Xid or SXid line: the GPU "
+    "driver's NVLink code (NVRM: [GPU<n> ]knvlink...: ...), the nvlink core module "
+    "(nvidia-nvlink: ...) or the NVSwitch driver (nvidia-nvswitch<n>: ...). attrs: kind "
+    "(training|activation|shutdown|reset|discovery|link_mask|topology|degraded|registration|"
+    "nvlink_core_init|nvswitch_init|nvswitch_interrupts|version_mismatch|other), component (rm|nvlink_core|nvswitch), "
+    "function, rm_gpu (RM GPU instance), link, peer_gpu, peer_index, link_mask, status, reason, "
+    "handled (the driver went on), switch, error, detail, kernel_version, user_version",
     # --- mlx5 / rdma-core / switches ---
     "nic.health": "NIC/HCA firmware health report (mlx5_core health.c poller, mlx4 catas). attrs: "
     "code (MLX5_HEALTH_SYNDR_* from the health buffer syndrome, MLX5_SENSOR_* from 'Fatal error N "

@@ -8,6 +8,7 @@
   the severity, whichever of the driver's line shapes printed it.
 * ``peermem_kind``  -- which nvidia-peermem error a ``nvidia-peermem ... ERROR`` line reports.
 * ``fm_log``        -- which Fabric Manager error a fabricmanager.log line reports (``kind``).
+* ``nvrm_printf``   -- an NV_PRINTF line's ``NVRM: [GPU<n> ]<function>: `` prefix -> ``function``, ``rm_gpu``.
 """
 
 from __future__ import annotations
@@ -124,6 +125,29 @@ def nvswitch_sxid(draft: Draft, match: re.Match[str] | None, obs: Observation, r
         a["data"] = a.pop("_regs", "").strip()
     elif not a.get("detail"):
         a.pop("detail", None)
+    return [draft]
+
+
+# --------------------------------------------------------------------------- NV_PRINTF prefix
+
+#: RmMsgPrefix's default prefix after "NVRM: ": "[GPU<instance> ]<function>" (nvlog_printf.c)
+_RM_PREFIX = re.compile(r"^(?:GPU(?P<gpu>\d+) )?(?P<function>\w+)$")
+
+
+@hook("nvrm_printf")
+def nvrm_printf(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A rule given as ``format: "NVRM: %s: <NV_PRINTF format>"`` with ``args: [function, ...]``:
+    the driver's print path (nvDbg_Printf -> RmMsgPrefix, src/nvidia/src/kernel/diagnostics/
+    nvlog_printf.c) prints ``NVRM: [GPU<n> ]<function>: <message>``; the ``%s`` reads both, so
+    split it into ``function`` and ``rm_gpu`` (the RM GPU instance, int). A prefix that is not
+    ``[GPU<n> ]<identifier>`` (the message of another print) gives no event."""
+    a = draft.attributes
+    m = _RM_PREFIX.match(str(a.get("function", "")).strip())
+    if m is None:
+        return []
+    a["function"] = m["function"]
+    if m["gpu"] is not None:
+        a.setdefault("rm_gpu", int(m["gpu"]))
     return [draft]
 
 
