@@ -88,6 +88,7 @@ from connectors.bundle import _TEXT_BYTES, BINARY_CONTROL_SHARE, NUL_MARK, cut_b
 from connectors.prefilter import EdgePrefilter, EdgeTotals
 from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, record_span
 from connectors.timefmt import LineClock, TimeContext
+from correlators.identity import AGGREGATED_HOST
 from schemas.records import (
     TIME_QUALITY_INHERITED,
     TIME_QUALITY_TRANSPORT,
@@ -197,6 +198,12 @@ class FilesConnector:
     ``paths``: files to follow (need not exist yet). ``host``: the host every file belongs to;
     or ``host_from_path``: a regex with a named group ``host`` searched in each absolute path
     (no match: host ``_unknown``, noted in coverage); neither: this machine's hostname.
+    ``aggregator``: the files are a declared aggregator (a central syslog file holding the lines
+    of many nodes): every record carries ``attributes.aggregator = True``, so a host its text
+    names (the syslog host field) is taken as its host when that is a node of the allocation
+    (:mod:`correlators.identity`); without ``host``/``host_from_path`` the records' host is then
+    ``_aggregated``, not this machine's. Without it a file's records are its host's, whatever
+    host their text names.
     ``cluster``, ``workload_id``: copied into every Observation. ``cursor``: the
     :class:`connectors.cursor.CursorStore` the position is loaded from (saving is the
     publisher's job, see :meth:`checkpoint`). ``follow``: keep polling for new data every
@@ -236,8 +243,10 @@ class FilesConnector:
         publish_coverage: bool | None = None,
         coverage_s: float = 30.0,
         on_checkpoint: Callable[[], None] | None = None,
+        aggregator: bool = False,
     ):
         pattern = re.compile(host_from_path) if host_from_path else None
+        self.aggregator = aggregator
         if pattern is not None and "host" not in pattern.groupindex:
             raise ValueError(f"--host-from-path {host_from_path!r} has no (?P<host>...) group")
         self.cluster = cluster
@@ -256,7 +265,7 @@ class FilesConnector:
         self._cov_at = float("-inf")  # monotonic time of the last coverage records (follow mode)
         self.ctx = TimeContext(year=year or time.gmtime().tm_year, tz=tz,
                                ref_ns=None if year else time.time_ns())
-        default_host = host or socket.gethostname()
+        default_host = host or (AGGREGATED_HOST if aggregator else socket.gethostname())
         saved = (cursor.load().get("files") or {}) if cursor is not None else {}
         self._tails: list[_Tail] = []
         self._more = False  # a file had more than MAX_PASS_BYTES waiting in the last pass
@@ -771,6 +780,8 @@ class FilesConnector:
         attributes: dict[str, Any] = {}
         if tail.epoch:
             attributes["file_epoch"] = tail.epoch
+        if self.aggregator:
+            attributes["aggregator"] = True
         # bytes of its lines skipped while reading (lines longer than MAX_LINE_BYTES)
         skipped = sum(tail.skipped.pop(end, 0) for end in tail.ends[s - base:e - base]) if tail.skipped else 0
         text = cut_body(text, attributes, skipped)
@@ -837,6 +848,10 @@ def connect_files_cli(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep following (tail -F)")] = False,
     host: Annotated[str | None, typer.Option(help="host the files belong to (default: this machine)")] = None,
     host_from_path: Annotated[str | None, typer.Option(help="regex with a (?P<host>...) group, searched in each path")] = None,
+    aggregator: Annotated[bool, typer.Option(
+        "--aggregator", help="the files are a declared aggregator (a central syslog file): a host its lines name is "
+                             "taken as their host when it is a node of the allocation; default host '_aggregated'. "
+                             "Without it every record is the file's host's, whatever its text names")] = False,
     cluster: Annotated[str, typer.Option(help="cluster name")] = "",
     workload: Annotated[str | None, typer.Option(help="workload id to attach")] = None,
     cursor: Annotated[Path, typer.Option(help="cursor file (position per file)")] = Path(".state/cursors/files.json"),
@@ -882,7 +897,8 @@ def connect_files_cli(
     try:
         conn = FilesConnector(paths, host=host, host_from_path=host_from_path, cluster=cluster,
                               workload_id=workload, cursor=CursorStore(cursor), follow=follow,
-                              prefilter=use_prefilter, publish_coverage=coverage, on_checkpoint=report)
+                              prefilter=use_prefilter, publish_coverage=coverage, on_checkpoint=report,
+                              aggregator=aggregator)
     except (CursorError, re.error, ValueError) as exc:
         cli_fail(str(exc))
     try:

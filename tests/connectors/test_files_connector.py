@@ -330,3 +330,24 @@ def test_a_one_shot_read_publishes_an_idle_files_last_line_and_notes_it_in_the_c
     assert conn.unterminated() == [(str(log), len(f"{ts(0)} a\n"), len(f"{ts(1)} tail without newline"), True)]
     assert f"the last line (byte {len(f'{ts(0)} a') + 1}, 45 bytes) has no newline" in conn.coverage()[0].detail
     assert conn.checkpoint()["files"][str(log)]["offset"] == log.stat().st_size
+
+
+def test_a_declared_aggregator_file_lets_its_lines_name_their_host(tmp_path: Path) -> None:
+    """``--aggregator``: a central syslog file's records carry ``attributes.aggregator`` and
+    the host ``_aggregated`` (not this machine's), so its lines' host field names the event's
+    host (``collected_on`` kept); a plain file's records stay its host's, the name evidence."""
+    from correlators.config import EngineConfig
+
+    pack = EngineConfig.default().pack
+    line = (f"{ts(31)} node-a07 kernel: NVRM: Xid (PCI:0000:9c:00): 79, pid=1, name=python, "
+            "GPU has fallen off the bus.\n")
+    log = tmp_path / "syslog"
+    log.write_text(line)
+    central = FilesConnector([log], cursor=CursorStore(tmp_path / "a.json"), cluster="c1", aggregator=True)
+    (record,) = central.poll()
+    assert (record.host, record.attributes) == ("_aggregated", {"aggregator": True})
+    assert [(e.host, e.attributes["collected_on"]) for e in pack.extract(record)] == [("node-a07", "_aggregated")]
+    plain = FilesConnector([log], cursor=CursorStore(tmp_path / "b.json"), cluster="c1", host="node-a01")
+    (record,) = plain.poll()
+    assert (record.host, record.attributes) == ("node-a01", {})
+    assert [(e.host, e.attributes["line_host"]) for e in pack.extract(record)] == [("node-a01", "node-a07")]
