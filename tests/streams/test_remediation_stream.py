@@ -591,6 +591,44 @@ def test_bundle_to_proposal_to_cli_approval_to_dry_run_execution_on_a_real_broke
         assert sink.count("certifications") == 2
 
 
+def test_a_line_never_chooses_whom_to_drain_on_a_real_broker(stream_env, kafka_bootstrap):  # noqa: F811
+    """The reproduction on a real worker and broker: a job on node-a01 and node-a07 whose
+    ``logs/node-a01/kern.log`` holds XID 79 lines naming host ``ALL`` and host ``node-a07`` ->
+    the final verdict blames node-a01 alone (the stream gives the replay verdict) and every
+    remediation record targets node-a01 alone: drain and reboot of node-a01, nothing of
+    ``ALL`` or node-a07."""
+    from streams.replay import replay_bundle
+    from tests.correlators.test_identity import hostile_bundle
+    from tests.streams.test_stream import comparable, latest_verdicts
+
+    env, prefix = stream_env["env"], stream_env["prefix"]
+    bundle = hostile_bundle(stream_env["tmp"])
+    replayed = json.loads(canonical_json(replay_bundle(bundle).attribution))
+    assert replayed["culprits"]["hosts"] == ["node-a01"]
+    stream_env["start"](FAULTSTREAM_REMEDIATION_PROPOSAL_TTL_S="31536000")
+    publish(env, bundle)
+
+    def final(messages: list[Any]) -> bool:
+        att = latest_verdicts(messages).get(replayed["attribution_id"])
+        return att is not None and att["status"] == "final"
+
+    att = latest_verdicts(consume(kafka_bootstrap, f"{prefix}.attributions", until=final, timeout=120))[
+        replayed["attribution_id"]]
+    assert comparable(att) == comparable(replayed)
+    assert {e["host"] for e in att["evidence"]} == {"node-a01"}
+
+    def proposed(messages: list[Any]) -> bool:
+        # re-evaluated for the final verdict (the bundle has no topology or fleet size: the
+        # circuit breaker fails closed, so a person would have to approve them)
+        recs = records_of(messages)
+        return all((r := latest_of(recs, k)) is not None
+                   and any(g.guard == "verdict_final" and g.passed for g in r.guards) for k in ("drain", "reboot"))
+
+    recs = records_of(consume(kafka_bootstrap, f"{prefix}.remediations", until=proposed, timeout=60))
+    assert {(r.action, r.target.host) for r in recs} == {("drain", "node-a01"), ("reboot", "node-a01")}
+    assert all(r.target.hosts == [] and r.target.port is None for r in recs)
+
+
 # == the CLI against a broker, without a worker ====================================================
 
 
