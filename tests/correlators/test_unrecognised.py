@@ -59,7 +59,9 @@ def test_unrecognised_event_only_when_no_rule_matches() -> None:
     assert ev.rank == 2
     # an NCCL WARN no specific rule knows is still NCCL's: the nccl.warn fallback keeps it
     (warn,) = PACK.extract(obs_for("node-a01:2331:2390 [3] misc/foo.cc:77 NCCL WARN Something new went wrong"))
-    assert warn.type == "nccl.warn" and warn.host == "node-a01" and warn.gpu.index == 3
+    # (collected on obs-host: the prefix's host is evidence, correlators.identity)
+    assert warn.type == "nccl.warn" and warn.host == "obs-host" and warn.gpu.index == 3
+    assert warn.attributes["line_host"] == "node-a01"
     known = PACK.extract(obs_for("NVRM: Xid (PCI:0000:02:00): 79, pid=0, GPU has fallen off the bus."))
     assert [e.type for e in known] == ["gpu.xid"]
     # a text is truncated, never interpreted
