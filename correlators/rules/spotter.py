@@ -31,7 +31,8 @@ report nothing: comments and source lines (``if``/``raise``/``case``, comparison
 header's ``NAME = 700,``), shell commands (``grep``), test output, help and listing texts
 (``e.g.``, ``such as``, ``one of`` leading to the word), lists of what a tool ignores or skips,
 references to an earlier error (``caused by previous Xid``), negations and recoveries (``no
-Xid``, ``recovered from Xid 79``) and healthy reports. They are checked on the line holding the
+Xid``, ``recovered from Xid 79``), informational levels (``NCCL INFO``, ``level=info``) and
+healthy reports. They are checked on the line holding the
 word; frame rules honour those marked for them at the start of their match.
 """
 
@@ -110,6 +111,7 @@ NEGATIVE_CONTEXTS: tuple[tuple[str, re.Pattern[str], str, bool], ...] = (
                              r"(?: previous| prior| earlier)?\s*$|(?i:previous|prior|earlier)\s+$"), "before", False),
     ("negation", re.compile(r"(?i)\b(?:no|without|zero|none of the|never|not|recovered from|cleared|resolved)"
                             r"\s+(?:[\w-]+\s+){0,2}[(\"'`]?$"), "before", True),
+    ("informational", re.compile(r"\bNCCL INFO\b|\blevel=(?:info|debug)\b", re.IGNORECASE), "line", False),
     ("healthy", re.compile(r"(?i)\b(?:healthy|no (?:new |recent )?(?:s?xids?|errors?|faults?) (?:found|seen|since))\b"),
      "line", False),
 )

@@ -128,6 +128,8 @@ LOOKALIKES = [
     "NVML_SUCCESS: device 0 healthy (no NVML_ERROR_GPU_IS_LOST)",
     "Recovered from Xid 79 on GPU 3 after reboot at 00:10; node returned to service",
     "test_cuda_errors.py::test_illegal_address[cudaErrorIllegalAddress] PASSED",
+    "node-a01:2210:2210 [3] NCCL INFO failed to peer with device 5: peer access is not supported between these two devices",
+    'time="2026-11-30T01:20:31Z" level=info msg="retrying after CUDA_ERROR_NOT_READY"',
 ]
 
 
@@ -145,7 +147,8 @@ def test_every_negative_context_has_a_lookalike_it_rejects():
     rejected = set()
     for line in LOOKALIKES + ["-- see the manual: possible values such as Xid 79",
                               "dcgmi health: none of the xids seen (Xid 48 would need a reset)",
-                              "NVRM: Xid (PCI:0000:dc:00): 45, Ch 00000001 caused by previous Xid 149"]:
+                              "NVRM: Xid (PCI:0000:dc:00): 45, Ch 00000001 caused by previous Xid 149",
+                              "dcgm: level=info Xid 79 handler registered"]:
         for name, rx, read, _ in NEGATIVE_CONTEXTS:
             word = next((w for w in ("Xid", "cudaError", "CUDA_ERROR", "DCGM_FR_", "NVML_ERROR") if w in line), None)
             before = line[:line.rindex(word)] if word else line
