@@ -35,7 +35,7 @@ with Kafka's Java console consumer (``kafka-tools``). Then:
 * the compacted topics are compacted for real (configs altered, a segment rolled, the log
   cleaner waited for) and the latest record per key is the current state.
 
-The contract is version 2 (README "Consuming faultstream's topics", docs/contract-changelog.md);
+The contract is version 2 (docs/contract.md, docs/contract-changelog.md);
 "contract v2, <rule>" names the rule a check is about. Where the documentation and the rules
 these tests were written against differ, the three functions after the constants say which.
 """
@@ -112,7 +112,7 @@ TWIN_FIELDS = {
     "certifications": {"finished_at"},
 }
 
-# The rules as README "Consuming faultstream's topics", schemas/topics.py, schemas/wire.py and
+# The rules as docs/contract.md, schemas/topics.py, schemas/wire.py and
 # the AsyncAPI document state them.
 
 

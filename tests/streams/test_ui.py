@@ -6,7 +6,7 @@ loopback port, and the pages checked for what a person checks -- the culprit, th
 cause marker, the filters' results, both ends of each cable, a node's history, that a decision
 without a login is refused, that a ``<script>`` in a log line is shown as text. Screenshots go
 to the test's tmp dir; with ``FAULTSTREAM_README_SCREENSHOT=1`` the incident page's is also
-written to ``docs/img/incident-page.png`` (the README's), so a test run leaves the checkout
+written to ``docs/img/incident-page.png`` (docs/explorer.md's), so a test run leaves the checkout
 as it was.
 
 Chromium that cannot start makes the tests FAIL with the reason (never skip).
