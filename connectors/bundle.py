@@ -94,6 +94,7 @@ from connectors.counter_readers import (
 )
 from connectors.slurm_pids import ListpidsError, parse_listpids, slurm_job_of, task_pid_rows
 from connectors.telemetry import TelemetrySample, parse_telemetry
+from correlators import stackdump as _stackdump
 from correlators.attribution import default_causal_rules
 from correlators.identity import AGGREGATED_HOST
 from correlators.rules.engine import gc_paused, json_attributes, light_record, opt_int32, opt_str, time_ok
@@ -720,6 +721,13 @@ class BundleConnector:
         data = _read_bytes(file, stats)
         if data is None:
             return None
+        if src.kind == "log_line" and data[:1] in (b"\x80", b"{", b" ", b"\n"):
+            # a PyTorch flight-recorder dump (pickle or JSON): one compact JSON record of its
+            # last entries (correlators.stackdump; the pickle through a restricted unpickler)
+            fr = _stackdump.normalise_dump_bytes(data, src.rel)
+            if fr is not None:
+                data, note = fr
+                stats.notes.append(note)
         if data.endswith(b"\x00"):
             # the zero-filled tail a file system leaves when a node crashed after allocating a
             # log's blocks and before writing them: not content

@@ -24,6 +24,14 @@ multi-line shapes, recognised by content (never by file name), are kept together
   {`` and condition objects through the closing brace; a whole ``dcgmi diag`` / ``dcgmi health``
   table (every ``|``/``+`` line after its title row).
 
+* **Stack dumps** (issue 33; parsed by :mod:`correlators.stackdump`) -- one thread each: a
+  faulthandler ``Thread 0x.. (most recent call first):`` / ``Current thread ...`` header and its
+  ``  File "..", line N in f`` lines (``[rankN]:`` prefixes allowed, the same on every line); a
+  py-spy ``Thread <tid> (idle|active|active+gil)`` header and its indented frame (and locals)
+  lines; a gdb ``Thread <n> (Thread 0x.. (LWP <tid>) ..):`` header and its ``#<i>`` frame lines;
+  a pretty-printed ``py-spy dump --json`` thread object (``  {`` with ``"pid":`` next, through
+  its closing ``  }``).
+
 Records never exceed :data:`MAX_RECORD_LINES` lines (a longer one is cut there), so
 :func:`record_span` only looks :data:`MAX_RECORD_LINES` lines back and forward and stays cheap
 when called around a few candidate lines of a huge file. :data:`STRUCTURE_HINT` lets a
@@ -66,6 +74,10 @@ STRUCTURE_HINT: str = (
     r"|^[ \t]+(?:Last )?State:[ \t]+(?:Terminated|Waiting)[ \t]*$"
     r"|^[ \t]*(?:terminated:[ \t]*$|- last(?:Probe|Transition)Time: |\"terminated\": ?\{[ \t]*$"
     r"|\"last(?:Probe|Transition)Time\": )"
+    # stack dumps: faulthandler, py-spy, gdb thread headers; a py-spy JSON thread object
+    r"|^(?:\[rank\d+\]: ?)?(?:Current thread|Thread) 0x[0-9a-fA-F]+[^\n]*\(most recent call first\):"
+    r"|^Thread (?:\d+|0x[0-9A-Fa-f]+) \((?:idle|active|active\+gil|gil)\)"
+    r"|^Thread \d+ \((?:Thread 0x[0-9a-fA-F]+ )?\(LWP \d+\)|^    \"pid\": \d+,"
 )
 
 
@@ -129,6 +141,55 @@ def _key_block(lines: Sequence[str], s: int, limit: int) -> int:
     return e
 
 
+_STACK_PREFIX = re.compile(r"\[rank\d+\]: ?")
+_FH_HEAD = re.compile(r"(?:Current thread|Thread) 0x[0-9a-fA-F]+[^\n]*\(most recent call first\):\s*$")
+_FH_LINE = re.compile(r"\s*(?:File \"|<no Python frame>|\.\.\.\s*$)")
+_PYSPY_HEAD = re.compile(r"Thread (?:\d+|0x[0-9A-Fa-f]+) \((?:idle|active|active\+gil|gil)\)(?:: \".*\")?\s*$")
+_GDB_HEAD = re.compile(r"Thread \d+ \((?:Thread 0x[0-9a-fA-F]+ )?\(LWP \d+\)")
+_GDB_LINE = re.compile(r"#\d+\s|[ \t]+\S")
+_PYSPY_JSON_PID = re.compile(r"    \"pid\": \d+,\s*$")
+
+
+def _stack_block(lines: Sequence[str], s: int, limit: int) -> int:
+    """End (exclusive) of the stack-dump thread block starting at ``s``, or ``s + 1``."""
+    line = lines[s]
+    m = _STACK_PREFIX.match(line)
+    prefix = line[: m.end()] if m else ""
+    bare = line[len(prefix):]
+    tag = prefix.rstrip(" ")
+    if _FH_HEAD.match(bare.lstrip(" ") if prefix else bare):
+        e = s + 1
+        while e < limit:
+            cur = lines[e]
+            if not cur.startswith(tag):
+                break
+            rest = cur[len(tag):]
+            if not _FH_LINE.match(rest):
+                break
+            e += 1
+        return e
+    if prefix:
+        return s + 1
+    if _PYSPY_HEAD.match(line):
+        e = s + 1
+        while e < limit and lines[e].startswith("    ") and lines[e].strip():
+            e += 1
+        return e
+    if _GDB_HEAD.match(line):
+        e = s + 1
+        while e < limit and _GDB_LINE.match(lines[e]):
+            e += 1
+        return e
+    if line.rstrip() == "  {" and s + 1 < limit and _PYSPY_JSON_PID.match(lines[s + 1]):
+        e = s + 1
+        while e < limit and lines[e].rstrip() not in ("  }", "  },"):
+            if not lines[e].startswith("    "):
+                return e  # not closed where it should be: the lines read so far
+            e += 1
+        return min(e + 1, limit)
+    return s + 1
+
+
 @dataclass(frozen=True)
 class RawRecord:
     """One record: ``first_line`` is the 1-based line number of its first physical line in the
@@ -190,6 +251,12 @@ def _extent(lines: Sequence[str], s: int) -> int:
                     a = _NCCL_ANCHOR.match(lines[e])
                     if a and _prefix_of(a) == p and "NCCL error" in lines[e - 1]:
                         e = _nccl_tail(lines, e, p, limit)
+            return e
+    if (c == "T" or c == "C" or c == "[" or c == " ") and (
+            "(most recent call first):" in line or " (LWP " in line or line.startswith("Thread ")
+            or line.rstrip() == "  {"):
+        e = _stack_block(lines, s, limit)
+        if e > s + 1:
             return e
     if c == "=" and s > 0 and _SUMMARY_RULE.match(line) and "ChildFailedError:" in lines[s - 1]:
         for e in range(s + 1, limit):

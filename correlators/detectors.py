@@ -429,3 +429,154 @@ def loopback_peer(info, alloc: Allocation, events: Sequence[Event], hyps: list, 
         f"{first.host} failed to connect to {', '.join(peers)}, a loopback address, in a job across "
         f"{len(nodes)} nodes: a peer on another node advertised its loopback address")
     return [hyp]
+
+
+# --------------------------------------------------------------------------- stack dumps
+
+
+#: how telling a thread's state is, when a rank dumped several threads and none is in a collective
+_STACK_ORDER = {"collective": 0, "io": 1, "dataloader": 2, "lock": 3, "other": 4}
+
+
+def _stack_key(e: Event) -> tuple:
+    a = e.attributes
+    return (_STACK_ORDER.get(a.get("state"), 9), not a.get("main"), e.at, e.event_id)
+
+
+def stack_views(events: Sequence[Event]) -> dict[int, Event]:
+    """The thread that says where each rank waits, from its ``proc.stack`` events: a thread in
+    a collective (the main one first), else the main thread, else its most telling thread
+    (I/O, data loader, lock, other). Ranks without a rank number are left out."""
+    by_rank: dict[int, list[Event]] = {}
+    for e in events:
+        if e.type == "proc.stack" and e.rank is not None and e.attributes.get("state") in _STACK_ORDER:
+            by_rank.setdefault(e.rank, []).append(e)
+    out: dict[int, Event] = {}
+    for rank, evs in by_rank.items():
+        coll = [e for e in evs if e.attributes.get("state") == "collective"]
+        mains = [e for e in evs if e.attributes.get("main")]
+        pool = coll or mains or evs
+        out[rank] = min(pool, key=_stack_key)
+    return out
+
+
+def _collective_key(e: Event) -> str:
+    a = e.attributes
+    seq = a.get("seq_num")
+    return f"{a.get('op') or '?'}#{seq}" if seq is not None else str(a.get("op") or "?")
+
+
+def _where(e: Event) -> str:
+    a = e.attributes
+    if a.get("format") == "flight-recorder":
+        last = a.get("last_seq")
+        if a.get("state") == "collective":
+            return f"in {a.get('profiling_name') or a.get('op')} #{a.get('seq_num')} ({a.get('fr_state')})"
+        return (f"between collectives (flight recorder: last {a.get('profiling_name') or a.get('op')} "
+                f"#{last} {a.get('fr_state')})")
+    frame = a.get("frame") or a.get("function") or "?"
+    if a.get("state") == "collective":
+        return f"in {a.get('op') or 'a collective'} ({frame})"
+    return f"in {a.get('state')} ({frame})"
+
+
+@detector("stack_outlier")
+def stack_outlier(info, alloc: Allocation, events: Sequence[Event], hyps: list, params: dict) -> list:
+    """Stack dumps of a hung job (``proc.stack``, issue 33): compare where the ranks wait.
+
+    * **one rank out**: most ranks (at least half of those that dumped) wait in the same
+      collective and a few (``max_outlier_fraction``, at least one) do not -- they are in the
+      data loader, in I/O, in a lock, computing, in another collective, or (flight recorder)
+      between collectives, never having entered the one the others wait in. Those ranks are the
+      cause, the domain from where they are (``states``); their frames are the evidence.
+    * **all stuck in one place**: no collective holds most ranks, and nearly all of them
+      (all but ``max_outlier_fraction``) wait in the same non-collective frame (a shared storage
+      read, a lock, the data loader): that frame is the cause, job-wide (``shared``).
+    * ranks all in the same collective (or spread without a pattern) give nothing: the stacks
+      then name no rank.
+
+    The cause is dated at the earliest back-dated wait of the job (a watchdog timeout's stall
+    start) when there is one, else at the dumps: the dumps show where a rank *is*, the waits
+    when the others began to wait on it."""
+    views = stack_views(events)
+    if len(views) < int(params.get("min_ranks", 2)):
+        return []
+    ranks = sorted(views)
+    members = set(alloc.ranks) if alloc.ranks else set(ranks)
+    unseen = sorted(members - set(ranks))
+    limit = max(1, int(len(ranks) * float(params.get("max_outlier_fraction", 0.25))))
+    weight = float(params.get("weight", 0.8))
+    if unseen:
+        weight *= float(params.get("partial_factor", 0.85))
+    waits = [e for e in events if e.type in params.get("wait_types", ())]
+    began = min((e.effective_at for e in waits), default=None)
+    fmt = ", ".join(sorted({str(views[r].attributes.get("format")) for r in ranks}))
+    seen = (f"{len(ranks)} of {len(members)} ranks dumped their stacks ({fmt})" if unseen
+            else f"all {len(ranks)} ranks dumped their stacks ({fmt})")
+
+    in_coll = {r: _collective_key(views[r]) for r in ranks if views[r].attributes.get("state") == "collective"}
+    if in_coll:
+        counts: dict[str, int] = {}
+        for key in in_coll.values():
+            counts[key] = counts.get(key, 0) + 1
+        top, n_top = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        if n_top * 2 < len(ranks) or n_top < 2:
+            return []
+        outliers = [r for r in ranks if in_coll.get(r) != top]
+        if not outliers or len(outliers) > limit:
+            return []
+        states = [views[r].attributes.get("state") for r in outliers]
+        state = min(set(states), key=lambda s: (-states.count(s), _STACK_ORDER.get(s, 9)))
+        spec = dict((params.get("states") or {}).get(state) or (params.get("states") or {}).get("other") or {})
+        waiting = [r for r in ranks if in_coll.get(r) == top]
+        hosts = sorted({views[r].host for r in outliers})
+        first = views[outliers[0]]
+        op = views[waiting[0]].attributes.get("op") or "a collective"
+        how = "; ".join(f"rank {r} on {views[r].host} {_where(views[r])}" for r in outliers)
+        text = render_text(spec.get("text", params.get("text", "{ranks}")), first,
+                           ranks=", ".join(map(str, outliers)), hosts=", ".join(hosts), op=op,
+                           waiting=format_ranks(waiting).replace(",", ", "), how=how)
+        hyp = Hypothesis(code=spec.get("code", "dist.stalled_rank.stack"), family="stall",
+                         domain=spec.get("domain", "unknown"), text=text, job_wide=False,
+                         extra_ranks=set(outliers), extra_hosts=set(hosts),
+                         derived_at=began if began is not None and began < first.at else None)
+        for r in outliers:
+            hyp.support.append((weight, "stack_outlier", views[r]))
+        frames = views[outliers[0]].attributes.get("frames") or []
+        hyp.reasons.append(
+            f"{seen}: rank(s) {format_ranks(waiting).replace(',', ', ')} wait in {op} ({top}); "
+            f"{how}" + (f"; its innermost frames: {' <- '.join(map(str, frames[:5]))}" if frames else ""))
+        if unseen:
+            hyp.reasons.append(f"rank(s) {format_ranks(unseen).replace(',', ', ')} dumped no stack: "
+                               "one of them may be elsewhere too")
+        return [hyp]
+
+    # no collective holds the ranks: one frame they all wait in
+    sigs: dict[str, list[int]] = {}
+    for r in ranks:
+        a = views[r].attributes
+        if a.get("state") in ("io", "dataloader", "lock"):
+            sigs.setdefault(str(a.get("signature")), []).append(r)
+    if not sigs:
+        return []
+    sig, same = min(sigs.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    if len(ranks) - len(same) > (limit if len(ranks) > 4 else 0) or len(same) < 2:
+        return []
+    first = views[same[0]]
+    state = str(first.attributes.get("state"))
+    spec = dict((params.get("shared") or {}).get(state) or {})
+    if not spec:
+        return []
+    w = float(params.get("shared_weight", 0.6)) * (float(params.get("partial_factor", 0.85)) if unseen else 1.0)
+    frame = first.attributes.get("frame") or first.attributes.get("function") or "?"
+    text = render_text(spec.get("text", "{frame}"), first, frame=frame, n=len(same), m=len(ranks),
+                       file=first.attributes.get("file", "?"))
+    hyp = Hypothesis(code=spec.get("code", f"dist.shared_stall.stack.{state}"), family="stall",
+                     domain=spec.get("domain", "unknown"), text=text, job_wide=True,
+                     derived_at=began if began is not None and began < first.at else None)
+    for r in same:
+        # the frames are the evidence, the ranks are not culprits: a shared resource stalled
+        hyp.support.append((w, "stack_shared", views[r].model_copy(update={"rank": None})))
+    hyp.reasons.append(f"{seen}: {len(same)} of them wait in the same place, {state} in {frame}, and none in a "
+                       "collective: a resource they share stalled, not one rank")
+    return [hyp]

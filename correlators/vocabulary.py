@@ -325,6 +325,12 @@ EVENT_TYPES: dict[str, str] = {
     # Any type: nccl_pid (int) on an event read from a line with NCCL's
     # "host:pid:tid [dev]" prefix; rank_from='pid' when correlators/pids.py gave a pid-bearing
     # event (host.oom_kill, gpu.xid, proc.*) its rank from what the allocation/logs state.
+    # --- stack dumps (issue 33) ---
+    "proc.stack": "one thread of a rank's stack dump (py-spy text/JSON, faulthandler, gdb, PyTorch "
+    "flight recorder; correlators/stackdump.py). attrs: format, state (collective|dataloader|io|lock|"
+    "other), main (the main thread), signature (state + the frame that says so), frame, function, file, "
+    "op (the collective), frames (innermost first), depth, thread, thread_name, pid; flight recorder: "
+    "seq_num, fr_state, last_seq, pg_id, pg_name, profiling_name",
     # --- unrecognised ---
     "log.unrecognised": "a record at error severity that no rule matched "
     "(correlators/unrecognised.py). attrs: severity (nccl_warn|glog_error|kernel_err|"
