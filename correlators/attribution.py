@@ -420,7 +420,10 @@ def summarise(event: Event) -> str:
             f"watchdog timeout {a.get('op_type', '?')} SeqNum={a.get('seq_num', '?')} "
             f"ran for {a.get('ran_for_ms', '?')} ms (timeout {a.get('timeout_ms', '?')} ms)"
         )
-        if event.began_at is not None:
+        if a.get("began_at_bound") == "inherited":
+            text += ("; the line has no time of its own (inherited from an earlier line): the stall "
+                     "is placed no earlier than that line, not back-dated by the timeout")
+        elif event.began_at is not None:
             text += f"; placed at the stall's start, logged {(event.at - event.began_at) / NS:.1f} s later"
         return text
     # where a record was collected and what host its text named are not what it says

@@ -580,3 +580,203 @@ def stack_outlier(info, alloc: Allocation, events: Sequence[Event], hyps: list, 
     hyp.reasons.append(f"{seen}: {len(same)} of them wait in the same place, {state} in {frame}, and none in a "
                        "collective: a resource they share stalled, not one rank")
     return [hyp]
+
+
+# --- host memory behind a SIGKILL (issue 33 item 2) --------------------------------------------
+
+
+def _memory_reading(e: Event, params: dict, meminfo_total: dict) -> tuple[str, float, str] | None:
+    """(kind, weight, what it says) when a ``host.memory_pressure`` reading is high by the
+    detector's thresholds, else None. ``meminfo_total``: (host, file) -> [(line, MemTotal
+    bytes)] to pair a MemAvailable line with the nearest MemTotal of its file."""
+    a = e.attributes
+    w = params.get("weights", {})
+    src = a.get("source")
+    if src == "psi":
+        worst = max(float(a.get("avg10") or 0.0), float(a.get("avg60") or 0.0))
+        kind = a.get("kind")
+        if kind == "full" and worst >= float(params.get("psi_full_pct", 10)):
+            return "psi_full", float(w.get("psi_full", 0.55)), f"PSI memory full avg10={a.get('avg10')} avg60={a.get('avg60')}"
+        if kind == "some" and worst >= float(params.get("psi_some_pct", 40)):
+            return "psi_some", float(w.get("psi_some", 0.4)), f"PSI memory some avg10={a.get('avg10')} avg60={a.get('avg60')}"
+        return None
+    if a.get("cumulative"):
+        def n(key: str) -> int:
+            v = a.get(key)
+            return v if isinstance(v, int) else 0
+        if n("oom_kill") > 0 or n("oom_group_kill") > 0:
+            return "oom_kill_count", float(w.get("oom_kill_count", 0.6)), f"{src} oom_kill={n('oom_kill')} (OOM kills counted)"
+        if n("oom") > 0 or n("under_oom") > 0:
+            return "oom_count", float(w.get("oom_count", 0.5)), f"{src} oom={n('oom')} under_oom={n('under_oom')}"
+        if n("max") > 0 or n("failcnt") > 0:
+            return "limit_hits", float(w.get("limit_hits", 0.35)), f"{src} max={n('max')} failcnt={n('failcnt')} (memory limit reached)"
+        return None
+    used = a.get("used_pct")
+    if isinstance(a.get("available_pct"), (int, float)):
+        used = 100.0 - float(a["available_pct"])
+    avail = a.get("mem_available_bytes")
+    if isinstance(avail, int):
+        ref = e.evidence[0].position if e.evidence else None
+        key = (e.host, ref.file if ref else None)
+        line = ref.line if ref and ref.line is not None else 0
+        totals = meminfo_total.get(key, [])
+        if totals:
+            _, total = min(totals, key=lambda t: (abs(t[0] - line), t[0]))
+            if total > 0:
+                used = 100.0 * (1.0 - avail / total)
+    if isinstance(used, (int, float)) and used >= float(params.get("used_pct", 90)):
+        return "used", float(w.get("used", 0.45)), f"{src} memory {used:.1f}% used"
+    return None
+
+
+def _k8s_memory(e: Event) -> bool:
+    a = e.attributes
+    if e.type == "k8s.node_condition":
+        return a.get("condition") == "MemoryPressure" and a.get("status", "True") == "True"
+    return e.type in ("k8s.event", "k8s.pod_terminated") and a.get("reason") == "Evicted" and a.get("resource") == "memory"
+
+
+@detector("sigkill_memory_pressure")
+def sigkill_memory_pressure(info, alloc: Allocation, events: Sequence[Event], hyps: list, params: dict) -> list:
+    """A rank killed by SIGKILL with no line naming the sender (``proc.killed.sigkill``) on a
+    host whose memory was under high pressure shortly before is a probable host OOM: the
+    kernel's or a user-space OOM killer (systemd-oomd, earlyoom, the kubelet, Slurm's cgroup)
+    sent it, and its own line is missing (dmesg not collected, a user-space killer).
+
+    Evidence on the killed rank's host (``host.memory_pressure`` readings, judged here by
+    ``causal.yaml`` thresholds; the kubelet's MemoryPressure condition or a memory eviction):
+    a level reading (PSI, a trainer's psutil percent, ``free``, meminfo) within ``lead_s``
+    before the kill (or ``after_s`` after it); a cumulative cgroup counter (``oom_kill``,
+    ``oom``/``under_oom``, ``max``/``failcnt``) from ``lead_s`` before the kill to the end of
+    the window (a snapshot taken after the job still counts the kill). The evidence joins the
+    SIGKILL hypothesis, which is renamed ``code`` (domain host) and keeps the plain SIGKILL as
+    its alternative (a kill from the launcher, the scheduler or a user): probable at best.
+    Without such evidence, or with a kernel OOM-killer line on the host (that line decides by
+    itself), nothing changes."""
+    codes = set(params.get("applies_to", ("proc.killed.sigkill",)))
+    lead = int(float(params.get("lead_s", 600)) * 1_000_000_000)
+    after = int(float(params.get("after_s", 60)) * 1_000_000_000)
+    oom_hosts = {e.host for e in events if e.type == "host.oom_kill"}
+    meminfo_total: dict = {}
+    for e in events:
+        if e.type == "host.memory_pressure" and isinstance(e.attributes.get("mem_total_bytes"), int):
+            pos = e.evidence[0].position if e.evidence else None
+            meminfo_total.setdefault((e.host, pos.file if pos else None), []).append(
+                ((pos.line or 0) if pos else 0, e.attributes["mem_total_bytes"]))
+    readings = [e for e in events if e.type == "host.memory_pressure" or _k8s_memory(e)]
+    if not readings:
+        return []
+    for hyp in hyps:
+        if hyp.code not in codes or not hyp.support:
+            continue
+        kills: dict[str, int] = {}
+        for e in hyp.events:
+            if e.host and e.host != "_scheduler" and e.host not in oom_hosts:
+                kills[e.host] = min(kills.get(e.host, e.at), e.at)
+        found: list[tuple[float, str, Event, str]] = []
+        for e in sorted(readings, key=lambda x: (x.at, x.event_id)):
+            killed_at = kills.get(e.host)
+            if killed_at is None:
+                continue
+            if _k8s_memory(e):
+                judged = ("k8s", float(params.get("weights", {}).get("k8s", 0.5)), "kubelet: memory pressure / eviction")
+            else:
+                judged = _memory_reading(e, params, meminfo_total)
+            if judged is None:
+                continue
+            kind, weight, what = judged
+            cumulative = bool(e.attributes.get("cumulative"))
+            if e.at < killed_at - lead or (not cumulative and e.at > killed_at + after):
+                continue
+            found.append((weight, kind, e, what))
+        if not found:
+            continue
+        # per host and kind, the reading nearest the kill: the cause is dated by the kill and
+        # the last reading before it, not by the first of a long series
+        nearest: dict[tuple[str, str], tuple[float, str, Event, str]] = {}
+        for f in found:
+            key = (f[2].host, f[1])
+            held = nearest.get(key)
+            if held is None or (abs(f[2].at - kills[f[2].host]), -f[0]) < (abs(held[2].at - kills[f[2].host]), -held[0]):
+                nearest[key] = f
+        found = [nearest[k] for k in sorted(nearest)]
+        hosts = sorted({e.host for _, _, e, _ in found})
+        before = hyp.strength
+        alt_text = hyp.text
+        for weight, kind, e, _ in found:
+            # a reading is of the host, not of the rank that printed it (DeepSpeed logs from rank 0)
+            hyp.support.append((weight, f"sigkill_memory_pressure:{kind}",
+                                e if e.rank is None else e.model_copy(update={"rank": None})))
+        first = min(found, key=lambda f: (-f[0], f[2].at, f[2].event_id))
+        kill = min((e for e in hyp.events if e.host in hosts and e.type != "host.memory_pressure"
+                    and not _k8s_memory(e)), key=lambda e: (e.at, e.event_id))
+        hyp.code = params["code"]
+        hyp.domain = params.get("domain", "host")
+        hyp.text = render_text(params.get("text", params["code"]), kill, hosts=", ".join(hosts),
+                               evidence=first[3])
+        strongest = {}
+        for weight, kind, e, what in found:
+            if weight > strongest.get(kind, (0.0, ""))[0]:
+                strongest[kind] = (weight, what)
+        hyp.reasons.append(
+            f"no line names who sent the SIGKILL; memory on {', '.join(hosts)} was under pressure around the "
+            f"kill ({'; '.join(w for _, w in sorted(strongest.values(), key=lambda x: -x[0]))}): "
+            "most likely an OOM killer whose own line is missing")
+        alt = params.get("alternative", {})
+        hyp.side_alternatives.append((
+            alt.get("code", "proc.killed.sigkill"), alt.get("domain", "unknown"),
+            render_text(alt.get("text", alt_text), kill), round(before, 4),
+            tuple(sorted(hyp.hosts)), tuple(sorted(hypothesis_ranks(hyp)))))
+    return []
+
+
+#: Completion-error event types a GID table change can explain (NCCL's and rdma-core's).
+_COMPLETION_TYPES = ("nccl.ib_completion_error", "rdma.completion_error")
+#: Per-host link/port faults that rewrite the GID table themselves (then the fault is the cause).
+_PORT_FAULTS = ("fabric.link_down", "fabric.module_event", "nccl.ib_async_event", "fabric.port_fault",
+                "fabric.switch_fault", "host.rack_fault")
+
+
+def _is_gid_change(e: Event) -> bool:
+    return (e.type == "nccl.warn" and e.attributes.get("kind") == "ib_async_info"
+            and e.attributes.get("event") == "GID table change")
+
+
+@detector("gid_change")
+def gid_change(info, alloc: Allocation, events: Sequence[Event], hyps: list, params: dict) -> list:
+    """A GID table change on a host followed within ``window_s`` by completion errors on that
+    host (issue 33): the addressing changed under the job -> a config cause on that host.
+    Nothing when the host shows a link/port fault, or a port state other than ACTIVE."""
+    window = int(float(params.get("window_s", 300)) * 1_000_000_000)
+    weight = float(params.get("weight", 0.75))
+    changes: dict[str, list[Event]] = {}
+    for e in events:
+        if _is_gid_change(e) and e.host:
+            changes.setdefault(e.host, []).append(e)
+    out = []
+    for host in sorted(changes):
+        if any(e.host == host and (e.type in _PORT_FAULTS or (
+                e.type == "fabric.port_state" and "ACTIVE" not in str(e.attributes.get("state", "")).upper()))
+               for e in events):
+            continue
+        firsts = sorted(changes[host], key=lambda e: (e.at, e.event_id))
+        errors = [e for e in events if e.type in _COMPLETION_TYPES and e.host == host
+                  and any(0 <= e.at - c.at <= window for c in firsts)]
+        if not errors:
+            continue
+        first_err = min(e.at for e in errors)
+        change = max((c for c in firsts if c.at <= first_err), key=lambda c: (c.at, c.event_id))
+        hyp = Hypothesis(
+            code=params["code"],
+            family="config",
+            domain=params.get("domain", "config"),
+            text=render_text(params.get("text", params["code"]), change, at=clock(change.at), n=len(errors),
+                             window=int(window // 1_000_000_000)),
+            job_wide=False,
+        )
+        hyp.support.append((weight, "gid_change", change))
+        hyp.reasons.append(
+            f"{len(errors)} completion error(s) on {host} from {clock(first_err)}, within "
+            f"{int(window // 1_000_000_000)} s after its GID table changed at {clock(change.at)}, with no link or port fault there")
+        out.append(hyp)
+    return out

@@ -70,6 +70,12 @@ EVENT_TYPES: dict[str, str] = {
     "host.oom_kill": "a process killed for memory: kernel OOM killer (global or memcg), "
     "slurmstepd's cgroup report, Ray's memory monitor. attrs: pid, process, source "
     "(kernel|slurm|ray), cgroup (bool), constraint, step",
+    "host.memory_pressure": "a host or cgroup memory reading (correlators/rules/memory.yaml), "
+    "judged by the sigkill_memory_pressure detector. attrs: source (psi|cgroup_v2|cgroup_v1|"
+    "oom_counter|meminfo|free|trainer); psi: kind (some|full), avg10, avg60, avg300 (%), "
+    "total_us, scope (system|cgroup); counters (cumulative: true): low, high, max, oom, oom_kill, "
+    "oom_group_kill, under_oom, failcnt; mem_total_bytes, mem_available_bytes (meminfo), "
+    "available_pct (free), used_pct and used_gib (a trainer's psutil line)",
     "proc.killed": "a process killed by a signal. attrs: pid, signal, signal_name, "
     "local_rank, trap, object (the library of a segfault)",
     "host.hard_lockup": "kernel hard/soft lockup, RCU stall, workqueue lockup. attrs: cpu, kind "

@@ -14,6 +14,11 @@ text names the event's host (``attributes.collected_on``), see :mod:`correlators
 Peers are normalised (NCCL ``10.0.0.15<38560>`` -> ``10.0.0.15:38560``, gloo
 ``[127.0.0.1]:11692`` -> ``127.0.0.1:11692``); PCI bus ids to ``0000:9c:00``.
 
+Back-dating (a rule's ``backdate_ms``): ``began_at = observed_at - attributes[backdate_ms]``
+from the record's own time; a time inherited from an earlier line is only the earliest the
+record can have been written, so the condition is placed at that bound and no earlier
+(:func:`backdate`, ``attributes.began_at_bound``).
+
 Unrecognised lines: a log record that no rule turns into an event but that is at error
 severity (``correlators.unrecognised.severity_of``: NCCL WARN, glog E/F, kernel err and above,
 an ERROR level token, a Python exception line, failure words) yields one ``log.unrecognised``
@@ -47,10 +52,10 @@ from correlators.rules.scan import LiteralSet
 from correlators.rules.spotter import Spotter, negative_context
 from correlators.rules.unwrap import unwrap
 from correlators.rules.model import MISSING, Condition, FieldSpec, Rule, RuleError
-from schemas.records import SCHEMA_VERSION, TIME_NS_MAX, TIME_NS_MIN, EvidenceRef, Event, GpuRef, Observation, Position, Source, check_json_value
+from schemas.records import SCHEMA_VERSION, TIME_NS_MAX, TIME_NS_MIN, TIME_QUALITY_INHERITED, EvidenceRef, Event, GpuRef, Observation, Position, Source, check_json_value
 from schemas.utc import format_utc
 
-__all__ = ["RulePack", "gc_paused", "light_record", "json_attributes", "time_ok", "opt_str", "opt_int32"]
+__all__ = ["RulePack", "backdate", "inherited_lower_bound", "gc_paused", "light_record", "json_attributes", "time_ok", "opt_str", "opt_int32"]
 
 
 # ----------------------------------------------------------------------------- batch work
@@ -70,6 +75,49 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+# ----------------------------------------------------------------------------- back-dating
+
+
+def inherited_lower_bound(obs: Observation) -> bool:
+    """Whether ``obs.observed_at`` is only the *earliest* the record can have been written:
+    its time is inherited (``time_quality`` at or below ``TIME_QUALITY_INHERITED``) from an
+    earlier line of its source -- the bundle reader's ``attributes.time_from_line`` before the
+    record's own line, a live tail's last time seen (no ``time_from_line``) -- or a line clock
+    placed it right after the previous one (``time_source="line"`` at that quality: a new boot
+    with no known boot time). A time from a later line (``time_from_line`` after the record)
+    or from the transport (the workload's end, a file's mtime) is a *latest* bound instead."""
+    if obs.time_quality > TIME_QUALITY_INHERITED or obs.time_source == "transport":
+        return False
+    source_line = (obs.attributes or {}).get("time_from_line")
+    own_line = obs.position.line if obs.position is not None else None
+    if isinstance(source_line, int) and isinstance(own_line, int) and source_line > own_line:
+        return False
+    return True
+
+
+def backdate(obs: Observation, lasted_ns: int, attributes: dict[str, Any]) -> int:
+    """``began_at`` of a record that states how long its condition had lasted when it was
+    written (``lasted_ns``: a watchdog's "ran for N milliseconds").
+
+    Back-dating is from the record's *own* time: ``observed_at - lasted_ns`` when the line
+    carries its time (or the inherited time is a latest bound: a later line's, the
+    transport's -- then the stall began no later than that, and the cost counted from it is
+    never more than what was lost). An inherited time that is only an earliest bound
+    (:func:`inherited_lower_bound`: PyTorch 2.2/2.3 ``[E ProcessGroupNCCL.cpp:N]`` lines carry
+    no time and take the previous dated line's) is not a timestamp: the line was written at
+    or after it, the stall began after the neighbour that was still logging, and pushing the
+    neighbour's time back by the whole timeout would date the stall before the last healthy
+    step and count the timeout twice in the cost. The stall is then placed at the bound
+    (``began_at = observed_at``) and ``attributes.began_at_bound = "inherited"`` says so; the
+    event keeps the inherited time quality (never above ``TIME_QUALITY_INHERITED``)."""
+    at = obs.observed_at
+    began = at - lasted_ns
+    if inherited_lower_bound(obs) and began < at:
+        attributes["began_at_bound"] = "inherited"
+        return at
+    return began
 
 
 # ----------------------------------------------------------------------------- light records
@@ -445,7 +493,7 @@ class RulePack:
                 # NCCL's host:pid:tid prefix: which process the line is from (correlators/pids.py)
                 d.attributes["nccl_pid"] = nccl_pid
             if rule.backdate_ms and isinstance(d.attributes.get(rule.backdate_ms), (int, float)):
-                d.began_at = obs.observed_at - int(d.attributes[rule.backdate_ms] * 1_000_000)
+                d.began_at = backdate(obs, int(d.attributes[rule.backdate_ms] * 1_000_000), d.attributes)
             if rule.code:
                 out.extend(HOOKS[rule.code](d, m, obs, rule))
             else:
