@@ -84,7 +84,7 @@ __all__ = ["RULESET_VERSION", "RULES_DIR", "default_rule_files", "load_rule_pack
 
 #: Version of the default rule pack (goes into ``Attribution.ruleset_version``). Bump it with
 #: every change of a rule file; packs with extra files get ``+<hash of the extra files>``.
-RULESET_VERSION = "2026.12.1"
+RULESET_VERSION = "2026.12.6"
 RULES_DIR = Path(__file__).parent
 
 # Hooks of one emitter live in their own module ``correlators/rules/hooks_<domain>.py`` and

@@ -101,7 +101,7 @@ def test_every_rule_emits_known_types_and_ids_are_unique() -> None:
 
 
 def test_pack_keywords_cover_every_log_rule() -> None:
-    assert PACK.version == "2026.12.1"
+    assert PACK.version == "2026.12.6"
     log_rules = [r for r in PACK.rules if r.kind == "log"]
     assert {kw for r in log_rules for kw in r.keywords} == set(PACK.keywords)
     # a record holding no keyword is never tried against any rule
@@ -300,7 +300,7 @@ rules:
         expect: {type: host.kernel_oops, attributes: {code: 7}}
 """)
     pack = load_rule_pack([extra])
-    assert pack.version.startswith("2026.12.1+") and "CUSTOMFAULT" in pack.keywords
+    assert pack.version.startswith("2026.12.6+") and "CUSTOMFAULT" in pack.keywords
     (ev,) = pack.extract(obs_for("CUSTOMFAULT code=7"))
     assert ev.rule == "site.custom_fault@2" and ev.attributes == {"code": 7}
     assert load_rule_pack() is PACK  # the default pack is cached and untouched
