@@ -125,7 +125,7 @@ def _psi_kill(name: str, job: int, pressured: bool) -> Bundle:
 
 
 def psi_sigkill() -> None:
-    b = _psi_kill("memory-sigkill-psi-full", 3301, pressured=True)
+    b = _psi_kill("memory-sigkill-psi-full", 3601, pressured=True)
     expected(
         b, "rank 5 on node-a02 SIGKILLed (torchrun -9), no OOM-killer line; PSI memory full rises to 40 % on node-a02 just before",
         SRC_PSI,
@@ -148,7 +148,7 @@ def psi_sigkill() -> None:
 
 
 def psi_sigkill_healthy() -> None:
-    b = _psi_kill("memory-sigkill-psi-healthy", 3302, pressured=False)
+    b = _psi_kill("memory-sigkill-psi-healthy", 3602, pressured=False)
     expected(
         b, "counter-case: the same SIGKILL of rank 5; PSI memory stays at ~0 on node-a02",
         SRC_PSI,
