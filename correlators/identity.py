@@ -34,6 +34,7 @@ __all__ = [
     "COLLECTED_ON",
     "LINE_HOST",
     "MAX_LINE_HOST",
+    "OUTSIDE_ALLOCATION",
     "SCHEDULER_HOST",
     "disagreements",
     "event_host",
@@ -55,6 +56,9 @@ LINE_HOST = "line_host"
 #: Event attribute: the host that collected an aggregator's record (its observation's host),
 #: when the event's host is the one the text named.
 COLLECTED_ON = "collected_on"
+#: Event attribute (``True``): an aggregator's record named a host that is not a node of the
+#: allocation -- a line about another node, which causal rules may keep from being a cause.
+OUTSIDE_ALLOCATION = "outside_allocation"
 #: Longest in-line host name kept as evidence (characters; longer ones are cut).
 MAX_LINE_HOST = 253
 #: The coverage source prefix of the disagreement reports (``host-name:<host>``).
@@ -123,6 +127,7 @@ def settle(event: Event, nodes: Iterable[str]) -> Event:
         return event.model_copy(update={"host": node}).with_id()
     rest = {k: v for k, v in attrs.items() if k != COLLECTED_ON}
     rest[LINE_HOST] = event.host
+    rest[OUTSIDE_ALLOCATION] = True
     return event.model_copy(update={"host": collected, "attributes": rest}).with_id()
 
 

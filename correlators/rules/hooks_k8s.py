@@ -278,4 +278,63 @@ def k8s_event_row(draft: Draft, match: re.Match[str] | None, obs: Observation, r
     m = _EVENT_RESOURCE.search(str(a.get("message", "")))
     if m:
         a["resource"] = m["res"].rstrip(".,")
+    if reason == "UnexpectedAdmissionError":
+        # older kubectl prints From as "kubelet, <node>": the node whose kubelet refused the pod
+        src = str(a.get("source", ""))
+        if src.startswith("kubelet, ") and draft.host is None:
+            draft.host = src[len("kubelet, "):].strip()
+        admission(draft, str(a.get("message", "")))
+    return [draft]
+
+
+# --------------------------------------------------------------------------- pod admission (issue 33)
+# kubelet pkg/kubelet/cm (admission_failure_handler / topologymanager, 1.1x .. 1.33):
+# "Allocate failed due to %v, which is unexpected" (reason UnexpectedAdmissionError; the pod's
+# status message is "Pod " + it in older kubelets, "Pod was rejected: " + it in newer); %v from
+# the device manager (pkg/kubelet/cm/devicemanager/manager.go): "requested number of devices
+# unavailable for %s. Requested: %d, Available: %d", "previously allocated devices are no longer
+# healthy; cannot allocate unhealthy devices %s", "no healthy devices present; cannot allocate
+# unhealthy devices %s", "device plugin GetPreferredAllocation rpc failed with err: %v" (the
+# device plugin's own error, e.g. k8s-device-plugin "error creating nvml.Device %d: nvml: %v").
+_UNAVAILABLE = re.compile(r"requested number of devices unavailable for (?P<res>[\w.\-]+(?:/[\w.\-]+)?)\. "
+                          r"Requested: (?P<req>\d+), Available: (?P<avail>\d+)")
+_UNHEALTHY = re.compile(r"cannot allocate unhealthy devices (?P<res>[\w.\-]+(?:/[\w.\-]+)?)")
+_NVML_DEVICE = re.compile(r"nvml\.Device (?P<idx>\d+): nvml: (?P<err>[^,;\n]+)")
+
+
+def admission(draft: Draft, message: str) -> None:
+    """Classify a kubelet admission failure's message (see above) into ``draft``: a GPU the
+    device plugin's NVML call names as failed -> ``gpu.unhealthy`` (reason nvml_error, the
+    GPU's index); devices the kubelet holds unhealthy -> ``gpu.unhealthy`` (reason
+    admission_unhealthy); too few devices -> ``k8s.event`` (kind devices_unavailable, requested,
+    available); other texts stay ``k8s.event`` (kind other)."""
+    from correlators.rules.hooks_cuda import _fill_nvml, nvml_lookup
+
+    a = draft.attributes
+    a.setdefault("reason", "UnexpectedAdmissionError")
+    m = _NVML_DEVICE.search(message)
+    if m:
+        draft.type = "gpu.unhealthy"
+        draft.gpu_index = int(m["idx"])
+        a.update(kind="device_plugin_nvml", all_devices=False)
+        _fill_nvml(draft, nvml_lookup(m["err"].strip()))
+        a["reason"] = "nvml_error"
+        a["text"] = m["err"].strip()
+        return
+    m = _UNHEALTHY.search(message)
+    if m:
+        draft.type = "gpu.unhealthy"
+        a.update(reason="admission_unhealthy", resource=m["res"], all_devices=False)
+        return
+    m = _UNAVAILABLE.search(message)
+    if m:
+        a.update(kind="devices_unavailable", resource=m["res"], requested=int(m["req"]), available=int(m["avail"]))
+        return
+    a["kind"] = "other"
+
+
+@hook("k8s_admission")
+def k8s_admission(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A pod status / kubelet log line holding the admission message -> :func:`admission`."""
+    admission(draft, str(draft.attributes.pop("message", "")))
     return [draft]

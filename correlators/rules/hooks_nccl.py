@@ -182,7 +182,41 @@ def nccl_ibv_call(draft: Draft, match: re.Match[str] | None, obs: Observation, r
     else:
         draft.type = "nccl.ib_error"
         a["kind"] = "verbs_call"
+    if call == "ibv_modify_qp" and not _modify_qp(draft):
+        return []
     return [draft]
+
+
+#: NCCL 2.24+ ibvModifyQpLog() (misc/ibvwrap.cc): "on dev %s:%d, curr state %s, next state %s,
+#: local GID index %d, local GID %s, remote GID %s" (states from ibvQpStateName: RESET, INIT,
+#: RTR, RTS, SQD, SQE, ERR); the INFO retry line adds ", retrying %d/%d after %u msec of sleep".
+_MODIFY_QP = re.compile(
+    r"on dev (?P<device>[\w.-]+):(?P<port>-?\d+), curr state (?P<curr_state>\w+), next state (?P<next_state>\w+)"
+    r"(?:, local GID index (?P<gid_index>-?\d+))?(?:, local GID (?P<local_gid>[^,\s]+))?(?:, remote GID (?P<remote_gid>[^,\s]+))?")
+
+
+def _modify_qp(draft: Draft) -> bool:
+    """Fields of a failed ``ibv_modify_qp`` (NCCL 2.24+ names the transition, the device and
+    both GIDs): device, port, curr_state, next_state, gid_index, local/remote GID, and the
+    peer when the remote GID is an IPv4-mapped RoCE v2 GID. False for the INFO line of a
+    retry NCCL makes (``..., retrying 1/2 after 500 msec of sleep``): not a failure yet."""
+    a = draft.attributes
+    detail = str(a.get("detail") or "")
+    if ", retrying " in detail:
+        return False
+    m = _MODIFY_QP.search(detail)
+    if m is None:
+        return True
+    for key in ("device", "curr_state", "next_state", "local_gid", "remote_gid"):
+        if m[key] and m[key] != "N/A":
+            a[key] = m[key]
+    a["port"] = int(m["port"])
+    if m["gid_index"] is not None:
+        a["gid_index"] = int(m["gid_index"])
+    remote = a.get("remote_gid")
+    if isinstance(remote, str) and remote.lower().startswith("::ffff:") and draft.peer is None:
+        draft.peer = remote[7:]
+    return True
 
 
 @hook("nccl_ib_async")

@@ -328,3 +328,95 @@ def slurm_execve(draft: Draft, match: re.Match[str] | None, obs: Observation, ru
     else:
         a["code"] = "execve_failed"
     return [draft]
+
+
+# --------------------------------------------------------------------------- node-side failures
+# (issue 33: a failure on a node belongs to the node the line names, through the scheduler's
+# declared-aggregator host mechanism of correlators/identity.py)
+
+#: slurm_strerror() texts srun prints after "Task launch for <step> failed on node <n>: "
+#: (src/common/slurm_errno.c) -> (event type, code)
+LAUNCH_ERRORS: dict[str, tuple[str, str]] = {
+    "Job credential expired": ("sched.config_error", "cred_expired"),
+    "Invalid job credential": ("sched.config_error", "cred_invalid"),
+    "Job credential revoked": ("sched.config_error", "cred_revoked"),
+    "Job credential replayed": ("sched.config_error", "cred_replayed"),
+    "Job prolog failed": ("sched.prolog_epilog_error", ""),
+    "Invalid generic resource (gres) specification": ("sched.config_error", "gres_mismatch"),
+    "Invalid GRES specification (with and without type identification)": ("sched.config_error", "gres_mismatch"),
+    "Slurmd could not set up environment for batch job": ("sched.config_error", "env_setup_failed"),
+    "Slurmd could not execve job": ("sched.config_error", "execve_failed"),
+    "Invalid authentication credential": ("sched.config_error", "auth_failed"),
+}
+
+
+@hook("slurm_launch_failed")
+def slurm_launch_failed(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """``Task launch for StepId=<s> failed on node <n>: <slurm_strerror>`` (libslurm
+    step_launch.c): the node srun names is the event's host (taken from the scheduler's records
+    for a node of the allocation, correlators/identity.py); the error text picks the type and
+    ``code`` (:data:`LAUNCH_ERRORS`; anything else: ``launch_failed``)."""
+    a = draft.attributes
+    detail = str(a.get("detail", "")).strip()
+    etype, code = LAUNCH_ERRORS.get(detail, ("sched.config_error", "launch_failed"))
+    draft.type = etype
+    if etype == "sched.prolog_epilog_error":
+        a["phase"] = "prolog"
+    else:
+        a["code"] = code
+    return [draft]
+
+
+#: munge_strerror() texts (munge src/libmunge/strerror.c) Slurm's auth/cred munge plugins print
+#: after "Munge decode failed: " -> code
+MUNGE_ERRORS: tuple[tuple[str, str], ...] = (
+    ("Expired credential", "munge_expired"),
+    ("Rewound credential", "munge_rewound"),
+    ("Replayed credential", "munge_replayed"),
+    ("Unauthorized credential", "munge_unauthorized"),
+    ("Invalid credential", "munge_invalid"),
+    ("Invalid message format", "munge_invalid"),
+    ("Bad credential version", "munge_invalid"),
+    ("Failed to access", "munge_socket"),
+    ("Socket communication error", "munge_socket"),
+    ("Failed to connect to", "munge_socket"),
+)
+
+
+@hook("slurm_munge")
+def slurm_munge(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """``Munge decode failed: <munge_strerror>`` (auth_munge.c / cred_munge.c): ``code`` from
+    the text (:data:`MUNGE_ERRORS`, else ``munge_error``). Read from the scheduler's own log it
+    names no node (the sender is on the next ``auth_g_verify`` line): ``on_controller: true``,
+    context for the line that names the node, never a cause of its own."""
+    from correlators.identity import is_aggregator
+
+    a = draft.attributes
+    if a.pop("clocks", None):
+        a["detail"] = "Rewound credential"
+    detail = str(a.get("detail", ""))
+    a["code"] = next((code for text, code in MUNGE_ERRORS if detail.startswith(text)), "munge_error")
+    if draft.host is None and is_aggregator(obs.host, obs.kind, obs.attributes):
+        a["on_controller"] = True
+    return [draft]
+
+
+@hook("slurm_nodelist_hosts")
+def slurm_nodelist_hosts(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A line naming a Slurm node set (``Prolog/Epilog failure on nodes node-a[01-02]``): one
+    event per node, each with that node as its in-line host (kept only for nodes of the
+    allocation, correlators/identity.py)."""
+    from dataclasses import replace
+
+    from correlators.hostlist import expand_hostlist
+
+    expr = draft.attributes.get("nodelist")
+    try:
+        nodes = expand_hostlist(str(expr)) if expr else []
+    except ValueError:
+        nodes = []
+    if len(nodes) <= 1 or len(nodes) > 64:
+        if len(nodes) == 1 and draft.host is None:
+            draft.host = nodes[0]
+        return [draft]
+    return [replace(draft, host=node, attributes=dict(draft.attributes)) for node in nodes]
