@@ -47,6 +47,12 @@ format              example and source                                          
                     ``[2026-11-30T01:20:31.123] error: ...`` (``src/common/log.c``,
                     ``LogTimeFormat`` iso8601_ms (default), iso8601, rfc5424_ms, rfc5424:
                     ``[%M] `` prefix); zone-less forms are local.
+``json``            ``{"log":"...","stream":"stderr","time":"2026-11-30T01:20:31.299Z"}``  EXACT or
+                    -- a JSON log line's own time field: Docker's json-file driver          SECONDS
+                    (``time``, RFC 3339 with nanoseconds), structured loggers and
+                    shippers (``ts``, ``timestamp``, ``@timestamp``: RFC 3339 text, or
+                    Unix seconds with a fraction as Fluent Bit's ``date`` and zap's
+                    ``ts`` write them).
 ``rfc5424``         ``<165>1 2026-11-30T01:20:31.123Z node-a01 app 12 - - msg`` (RFC 5424 EXACT or
                     syslog with its PRI and version)                                    SECONDS
 ``talos``           ``10.0.0.1: kern: warning: [2026-04-22T21:25:20.458998481Z]: NVRM:``  EXACT
@@ -183,6 +189,8 @@ _SLURM_AT = re.compile(rf"\*\*\* (?:JOB|STEP) [^*]{{0,120}}? AT {_YMD}T{_HMS}(?:
 #: ``[2026-11-30 01:20:22] host:pid:tid [dev] ...`` -- NCCL debug line with a time prefix.
 _NCCL = re.compile(rf"\[{_YMD} {_HMS}{_FRAC}\] \S+:\d+:\d+ \[\d+\]")
 #: ISO-8601 / RFC 3339 / journald short-iso, optionally in brackets (Slurm).
+_JSON_TIME = re.compile(r'"(?:time|ts|timestamp|@timestamp|date)"\s*:\s*(?:"(?P<iso>\d{4}-[^"]{8,40})"'
+                        r'|(?P<sec>\d{10})(?:\.(?P<frac>\d{1,9}))?\d*(?=\s*[,}]))')
 _ISO = re.compile(rf"\[?{_YMD}[T ]{_HMS}{_FRAC}{_TZ}?(?:\]|\s|$|[|,;])")
 #: ``E1130 01:20:31.299000 550 f.py:986]`` / ``E20261130 ...`` (glog with year) /
 #: ``[rank1]:[W1130 01:20:23.935194063 f.cpp:1]``.
@@ -219,6 +227,7 @@ TIMESTAMP_HINT: str = (
     r"|\s*time\s*: \d{4}-"
     r"|Timestamp\s*: "
     r"|.*\*\*\* (?:JOB|STEP) "
+    r"|\{.*\"(?:time|ts|timestamp|@timestamp|date)\"\s*:\s*\"?\d"
     r")"
 )
 
@@ -504,6 +513,8 @@ def _parse(line: str, ctx: TimeContext, prefixed: bool = False) -> LineTime | _R
             if m:
                 return _glog(m, ctx)
             return None
+        elif c == "{":
+            return _json_time(line, ctx)
         elif c == "T" and line.startswith("Timestamp"):
             m = _SMI_Q.match(line)
             return _lt(_ctime(m, ctx.tz), TIME_QUALITY_SECONDS, "nvidia_smi_q") if m else None
@@ -598,6 +609,22 @@ def _iso(m: re.Match[str], ctx: TimeContext) -> LineTime | None:
     if at is None:
         return None
     return LineTime(at, TIME_QUALITY_EXACT if m["frac"] else TIME_QUALITY_SECONDS, "iso8601")
+
+
+def _json_time(line: str, ctx: TimeContext) -> LineTime | None:
+    """The time field of a JSON log line (``json`` in the table above): RFC 3339 text or Unix
+    seconds; None when it has none."""
+    m = _JSON_TIME.search(line)
+    if m is None:
+        return None
+    if m["iso"]:
+        m2 = _ISO.match(m["iso"])
+        got = _iso(m2, ctx) if m2 else None
+        return LineTime(got.at_ns, got.quality, "json") if got else None
+    at = int(m["sec"]) * NS + _frac_ns(m["frac"])
+    if not _MIN_NS <= at <= _MAX_NS:
+        return None
+    return LineTime(at, TIME_QUALITY_EXACT if m["frac"] else TIME_QUALITY_SECONDS, "json")
 
 
 def _talos(m: re.Match[str], ctx: TimeContext) -> LineTime | None:

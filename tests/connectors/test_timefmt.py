@@ -378,3 +378,18 @@ def test_year_rollover_from_the_workload_window() -> None:
     assert parse_line_time("Jan  1 00:00:10 node-a01 kernel: x", december).at_ns == utc("2027-01-01T00:00:10Z")
     assert parse_line_time("Jun 30 00:00:10 node-a01 kernel: x", december).at_ns == utc("2026-06-30T00:00:10Z")
     assert parse_line_time("Dec 31 23:59:50 node-a01 kernel: x", TimeContext(2027)).at_ns == utc("2027-12-31T23:59:50Z")
+
+
+def test_a_json_log_line_is_timed_by_its_own_time_field() -> None:
+    """Docker's json-file line (RFC 3339 with ns), a shipper's Unix seconds (Fluent Bit date,
+    zap ts), a line with no time field."""
+    docker = '{"log":"cudaErrorECCUncorrectable: uncorrectable ECC error encountered\\n","stream":"stderr","time":"2024-08-09T13:32:51.873588972Z"}'
+    got = parse_line_time(docker, CTX)
+    assert got == LineTime(utc("2024-08-09T13:32:51.873588") + 972, 1.0, "json")
+    assert HINT.match(docker)
+    fluent = '{"date":1723210371.5,"log":{"message":"x"}}'
+    assert parse_line_time(fluent, CTX) == LineTime(1_723_210_371_500_000_000, 1.0, "json")
+    zap = '{"level":"error","ts":1723210371,"msg":"x"}'
+    assert parse_line_time(zap, CTX) == LineTime(1_723_210_371_000_000_000, TIME_QUALITY_SECONDS, "json")
+    for untimed in ('{"level":"error","msg":"no time"}', '{"time":"soon"}', '{"ts":12}', "{not json"):
+        assert parse_line_time(untimed, CTX) is None, untimed
