@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterable
 import orjson
 
 from correlators import xid as xid_catalog
-from correlators.rules import hooks_cuda, hooks_dcgm
+import correlators.rules.hooks_cuda as hooks_cuda
+import correlators.rules.hooks_dcgm as hooks_dcgm
 from correlators.rules.hooks_nvidia import sxid_codes
 from correlators.rules.spotter import NCCL_RESULTS
 from schemas.records import Observation, Position, Source

@@ -44,7 +44,8 @@ from typing import Any, Callable, Iterator
 
 import ahocorasick
 
-from correlators.rules import hooks_cuda, hooks_dcgm
+import correlators.rules.hooks_cuda as hooks_cuda
+import correlators.rules.hooks_dcgm as hooks_dcgm
 from correlators.rules.code import Draft
 from correlators.rules.hooks_nccl import RESULT_EVENT
 from correlators.rules.hooks_nvidia import MAX_XID, nvrm_xid, nvswitch_sxid
