@@ -88,6 +88,7 @@ from connectors.bundle import _TEXT_BYTES, BINARY_CONTROL_SHARE, NUL_MARK, cut_b
 from connectors.prefilter import EdgePrefilter, EdgeTotals
 from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, record_span
 from connectors.timefmt import LineClock, TimeContext
+from correlators import stackdump as _stackdump
 from correlators.identity import AGGREGATED_HOST
 from schemas.records import (
     TIME_QUALITY_INHERITED,
@@ -114,6 +115,17 @@ MAX_PASS_BYTES = 16 << 20
 MAX_LINE_BYTES = 1 << 20
 #: Bytes at the start of a file checked for binary content (NUL and other control bytes).
 BINARY_PROBE_BYTES = 8192
+#: Largest PyTorch flight-recorder dump file read whole (bytes).
+MAX_DUMP_BYTES = 256 << 20
+
+
+def _is_dump_head(chunk: bytes) -> bool:
+    """True when a file's first bytes look like a PyTorch flight-recorder dump: a pickle
+    (protocol 2-5 header) or a JSON object naming ``pg_config`` / ``profiling_name`` early."""
+    if chunk[:1] == b"\x80":
+        return len(chunk) > 2 and 2 <= chunk[1] <= 5
+    head = chunk[:4096]
+    return head.lstrip()[:1] == b"{" and (b'"pg_config"' in head or b'"profiling_name"' in head)
 
 _STRUCTURE = re.compile(STRUCTURE_HINT)
 _SUMMARY_RULE = re.compile(r"={10,}\s*$")
@@ -653,6 +665,8 @@ class FilesConnector:
                 break
             total += len(chunk)
             tail.last_data = time.monotonic()
+            if tail.read_off == 0 and _is_dump_head(chunk) and self._read_dump(tail, chunk):
+                return total
             if tail.read_off == 0 and self._is_binary(chunk[:BINARY_PROBE_BYTES]):
                 tail.binary = True
                 tail.stats.errors += 1
@@ -677,6 +691,36 @@ class FilesConnector:
             self._extend_partial(tail, chunk[nl + 1:])
             self._add_lines(tail, block, start, first_extra=dropped)
         return total
+
+    def _read_dump(self, tail: _Tail, first: bytes) -> bool:
+        """A PyTorch flight-recorder dump file (pickle or JSON, written whole by the rank's
+        DebugInfoWriter) is read whole and published as the one compact JSON record
+        :func:`correlators.stackdump.normalise_dump_bytes` makes of it, as the bundle reader
+        does. True when the file was taken as a dump (published, or left for a later pass
+        while a file still being written does not read yet); False to read it as lines.
+        Dumps over ``MAX_DUMP_BYTES`` are not read as dumps (noted)."""
+        fh = tail.fh
+        assert fh is not None
+        data = first + fh.read(MAX_DUMP_BYTES + 1 - len(first))
+        if len(data) > MAX_DUMP_BYTES:
+            tail.stats.note(f"flight-recorder dump over {MAX_DUMP_BYTES} bytes: not read as a dump")
+            fh.seek(len(first))
+            return False
+        got = _stackdump.normalise_dump_bytes(data, tail.path)
+        if got is None:
+            fh.seek(len(first))
+            return False
+        line, note = got
+        if line.startswith(b'{"flight_recorder_error"') and self.follow \
+                and time.time() - os.fstat(fh.fileno()).st_mtime < self.idle_s:
+            fh.seek(0)  # still being written: read it again in a later pass
+            return True
+        tail.stats.note(note)
+        tail.read_off = len(data)
+        tail.ends.append(len(data))
+        tail.lines.append(line.rstrip(b"\n").decode("utf-8", errors="replace"))
+        tail.stats.lines += 1
+        return True
 
     @staticmethod
     def _is_binary(probe: bytes) -> bool:

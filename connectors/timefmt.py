@@ -197,6 +197,10 @@ _ISO = re.compile(rf"\[?{_YMD}[T ]{_HMS}{_FRAC}{_TZ}?(?:\]|\s|$|[|,;])")
 _GLOG = re.compile(
     rf"(?:\[rank\d+\]:\[|\[)?[IWEF](?P<y>\d{{4}})?(?P<m>\d{{2}})(?P<d>\d{{2}}) {_HMS}\.(?P<frac>\d{{1,9}})[ \]]"
 )
+#: The tag torchrun's ``--tee``/``--log-dir`` output puts before each line of a worker:
+#: ``[rank3]:`` (PyTorch 2.2+, global rank) or ``[default0]:`` (``<role><local rank>``, before
+#: 2.2); the worker's own timestamp follows it.
+_LAUNCHER_TAG = re.compile(r"\[(?:rank\d+|[A-Za-z_][\w-]{0,31}?\d+)\]: ?")
 #: ``  time      : 2026-11-30_01:20:31`` -- torchrun ChildFailedError summary entry.
 _TORCHRUN = re.compile(rf"\s*time\s*: {_YMD}_{_HMS}\s*$")
 #: ``2026/11/30 01:20:00.821`` -- ``nvidia-smi --query-gpu=timestamp,...`` CSV.
@@ -214,6 +218,7 @@ _SMI_Q = re.compile(
 TIMESTAMP_HINT: str = (
     r"^(?:"
     r"\[(?:[A-Z][a-z]{2}[ \d]| *\+?\d+\.\d|\d{4}-\d{2}-\d{2}|rank\d+\]:\[[IWEF]\d{4}|[IWEF]\d{4})"
+    r"|\[[A-Za-z_][\w-]*\d+\]: ?(?:\[|\d{4}-|[IWEF]\d{4})"
     r"|<\d{1,3}>"
     r"|kernel: \[ *\d+\.\d"
     r"|[a-z]+\d? *:[a-z]+ *: (?:\[|\d{4}-)"
@@ -582,6 +587,10 @@ def _bracketed(line: str, ctx: TimeContext) -> LineTime | _Raw | _Rel | None:
         m = _GLOG.match(line)
         if m:
             return _glog(m, ctx)
+    if c1.isalpha():
+        m = _LAUNCHER_TAG.match(line)
+        if m:
+            return _parse(line[m.end():], ctx, prefixed=True)
         if c1 == "r":
             return None
     m = _DMESG_T.match(line)

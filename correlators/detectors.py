@@ -151,7 +151,8 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
     the suspect (an XID, OOM kill or SIGKILL of that rank or host) gets the suspect ranks
     instead of a rival hypothesis."""
     waits = [e for e in events if _is_wait(e, params)]
-    if not waits:
+    reported = lagging_reported(events, alloc, params)
+    if not waits and not reported:
         return []
     presence = host_presence(info, alloc, events, coverage)
     weight = float(params.get("weight", 0.6))
@@ -164,7 +165,7 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
         members = sorted(scope.group.members)
         group_waiters = {e.rank for e in scope.waits}
     waiter_hosts = {e.host for e in waits if e.host and e.host != "_scheduler"}
-    began = min(e.effective_at for e in waits)
+    began = min(e.effective_at for e in waits or reported.values())
     nccl = any(e.type == "nccl.watchdog_timeout" for e in waits)
     # the last own line of each rank (launcher records about it excluded)
     last: dict[int, int] = {}
@@ -177,6 +178,9 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
     named_ranks = {r for r in named_ranks if isinstance(r, int) and r in alloc.ranks and r not in waiters}
     named_hosts = {e.attributes.get("peer_host") for e in waits} - {None}
     named_hosts = {h for h in named_hosts if h not in waiter_hosts}
+    # PyTorch's own analysis (desync report, flight-recorder analyzer) names the lagging ranks
+    # whether or not they also timed out waiting
+    named_ranks |= set(reported)
     # -- 2. who stayed silent while the rest reported
     silent: list[int] = []
     if len(members) >= 2 and group_waiters:
@@ -228,6 +232,11 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
                 f"{len(waiters)} other member(s) did"
                 + (f"; last line at {clock(max(after))}" if after else "; no line of their own")
             )
+        if reported:
+            sources = sorted({_REPORT_SOURCE.get(e.attributes.get("kind"), "PyTorch") for e in reported.values()})
+            how.append(f"{' and '.join(sources)} named rank(s) {', '.join(map(str, sorted(reported)))} "
+                       "as the lagging rank(s) that never joined the collective")
+        named_ranks -= set(reported)
         if named_ranks or named_hosts:
             how.append("the waiting members named " + ", ".join(
                 [f"rank {r}" for r in sorted(named_ranks)] + [f"host {h}" for h in sorted(named_hosts)]))
@@ -270,6 +279,27 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
                     extra_ranks=set(ranks), extra_hosts=set(hosts), derived_at=e0.effective_at,
                     derived_weight=round(w * scale, 6)))
     return out
+
+
+_REPORT_SOURCE = {"desync_report": "PyTorch's desync report", "fr_analysis": "the flight-recorder analysis"}
+
+
+def lagging_reported(events: Sequence[Event], alloc: Allocation, params: dict) -> dict[int, Event]:
+    """Ranks PyTorch's own analysis names as lagging: ``nccl.work_progress`` events of kind
+    ``desync_report`` (ProcessGroupNCCL's TORCH_NCCL_DESYNC_DEBUG report) or ``fr_analysis``
+    (the flight-recorder analyzer's ``missing ranks``) with ``lagging_ranks``. Returns rank ->
+    the earliest report naming it, for ranks of the allocation; empty when the reports name
+    more than ``max_silent_fraction`` of the members (at least one): then they point at no
+    single culprit."""
+    named: dict[int, Event] = {}
+    for e in sorted(events, key=lambda x: (x.effective_at, x.event_id)):
+        if e.type != "nccl.work_progress" or e.attributes.get("kind") not in _REPORT_SOURCE:
+            continue
+        for r in e.attributes.get("lagging_ranks") or ():
+            if isinstance(r, int) and r in alloc.ranks:
+                named.setdefault(r, e)
+    limit = max(1, int(len(alloc.ranks) * float(params.get("max_silent_fraction", 0.25))))
+    return named if len(named) <= limit else {}
 
 
 @dataclass(frozen=True)
@@ -611,6 +641,8 @@ def _memory_reading(e: Event, params: dict, meminfo_total: dict) -> tuple[str, f
         if n("max") > 0 or n("failcnt") > 0:
             return "limit_hits", float(w.get("limit_hits", 0.35)), f"{src} max={n('max')} failcnt={n('failcnt')} (memory limit reached)"
         return None
+    if a.get("at_limit") is True:
+        return "used", float(w.get("used", 0.45)), f"{src}: available memory at its {a.get('limit', 'kill')} limit"
     used = a.get("used_pct")
     if isinstance(a.get("available_pct"), (int, float)):
         used = 100.0 - float(a["available_pct"])

@@ -74,7 +74,10 @@ def step_line(at: dt.datetime, step: int, rank: int | None = None) -> str:
 # ----------------------------------------------------------------------------- 1: PSI
 
 
-def _psi_kill(name: str, job: int, pressured: bool) -> Bundle:
+def _psi_kill(name: str, job: int, pressured: bool, killer: str | None = None) -> Bundle:
+    """Rank 5 (pid 8832) on node-a02 killed; ``killer``: None (no line names the sender),
+    ``earlyoom`` (earlyoom SIGTERMs pid 8832: exit -15) or ``systemd-oomd`` (systemd-oomd kills
+    the job's cgroup on node-a02: exit -9), each with its own syslog lines."""
     b = Bundle(name)
     start, kill = t("2026-11-30T04:00:00Z"), t("2026-11-30T04:10:07.412000Z")
     nodes = ["node-a01", "node-a02"]
@@ -95,10 +98,22 @@ def _psi_kill(name: str, job: int, pressured: bool) -> Bundle:
     b.write("logs/node-a01/torchrun.log", a01)
     a02 = [glog_agent("W", fail - dt.timedelta(milliseconds=40), 8810, f"Sending process {8831 + r} closing signal SIGTERM",
                       where="api.py:1012") for r in (0, 2, 3)]
-    a02.append(glog_agent("E", fail, 8810, "failed (exitcode: -9) local_rank: 1 (pid: 8832) of binary: /path/to/venv/bin/python3"))
-    a02 += torchrun_summary("/path/to/train.py", fail, "node-a02", (5, 1, -9, 8832),
+    code = -15 if killer == "earlyoom" else -9
+    a02.append(glog_agent("E", fail, 8810, f"failed (exitcode: {code}) local_rank: 1 (pid: 8832) of binary: /path/to/venv/bin/python3"))
+    a02 += torchrun_summary("/path/to/train.py", fail, "node-a02", (5, 1, code, 8832),
                             [(4, 0, -15, 8831), (6, 2, -15, 8833), (7, 3, -15, 8834)])
     b.write("logs/node-a02/torchrun.log", a02)
+    if killer is not None:
+        sys_at = kill.strftime("%b %d %H:%M:%S")
+        if killer == "earlyoom":
+            syslog = [f"{sys_at} node-a02 earlyoom[912]: mem avail:  9214 of 2063999 MiB ( 0.45%), swap free:    0 of    0 MiB ( 0.00%)",
+                      f"{sys_at} node-a02 earlyoom[912]: low memory! at or below SIGTERM limits: mem 10.00%, swap 10.00%",
+                      f'{sys_at} node-a02 earlyoom[912]: sending SIGTERM to process 8832 uid 1000 "python3": badness 987, VmRSS 1843214 MiB']
+        else:
+            syslog = [f"{sys_at} node-a02 systemd-oomd[640]: Killed /system.slice/slurmstepd.scope/job_{job} due to memory "
+                      "pressure for /system.slice/slurmstepd.scope being 74.12% > 60.00% for > 20s with reclaim activity"]
+        b.write("logs/node-a02/syslog", syslog)
+        pressured = False
     # the memory monitor: every 30 s, `date -u +%FT%TZ; grep -H . /proc/pressure/memory`
     mon: list[str] = []
     at = t("2026-11-30T04:05:00Z")
@@ -342,7 +357,46 @@ def stall_dated() -> None:
     )
 
 
-GENERATORS = (psi_sigkill, psi_sigkill_healthy, trainer_cgroup_sigkill, trainer_cgroup_healthy, stall_undated, stall_dated)
+def earlyoom_kill() -> None:
+    b = _psi_kill("memory-earlyoom-sigterm-rank5", 3603, pressured=False, killer="earlyoom")
+    expected(
+        b, "earlyoom on node-a02 SIGTERMs pid 8832 (rank 5, torchrun: exitcode -15) with 0.45 % memory available",
+        "rfjakob/earlyoom kill.c kill_process and main.c print_mem_stats; h200-2026-11 torchrun formats",
+        domain="host",
+        root_cause="host.oom_kill",
+        culprit_hosts=["node-a02"],
+        culprit_ranks=[5],
+        quality_any_of=["definitive", "probable"],
+        notes=(
+            "Issue 33 item 2, a user-space OOM killer that names its victim. earlyoom's syslog lines on node-a02 "
+            "('mem avail: 9214 of 2063999 MiB ( 0.45%)', 'low memory! at or below SIGTERM limits', 'sending "
+            "SIGTERM to process 8832 uid 1000 \"python3\"') name pid 8832, which torchrun's summary on the same "
+            "node gives to rank 5 (exitcode -15): the host ran out of memory and earlyoom stopped rank 5. A SIGTERM "
+            "alone would say nothing; the killer's own line decides, as the kernel's OOM-killer line does."
+        ),
+    )
+
+
+def oomd_kill() -> None:
+    b = _psi_kill("memory-systemd-oomd-job-scope", 3604, pressured=False, killer="systemd-oomd")
+    expected(
+        b, "systemd-oomd on node-a02 kills the job's cgroup (memory pressure 74 % > 60 %); rank 5 exits -9",
+        "systemd src/oom/oomd-manager.c (Killed %s due to memory pressure for %s being ...); h200-2026-11 torchrun formats",
+        domain="host",
+        root_cause="host.oom_kill",
+        culprit_hosts=["node-a02"],
+        quality_any_of=["definitive", "probable"],
+        notes=(
+            "Issue 33 item 2. systemd-oomd kills a whole cgroup with SIGKILL when its memory pressure stays above "
+            "the limit; its syslog line on node-a02 names the job's scope "
+            "(/system.slice/slurmstepd.scope/job_3604) and the pressure (74.12 % > 60.00 % for > 20 s). Rank 5's "
+            "SIGKILL (torchrun: exitcode -9) is explained by it: a host OOM on node-a02, named by the killer's own "
+            "line, not inferred from pressure readings."
+        ),
+    )
+
+
+GENERATORS = (psi_sigkill, psi_sigkill_healthy, earlyoom_kill, oomd_kill, trainer_cgroup_sigkill, trainer_cgroup_healthy, stall_undated, stall_dated)
 
 
 def main() -> None:

@@ -492,8 +492,65 @@ def stacks_counter_case() -> None:
                "tell) and must not name a rank. The inputs hold no cause."))
 
 
+def fr_analysis(seq: int, missing: set[int]) -> list[str]:
+    """What PyTorch's flight-recorder analyzer (torchfrtrace, 2.6 logger form) prints for one
+    collective that not every rank joined."""
+    return [f"Not all ranks joining collective {seq} at entry {seq - 1}",
+            "group info: 0:default_pg",
+            "collective: nccl:all_reduce",
+            "missing ranks: {" + ", ".join(map(str, sorted(missing))) + "}",
+            "input sizes: [[4194304]]",
+            "output sizes: [[4194304]]",
+            f"expected ranks: {len(NODES) * RPN}",
+            "collective state: scheduled",
+            "collective stack trace: ",
+            f" all_reduce at {SP}/torch/distributed/distributed_c10d.py:2288",
+            f" wrapper at {SP}/torch/distributed/c10d_logger.py:83",
+            " _reduce_loss at /workspace/train.py:118"]
+
+
+def _fr_analyzer_bundle(name: str, job: int, missing: set[int]) -> Bundle:
+    b = Bundle(name)
+    start, end = t("2026-11-30T06:00:00Z"), t("2026-11-30T06:48:03Z")
+    workload(b, job, start, end)
+    # the operator collected every rank's dump and ran torchfrtrace over them; its output is
+    # kept with the job's logs (no timestamps of its own)
+    out = ["$ torchfrtrace --prefix nccl_trace_rank_ /scratch/fr/job_%d" % job]
+    for seq in (1042, 1043):
+        out += fr_analysis(seq, missing)
+    b.write("logs/_aggregated/torchfrtrace.txt", out)
+    cancelled(b, job, start, end)
+    return b
+
+
+def stacks_fr_analyzer() -> None:
+    b = _fr_analyzer_bundle("stacks-fr-analyzer-missing-rank6", 6109, {6})
+    expected(b, "torchfrtrace over every rank's flight-recorder dump: all_reduce #1042 and #1043 miss rank 6 "
+             "(node-a02); the job hung and was cancelled", "PyTorch torch/distributed/flight_recorder fr_trace "
+             "(components/builder.py, types.py EntryState.log, 2.6 logger form)",
+             domain="unknown", root_cause="dist.peer_waited_on", culprit_hosts=["node-a02"], culprit_ranks=[6],
+             quality_any_of=["probable", "ambiguous"],
+             notes=("Issue 33 item 1, the flight recorder's text form: the job hung with no watchdog line (the "
+                    "timeout was longer than the operator's patience) and was cancelled; the operator ran PyTorch's "
+                    "analyzer (torchfrtrace) over the ranks' dumps and kept its output (logs/_aggregated, no host "
+                    "of its own). It prints 'Not all ranks joining collective 1042 at entry 1041' ... 'missing "
+                    "ranks: {6}' for the collective the others wait in: rank 6 never entered it. Where rank 6 is "
+                    "instead the analysis does not say, so the domain stays unknown."))
+
+
+def stacks_fr_analyzer_counter() -> None:
+    b = _fr_analyzer_bundle("stacks-fr-analyzer-half-missing", 6110, {0, 1, 2, 4, 5})
+    expected(b, "counter-case: torchfrtrace names 5 of 8 ranks missing from all_reduce #1042", "PyTorch "
+             "torch/distributed/flight_recorder fr_trace (2.6 logger form)",
+             domain="unknown", root_cause="unknown", culprit_hosts=[], culprit_ranks=[],
+             quality_any_of=["insufficient"],
+             notes=("Counter-case of stacks-fr-analyzer-missing-rank6: the analysis names five of the eight ranks "
+                    "as missing, which points at no single rank (the job's ranks diverged, or dumps are missing): "
+                    "no rank is named."))
+
+
 GENERATORS = (stacks_pyspy_io, stacks_pyspy_json_lock, stacks_faulthandler, stacks_gdb, stacks_fr_json,
-              stacks_fr_pickle, stacks_shared, stacks_counter_case)
+              stacks_fr_pickle, stacks_shared, stacks_counter_case, stacks_fr_analyzer, stacks_fr_analyzer_counter)
 
 
 def main() -> None:

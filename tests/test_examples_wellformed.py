@@ -74,7 +74,8 @@ def test_bundle_wellformed(bundle: Path) -> None:
             continue
         for host_dir in root.iterdir():
             assert host_dir.is_dir(), f"{bundle.name}: {top}/{host_dir.name} is not a host directory"
-            allowed = host_dir.name in nodes or (top == "logs" and host_dir.name == "_scheduler")
+            # _scheduler (BUNDLE.md) and _aggregated (docs/inputs.md: logs of many nodes in one file)
+            allowed = host_dir.name in nodes or (top == "logs" and host_dir.name in ("_scheduler", "_aggregated"))
             assert allowed, f"{bundle.name}: {top}/{host_dir.name} is not one of the workloads' nodes"
         for path in root.rglob("*"):
             if path.is_file():

@@ -86,6 +86,16 @@ def torch_desync_report(draft: Draft, match: re.Match[str] | None, obs: Observat
     return [draft]
 
 
+@hook("fr_trace_missing")
+def fr_trace_missing(draft: Draft, match: re.Match[str] | None, obs: Observation, rule: Rule) -> list[Draft]:
+    """A ``missing ranks`` line of PyTorch's flight-recorder analyzer (torchfrtrace):
+    ``lagging_ranks`` (sorted list of ints, the ranks that never joined the collective), with
+    ``op`` and ``group`` when the 2.5 one-line form names them."""
+    a = draft.attributes
+    a["lagging_ranks"] = sorted(set(_rank_list(a.pop("ranks", None))))
+    return [draft]
+
+
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|min|m|h)?$")
 _UNIT_MS = {"ms": 1, "s": 1000, "min": 60_000, "m": 60_000, "h": 3_600_000, None: 1000}
 

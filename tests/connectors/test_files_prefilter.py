@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 from hypothesis import given
@@ -24,7 +25,7 @@ from correlators.config import EngineConfig
 from correlators.rules import load_rule_pack
 from correlators.unrecognised import EVENT_TYPE as UNRECOGNISED
 from schemas.records import Observation, Position, Source
-from streams.replay import replay_observations
+from streams.replay import replay_bundle, replay_observations
 from tests.connectors.test_files_connector import consume, values
 from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: F401
 
@@ -266,3 +267,55 @@ def test_cli_prefilter_publishes_fewer_records_with_the_same_coverage_and_verdic
         assert (x.source, x.status, x.records, x.unparsed, x.events, x.unrecognised) == \
                (y.source, y.status, y.records, y.unparsed, y.events, y.unrecognised)
     assert any("records not published" in c.detail for c in a.coverage)
+
+
+# -- flight-recorder dumps: the same record as the bundle reader's ----------------------------
+
+
+def test_flight_recorder_dumps_stream_as_the_bundle_reads_them(tmp_path: Path) -> None:
+    """A PyTorch flight-recorder dump (pickle, or the one-line JSON) tailed by ``connect files``
+    becomes the one compact JSON record the bundle reader makes of it: the same ``proc.stack``
+    event (rank, op, sequence number, state) for every rank."""
+    for bundle, pattern in (("stacks-flight-recorder-pickle-rank3", "nccl_trace_rank_*"),
+                            ("stacks-flight-recorder-json-rank3", "fr-rank*.json")):
+        dumps = sorted((EXAMPLES / bundle / "logs").glob("*/" + pattern))
+        assert len(dumps) == 8, (bundle, dumps)
+        want = {e.rank: e for e in replay_bundle(EXAMPLES / bundle).events if e.type == "proc.stack"}
+        got = {}
+        for i, path in enumerate(dumps):
+            conn, obs = read_all([path], tmp_path / f"{bundle}{i}.json")
+            assert len(obs) == 1, (path, [o.body[:80] for o in obs])
+            assert obs[0].body.startswith("{") and '"entries"' in obs[0].body, obs[0].body[:200]
+            assert any("flight recorder" in (c.detail or "") for c in conn.coverage()), conn.coverage()
+            (event,) = [e for e in PACK.extract(obs[0]) if e.type == "proc.stack"]
+            got[event.rank] = event
+        assert sorted(got) == list(range(8)), sorted(got)
+        # the rank that never entered the collective the others wait in, as in the bundle
+        states = {r: (e.attributes.get("op"), e.attributes.get("seq_num"), e.attributes.get("fr_state"))
+                  for r, e in got.items()}
+        assert states[3][1] == 1041 and all(states[r][1] == 1042 for r in got if r != 3), states
+        assert {r: e.attributes for r, e in want.items()} == {r: e.attributes for r, e in got.items()}
+
+
+def test_a_dump_still_being_written_waits_for_its_writer(tmp_path: Path) -> None:
+    """A pickle cut short while its writer is still at it is not published as an error: in
+    follow mode it is read again once complete."""
+    src = sorted((EXAMPLES / "stacks-flight-recorder-pickle-rank3" / "logs").glob("*/nccl_trace_rank_3"))[0]
+    data = src.read_bytes()
+    path = tmp_path / "nccl_trace_rank_3"
+    path.write_bytes(data[: len(data) // 2])
+    conn = FilesConnector([path], host="node-a01", cluster="c1", cursor=CursorStore(tmp_path / "c.json"),
+                          year=2026, follow=True, idle_s=1.0)
+    try:
+        assert [o for o in conn.poll() if o.kind == "log_line"] == []
+        path.write_bytes(data)
+        got: list[Observation] = []
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            got = [o for o in conn.poll() if o.kind == "log_line"]
+            time.sleep(0.2)
+        (obs,) = got
+        (event,) = [e for e in PACK.extract(obs) if e.type == "proc.stack"]
+        assert event.rank == 3 and event.attributes.get("seq_num") == 1041, event
+    finally:
+        conn.close()

@@ -393,3 +393,25 @@ def test_a_json_log_line_is_timed_by_its_own_time_field() -> None:
     assert parse_line_time(zap, CTX) == LineTime(1_723_210_371_000_000_000, TIME_QUALITY_SECONDS, "json")
     for untimed in ('{"level":"error","msg":"no time"}', '{"time":"soon"}', '{"ts":12}', "{not json"):
         assert parse_line_time(untimed, CTX) is None, untimed
+
+
+def test_worker_tag_then_the_workers_own_time() -> None:
+    """torchrun's --tee/--log-dir tag (``[rank3]:`` from PyTorch 2.2, ``[default0]:`` before)
+    comes before the worker's own line: its time is read after the tag; a tagged line without
+    a time stays untimed."""
+    cases = {
+        "[rank3]:2026-11-30 01:20:31,123 - INFO - step 5": (dt.datetime(2026, 11, 30, 1, 20, 31, 123000), "iso8601"),
+        "[default0]:[2026-11-30 01:20:31,123] [INFO] [utils.py:789:see_memory_usage] x":
+            (dt.datetime(2026, 11, 30, 1, 20, 31, 123000), "iso8601"),
+        "[rank12]: [2026-11-30T01:20:31Z] x": (dt.datetime(2026, 11, 30, 1, 20, 31), "iso8601"),
+        "[worker-3]:2026-11-30 01:20:31 x": (dt.datetime(2026, 11, 30, 1, 20, 31), "iso8601"),
+        "[rank1]:[W1130 01:20:23.935194063 ProcessGroupNCCL.cpp:1] x": (dt.datetime(2026, 11, 30, 1, 20, 23, 935194), "glog"),
+    }
+    for line, (when, fmt) in cases.items():
+        got = parse_line_time(line, CTX)
+        assert got is not None and got.format == fmt, (line, got)
+        assert got.at_ns // 1000 == int(when.replace(tzinfo=dt.timezone.utc).timestamp() * 1_000_000), (line, got)
+        assert re.match(TIMESTAMP_HINT, line), line
+    for line in ("[rank3]: Traceback (most recent call last):", "[rank3]:[E ProcessGroupNCCL.cpp:563] [Rank 3] x",
+                 "[default0]: step 5"):
+        assert parse_line_time(line, CTX) is None, line
