@@ -951,6 +951,7 @@ class ClickHouseSink:
         end_ns: int | None = None,
         kinds: Sequence[str] | None = None,
         formats: Sequence[str] | None = None,
+        body_any: Sequence[str] | None = None,
     ) -> list[str]:
         """The ``record`` column (an Observation's canonical JSON, not parsed: a caller
         validates each row and reports the ones that fail) of the ``observations`` rows (under
@@ -958,9 +959,21 @@ class ClickHouseSink:
         ``cluster``, ``host`` in ``hosts``, ``start_ns <= observed_at <= end_ns`` (UTC ns,
         both inclusive), ``kind`` in ``kinds``, ``format`` in ``formats``. An empty sequence
         matches nothing. Ordered by ``observed_at``, then ``observation_id``. Raises
-        :class:`SinkError` when the read fails."""
+        :class:`SinkError` when the read fails.
+
+        ``body_any`` (literals, case-sensitive; the rule pack's ``prefilter_keywords``) pushes
+        the replay's prefilter down to the server: a log line without a metric is returned only
+        when its body holds one of them (``multiMatchAny`` over the escaped literals, Hyperscan
+        inside ClickHouse: one pass whatever their number), every other kind always -- the rows
+        :meth:`correlators.pipeline.Pipeline.inert` says the pipeline would skip stay on the
+        server. A row without a body (not a valid log line) is returned, so the caller still
+        reports it. An empty ``body_any`` keeps no log line with a body."""
         where: list[str] = []
         params: dict[str, Any] = {}
+        if body_any is not None:
+            where.append("(kind != 'log_line' OR has_metric OR body = ''"
+                         " OR multiMatchAny(body, {body_any:Array(String)}))")
+            params["body_any"] = sorted({re.escape(w) for w in body_any if w})
         for column, name, values in (("workload_id", "wids", workload_ids), ("host", "hosts", hosts),
                                      ("kind", "kinds", kinds), ("format", "formats", formats)):
             if values is not None:
