@@ -78,6 +78,7 @@ import gzip
 import io
 import os
 from bisect import bisect_right
+from concurrent.futures import ThreadPoolExecutor
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -302,6 +303,10 @@ def _normalised(data: bytes, nul: bool) -> tuple[bytes, bool, bool]:
     if nul:
         data = data.replace(b"\x00", NUL_MARK.encode("utf-8"))
     return data, bad_utf8, nul
+
+
+#: the thread the batch scan's polars pass runs on (one: a reader scans one batch at a time)
+_SCAN_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bundle-scan")
 
 
 @functools.lru_cache(maxsize=8)
@@ -835,12 +840,16 @@ class BundleConnector:
         if any(d.nul for d in files):
             exprs.append(col.str.contains(NUL_MARK, literal=True).alias("nul"))
         series = pl.Series("line", pa.chunked_array(chunks, type=pa.large_string()))
-        frame = pl.DataFrame([series]).select(exprs)
+        # polars (its own threads) and Hyperscan both run without the GIL: the keyword scan
+        # runs here while the polars pass runs on the scan thread
+        pending = _SCAN_THREAD.submit(pl.DataFrame([series]).select, exprs)
         del series
+        kw_ends = [self._kw_set.match_ends(d.body) if self._kw_set is not None else [] for d in files]
+        frame = pending.result()
         arrays = {name: frame[name].to_numpy() for name in frame.columns}
         del frame
         out, at = [], 0
-        for d, block in zip(files, blocks):
+        for d, block, ends in zip(files, blocks, kw_ends):
             n = len(block)
             part = {name: a[at:at + n] for name, a in arrays.items()}
             at += n
@@ -864,7 +873,6 @@ class BundleConnector:
             part.update(blank=blank, struct=struct, raw=raw, rel=rel, long=long)
             if self._kw_set is not None:
                 kw = np.zeros(n, dtype=bool)
-                ends = self._kw_set.match_ends(d.body)
                 if ends:
                     kw[block.line_of(np.asarray(ends, dtype=np.int64) - 1)] = True
                 part["kw"] = kw
@@ -876,7 +884,10 @@ class BundleConnector:
         bad_utf8, nul, src = decoded.bad_utf8, decoded.nul, decoded.src
         self.lines_read += len(block)
         # blank as polars says (Unicode White_Space); Python's strip also removes \x1c-\x1f
-        if not any(block[int(j)].strip() for j in np.flatnonzero(~scan["blank"])):
+        nonblank = ~scan["blank"]
+        first = int(nonblank.argmax()) if len(nonblank) else 0
+        if not (nonblank.any() and (block[first].strip()
+                                    or any(block[int(j)].strip() for j in np.flatnonzero(nonblank)))):
             stats.status = "empty"
             stats.notes.append("no non-blank lines")
         lines: Sequence[str] = block if self.keywords is not None else block.text(0, len(block)).split("\n")
