@@ -147,7 +147,7 @@ MAX_STEP_RECORD_BYTES = 8 * 1024 * 1024
 #: ``[rank3]:`` -- the prefix PyTorch puts on every line a rank prints (shared by the readers).
 RANK_PREFIX = re.compile(r"\[rank(\d{1,9})\]:")  # ranks fit an Int32
 #: Log bytes (after gunzip) read before one vectorised scan runs over them all (bounds memory).
-SCAN_BATCH_BYTES = 64 * 1024 * 1024
+SCAN_BATCH_BYTES = 32 * 1024 * 1024
 #: raw dmesg seconds since boot, also after ``dmesg -r``'s ``<6>`` or ``dmesg -x``'s prefix
 _RAW_DMESG = r"^(?:kernel: |<\d{1,3}>|[a-z]+\d? *:[a-z]+ *: )?\[ *\d+\.\d+(?: <[^>]*>)?\]"
 #: ``dmesg -H`` relative lines (``[  +0.000123]``): timed only in file order
