@@ -54,12 +54,17 @@ entry: records = rows, unparsed = malformed rows, ``detail`` says how many rows 
 took and why the others were left out (other jobs, ``-`` ids, batch/extern steps); a file that
 is no listpids output is ``failed``. Files over :data:`MAX_STEP_RECORD_BYTES` are not read.
 
-**Fast path.** With ``keywords`` only records containing a keyword are materialised: each
-file is split once, polars scans all lines at once for the keywords (literal alternation),
-:data:`~connectors.timefmt.TIMESTAMP_HINT` and :data:`~connectors.records.STRUCTURE_HINT`,
-and Python touches only the candidate lines (their records via
-:func:`~connectors.records.record_span`, their times via a walk over the hint lines). Both
-paths share the materialisation, so a record gives the same Observation (id, time) either way.
+**Fast path (the batch front end).** With ``keywords`` only records containing a keyword are
+materialised, and a line that holds none never becomes a Python object: files are read whole
+and kept as UTF-8 bytes (CRLF and NUL normalised on the bytes), batched up to
+:data:`SCAN_BATCH_BYTES`; per batch one polars pass splits the bytes into lines and computes
+the per-line facts coverage and timing need (:data:`~connectors.timefmt.TIMESTAMP_HINT`,
+:data:`~connectors.records.STRUCTURE_HINT`, blank, raw/relative dmesg), and one Hyperscan pass
+over each file's bytes (:meth:`correlators.rules.scan.LiteralSet.match_ends`) finds the
+keywords, mapped to lines by their byte offsets. Python then decodes only the candidate lines
+and their record context (:class:`~connectors.records.BlockLines`; records via
+:func:`~connectors.records.record_span`, times via a walk over the hint lines). Both paths share
+the materialisation, so a record gives the same Observation (id, time) either way.
 
 Bad input never raises past the constructor: unreadable files, invalid UTF-8, NUL bytes /
 binary content, huge lines (bodies are cut at :data:`MAX_BODY_CHARS`), empty files and
@@ -68,10 +73,12 @@ malformed telemetry are reported in :meth:`BundleConnector.coverage`.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import os
 from bisect import bisect_right
+from concurrent.futures import ThreadPoolExecutor
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -81,6 +88,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pydantic
 import yaml
 
@@ -98,7 +106,8 @@ from correlators import stackdump as _stackdump
 from correlators.attribution import default_causal_rules
 from correlators.identity import AGGREGATED_HOST
 from correlators.rules.engine import gc_paused, json_attributes, light_record, opt_int32, opt_str, time_ok
-from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, group_records, record_span
+from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, BlockLines, group_records, record_span
+from correlators.rules.scan import LiteralSet
 from connectors.timefmt import TIMESTAMP_HINT, LineClock, LineTime, TimeContext, parse_line_time
 from correlators.windows import WorkloadIndex
 from schemas.bundle import ExpectedSpec, TaskPid, TopologySpec, WorkloadSpec, to_ns
@@ -137,12 +146,23 @@ SCHEDULER_DIR = "scheduler"
 MAX_STEP_RECORD_BYTES = 8 * 1024 * 1024
 #: ``[rank3]:`` -- the prefix PyTorch puts on every line a rank prints (shared by the readers).
 RANK_PREFIX = re.compile(r"\[rank(\d{1,9})\]:")  # ranks fit an Int32
-#: Log lines decoded before one vectorised scan runs over them all (bounds memory).
-SCAN_BATCH_LINES = 262_144
+#: Log bytes (after gunzip) read before one vectorised scan runs over them all (bounds memory).
+SCAN_BATCH_BYTES = 32 * 1024 * 1024
 #: raw dmesg seconds since boot, also after ``dmesg -r``'s ``<6>`` or ``dmesg -x``'s prefix
 _RAW_DMESG = r"^(?:kernel: |<\d{1,3}>|[a-z]+\d? *:[a-z]+ *: )?\[ *\d+\.\d+(?: <[^>]*>)?\]"
 #: ``dmesg -H`` relative lines (``[  +0.000123]``): timed only in file order
 _REL_DMESG = r"^(?:<\d{1,3}>|[a-z]+\d? *:[a-z]+ *: )?\[ *\+\d+\.\d+\]"
+#: Lines the batch scan looks at again one by one (rare: structure and blank lines), in Rust
+#: ``regex`` syntax for a line as the scan sees it, with its newline: the end of
+#: :data:`~connectors.records.STRUCTURE_HINT` is the end of the line or before its newline
+#: (multi-line mode would do the same, at ten times the cost).
+_RARE = STRUCTURE_HINT.replace("$", r"\n?\z") + r"|\A\s*\z"
+#: Unicode White_Space, what polars' ``strip_chars`` strips (Python's ``str.strip`` also strips
+#: U+001C..U+001F)
+_WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+_STRUCTURE_RE = re.compile(STRUCTURE_HINT)
+_RAW_RE = re.compile(_RAW_DMESG)
+_REL_RE = re.compile(_REL_DMESG)
 NUL_MARK = "\u2400"  # SYMBOL FOR NULL: NUL bytes in text files are shown as this
 _OBS_KINDS = frozenset(get_args(ObservationKind))
 #: the fields a validated log-record :class:`Observation` of this reader is given
@@ -255,13 +275,45 @@ class _FileStats:
 
 @dataclass
 class _Decoded:
-    """One file's decoded lines, waiting for the batch scan. ``src`` may differ from the
+    """One file's text, waiting for the batch scan: ``body`` is valid UTF-8, CRLF and NUL
+    already normalised (a final newline ends the last line). ``src`` may differ from the
     file's first guess (a metrics file no telemetry parser recognised is read as log lines)."""
 
     src: "_Source"
-    lines: list[str]
+    body: bytes
     bad_utf8: bool
     nul: bool
+
+
+def _normalised(data: bytes, nul: bool) -> tuple[bytes, bool, bool]:
+    """A file's bytes as the readers read its text: (UTF-8 bytes with invalid sequences
+    replaced by U+FFFD, CRLF -> LF, NUL -> :data:`NUL_MARK`; whether any UTF-8 was invalid;
+    whether it held NUL). Equal to decoding with ``errors="replace"`` and replacing on the
+    text, since UTF-8 is self-synchronising. ``nul``: whether ``data`` holds a NUL byte (the
+    caller has looked)."""
+    bad_utf8 = False
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            data = data.decode("utf-8", errors="replace").encode("utf-8")
+            bad_utf8 = True
+    if b"\r" in data:  # one byte: memchr
+        data = data.replace(b"\r\n", b"\n")
+    if nul:
+        data = data.replace(b"\x00", NUL_MARK.encode("utf-8"))
+    return data, bad_utf8, nul
+
+
+#: the thread the batch scan's polars pass runs on (one: a reader scans one batch at a time)
+_SCAN_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bundle-scan")
+
+
+@functools.lru_cache(maxsize=8)
+def _literal_set(keywords: tuple[str, ...]) -> LiteralSet:
+    """The compiled keyword set of a reader's keywords (cached: one compile per pack). A
+    keyword holding a newline can never be inside one line: left out."""
+    return LiteralSet(k for k in keywords if "\n" not in k)
 
 
 @dataclass
@@ -364,7 +416,7 @@ class BundleConnector:
             raise BundleError(f"{self.path}: not a bundle directory")
         self.keywords = None if keywords is None else [k for k in keywords if k.strip()]
         self._index: WorkloadIndex | None = None
-        self._kw_pattern = "|".join(re.escape(k) for k in self.keywords or ())
+        self._kw_set = _literal_set(tuple(self.keywords)) if self.keywords else None
         self.workload: WorkloadSpec = _load_spec(self.path / "workload.yaml", WorkloadSpec, True)
         #: every workload attempt of the bundle: ``workload.yaml`` first, then
         #: ``workloads/*.yaml`` (other attempts on the same fabric, for cross-workload incidents)
@@ -534,32 +586,32 @@ class BundleConnector:
     def observations(self) -> Iterator[Observation]:
         """Yield Observations: files in sorted relative-path order, records in file order.
 
-        Log files are decoded one by one and scanned in batches of up to ``SCAN_BATCH_LINES``
-        lines with one vectorised polars pass per batch (a bundle of thousands of small
+        Log files are read one by one and scanned in batches of up to :data:`SCAN_BATCH_BYTES`
+        bytes with one vectorised polars pass per batch (a bundle of thousands of small
         per-host files costs a few passes, not thousands)."""
         self._coverage = list(self._spec_coverage)
         self.lines_read = 0
         seen_hosts: set[str] = set()
         batch: list[tuple[_Source, _FileStats, _Decoded]] = []
-        batch_lines = 0
+        batch_bytes = 0
         # counter files waiting to be read together: consecutive, one header, bounded bytes
         cbatch: list[tuple[_Source, _FileStats, bytes]] = []
         cbatch_bytes = 0
         cbatch_key: bytes | None = None
 
         def flush() -> Iterator[Observation]:
-            nonlocal batch, batch_lines
+            nonlocal batch, batch_bytes
             if batch:
                 # a batch's records are built with the garbage collector paused (they hold no
                 # reference cycles; a collection would only walk the heap), then handed out
                 out: list[Observation] = []
                 with gc_paused():
                     scans = self._scan([d for _, _, d in batch])
-                    for (src, stats, decoded), scan in zip(batch, scans):
-                        out.extend(self._process(decoded, stats, scan))
+                    for (src, stats, decoded), (block, scan) in zip(batch, scans):
+                        out.extend(self._process(decoded, stats, block, scan))
                         self._cover(src, stats)
                 yield from out
-            batch, batch_lines = [], 0
+            batch, batch_bytes = [], 0
 
         def flush_counters() -> Iterator[Observation]:
             nonlocal cbatch, cbatch_bytes, cbatch_key
@@ -611,8 +663,8 @@ class BundleConnector:
                 self._cover(src, stats)
                 continue
             batch.append((src, stats, decoded))
-            batch_lines += len(decoded.lines)
-            if batch_lines >= SCAN_BATCH_LINES:
+            batch_bytes += len(decoded.body)
+            if batch_bytes >= SCAN_BATCH_BYTES:
                 yield from flush()
         yield from flush_counters()
         yield from flush()
@@ -739,7 +791,8 @@ class BundleConnector:
             stats.status = "empty"
             stats.notes.append("empty file")
             return None
-        if b"\x00" in data:
+        nul = b"\x00" in data
+        if nul:
             control = len(data.translate(None, _TEXT_BYTES))  # bytes that are not text
             if control / len(data) > BINARY_CONTROL_SHARE:
                 stats.status = "failed"
@@ -751,60 +804,93 @@ class BundleConnector:
                     f"binary content ({control} of {len(data)} bytes are NUL/control bytes): not read"
                 )
                 return None
-        try:
-            text = data.decode("utf-8")
-            bad_utf8 = False
-        except UnicodeDecodeError:
-            text = data.decode("utf-8", errors="replace")
-            bad_utf8 = True
-        del data
-        if "\r" in text:
-            text = text.replace("\r\n", "\n")
-        nul = "\x00" in text
-        if nul:
-            text = text.replace("\x00", NUL_MARK)
+        data, bad_utf8, nul = _normalised(data, nul)
         if src.kind == "telemetry":
-            done = yield from self._telemetry(text, src, stats)
+            done = yield from self._telemetry(data.decode("utf-8"), src, stats)
             if done:
                 return None
             src = _Source(src.rel, "log_line", src.host, src.ctx)
-        lines = text.split("\n")
-        del text
-        if lines and lines[-1] == "":
-            lines.pop()
-        self.lines_read += len(lines)
-        if not any(line.strip() for line in lines):
-            stats.status = "empty"
-            stats.notes.append("no non-blank lines")
-        return _Decoded(src, lines, bad_utf8, nul)
+        return _Decoded(src, data, bad_utf8, nul)
 
-    def _scan(self, files: list[_Decoded]) -> list[_Scan]:
-        """One vectorised polars pass over the lines of several files; per-file results."""
-        lines = [line for d in files for line in d.lines]
+    def _scan(self, files: list[_Decoded]) -> list[tuple[BlockLines, _Scan]]:
+        """The per-line facts of several files in one vectorised polars pass, and their
+        keyword lines in one Hyperscan pass over each file's bytes; per file its lines
+        (:class:`~connectors.records.BlockLines`, decoded only when read) and arrays.
+
+        Polars sees each line as a view of the file's bytes with its newline (Arrow offsets
+        from the newline index, no copy per line): :data:`~connectors.timefmt.TIMESTAMP_HINT`
+        and the dmesg patterns are anchored at the start and need no end; the structure hint
+        is matched in multi-line mode. Lines the rare-line pattern marks (structure or blank)
+        and the dmesg-marked lines are few; Python re-reads those to say which they are."""
+        blocks = [BlockLines(d.body) for d in files]
+        chunks = []
+        for d, block in zip(files, blocks):
+            if len(block):
+                offsets = np.empty(len(block) + 1, dtype=np.int64)
+                offsets[:-1] = block.starts
+                offsets[-1] = len(d.body)
+                chunks.append(pa.LargeStringArray.from_buffers(
+                    len(block), pa.py_buffer(offsets), pa.py_buffer(d.body)))
         col = pl.col("line")
         exprs = [col.str.contains(TIMESTAMP_HINT).alias("hint"),
-                 (col.str.strip_chars().str.len_bytes() == 0).alias("blank"),
-                 (col.str.len_chars() > MAX_BODY_CHARS).alias("long")]
-        if self.keywords:
-            exprs += [col.str.contains(self._kw_pattern).alias("kw"),
-                      col.str.contains(STRUCTURE_HINT).alias("struct")]
-        exprs.append(col.str.contains(_RAW_DMESG).alias("raw"))
-        exprs.append(col.str.contains(_REL_DMESG).alias("rel"))
+                 col.str.contains(_RARE).alias("rare"),
+                 col.str.contains(f"{_RAW_DMESG}|{_REL_DMESG}").alias("dmesg")]
         if any(d.bad_utf8 for d in files):
             exprs.append(col.str.contains("\ufffd", literal=True).alias("bad_utf8"))
         if any(d.nul for d in files):
             exprs.append(col.str.contains(NUL_MARK, literal=True).alias("nul"))
-        frame = pl.DataFrame({"line": pl.Series(lines, dtype=pl.String)}).select(exprs)
+        series = pl.Series("line", pa.chunked_array(chunks, type=pa.large_string()))
+        # polars (its own threads) and Hyperscan both run without the GIL: the keyword scan
+        # runs here while the polars pass runs on the scan thread
+        pending = _SCAN_THREAD.submit(pl.DataFrame([series]).select, exprs)
+        del series
+        kw_ends = [self._kw_set.match_ends(d.body) if self._kw_set is not None else [] for d in files]
+        frame = pending.result()
         arrays = {name: frame[name].to_numpy() for name in frame.columns}
+        del frame
         out, at = [], 0
-        for d in files:
-            n = len(d.lines)
-            out.append(_Scan({name: a[at:at + n] for name, a in arrays.items()}))
+        for d, block, ends in zip(files, blocks, kw_ends):
+            n = len(block)
+            part = {name: a[at:at + n] for name, a in arrays.items()}
             at += n
+            rare, dmesg = part.pop("rare"), part.pop("dmesg")
+            blank = np.zeros(n, dtype=bool)
+            struct = np.zeros(n, dtype=bool)
+            for j in np.flatnonzero(rare).tolist():
+                line = block[j]
+                blank[j] = not line.strip(_WHITE_SPACE)
+                struct[j] = _STRUCTURE_RE.match(line) is not None
+            raw = np.zeros(n, dtype=bool)
+            rel = np.zeros(n, dtype=bool)
+            for j in np.flatnonzero(dmesg).tolist():
+                line = block[j]
+                raw[j] = _RAW_RE.match(line) is not None
+                rel[j] = _REL_RE.match(line) is not None
+            # a line can be longer than MAX_BODY_CHARS characters only with more bytes than that
+            long = (block.ends - block.starts) > MAX_BODY_CHARS
+            for j in np.flatnonzero(long).tolist():
+                long[j] = len(block[j]) > MAX_BODY_CHARS
+            part.update(blank=blank, struct=struct, raw=raw, rel=rel, long=long)
+            if self._kw_set is not None:
+                kw = np.zeros(n, dtype=bool)
+                if ends:
+                    kw[block.line_of(np.asarray(ends, dtype=np.int64) - 1)] = True
+                part["kw"] = kw
+            out.append((block, _Scan(part)))
         return out
 
-    def _process(self, decoded: _Decoded, stats: _FileStats, scan: _Scan) -> Iterator[Observation]:
-        lines, bad_utf8, nul, src = decoded.lines, decoded.bad_utf8, decoded.nul, decoded.src
+    def _process(self, decoded: _Decoded, stats: _FileStats, block: BlockLines,
+                 scan: _Scan) -> Iterator[Observation]:
+        bad_utf8, nul, src = decoded.bad_utf8, decoded.nul, decoded.src
+        self.lines_read += len(block)
+        # blank as polars says (Unicode White_Space); Python's strip also removes \x1c-\x1f
+        nonblank = ~scan["blank"]
+        first = int(nonblank.argmax()) if len(nonblank) else 0
+        if not (nonblank.any() and (block[first].strip()
+                                    or any(block[int(j)].strip() for j in np.flatnonzero(nonblank)))):
+            stats.status = "empty"
+            stats.notes.append("no non-blank lines")
+        lines: Sequence[str] = block if self.keywords is not None else block.text(0, len(block)).split("\n")
         counts = {name: int(np.count_nonzero(a)) for name, a in scan.arrays.items()
                   if name in ("bad_utf8", "nul", "raw")}
         if src.ctx.boot_time_ns is not None:
@@ -841,7 +927,7 @@ class BundleConnector:
         if long_lines:
             stats.notes.append(f"{long_lines} lines over {MAX_BODY_CHARS} characters: their records cut")
 
-    def _fast(self, scan: "_Scan", lines: list[str], src: _Source, times: _Times,
+    def _fast(self, scan: "_Scan", lines: Sequence[str], src: _Source, times: _Times,
               tally: dict[str, int]) -> Iterator[Observation]:
         """Materialise only the records holding a keyword line (see the class docstring)."""
         if not self.keywords or not lines:
@@ -866,7 +952,7 @@ class BundleConnector:
     def _log_obs(self, src: _Source, lines: Sequence[str], s: int, e: int, times: _Times,
                  tally: dict[str, int], text: str | None = None) -> Observation:
         if text is None:
-            text = "\n".join(lines[s:e])
+            text = lines.text(s, e) if isinstance(lines, BlockLines) else "\n".join(lines[s:e])
         attributes: dict[str, Any] = {}
         text = cut_body(text, attributes)
         if "truncated" in attributes:

@@ -97,7 +97,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -231,6 +231,38 @@ def _column_ranges() -> dict[str, dict[str, tuple[int, int]]]:
             if kind in _TYPE_RANGES:
                 out[table][c[1]] = _TYPE_RANGES[kind]
     return out
+
+
+_OBS_FILTERS = frozenset({"workload_ids", "cluster", "hosts", "start_ns", "end_ns", "kinds", "formats"})
+
+
+def _observation_filters(params: dict[str, Any], suffix: str, filters: Mapping[str, Any]) -> list[str] | None:
+    """The SQL conditions of one selection of ``observations`` rows
+    (:meth:`ClickHouseSink.observation_records`'s filters; None values are no filter), their
+    parameters added to ``params`` with names ending in ``suffix``; None when an empty
+    sequence makes the selection match nothing. Raises ``ValueError`` for an unknown filter."""
+    unknown = set(filters) - _OBS_FILTERS
+    if unknown:
+        raise ValueError(f"unknown observation filter(s): {sorted(unknown)}")
+    where: list[str] = []
+    for column, name, key in (("workload_id", "wids", "workload_ids"), ("host", "hosts", "hosts"),
+                              ("kind", "kinds", "kinds"), ("format", "formats", "formats")):
+        values = filters.get(key)
+        if values is not None:
+            if not values:
+                return None
+            where.append(f"{column} IN {{{name}{suffix}:Array(String)}}")
+            params[name + suffix] = sorted(set(values))
+    if filters.get("cluster") is not None:
+        where.append(f"cluster = {{cluster{suffix}:String}}")
+        params["cluster" + suffix] = filters["cluster"]
+    if filters.get("start_ns") is not None:
+        where.append(f"observed_at >= fromUnixTimestamp64Nano({{lo{suffix}:Int64}}, 'UTC')")
+        params["lo" + suffix] = int(filters["start_ns"])
+    if filters.get("end_ns") is not None:
+        where.append(f"observed_at <= fromUnixTimestamp64Nano({{hi{suffix}:Int64}}, 'UTC')")
+        params["hi" + suffix] = int(filters["end_ns"])
+    return where
 
 
 def _row_problem(columns: Sequence[str], row: Sequence[Any], ranges: dict[str, tuple[int, int]]) -> str | None:
@@ -951,33 +983,62 @@ class ClickHouseSink:
         end_ns: int | None = None,
         kinds: Sequence[str] | None = None,
         formats: Sequence[str] | None = None,
+        body_any: Sequence[str] | None = None,
+        any_of: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[str]:
         """The ``record`` column (an Observation's canonical JSON, not parsed: a caller
-        validates each row and reports the ones that fail) of the ``observations`` rows (under
-        FINAL: one per id) that match every filter given: ``workload_id`` in ``workload_ids``,
+        validates each row and reports the ones that fail) of the ``observations`` rows, one
+        per id, that match every filter given: ``workload_id`` in ``workload_ids``,
         ``cluster``, ``host`` in ``hosts``, ``start_ns <= observed_at <= end_ns`` (UTC ns,
-        both inclusive), ``kind`` in ``kinds``, ``format`` in ``formats``. An empty sequence
-        matches nothing. Ordered by ``observed_at``, then ``observation_id``. Raises
-        :class:`SinkError` when the read fails."""
-        where: list[str] = []
+        both inclusive), ``kind`` in ``kinds``, ``format`` in ``formats``, and, when
+        ``any_of`` is given, at least one of its selections (each a mapping of those same
+        filters, AND-ed; one query for all of them). An empty sequence matches nothing.
+        Ordered by ``observed_at``, then ``observation_id``. Raises :class:`SinkError` when
+        the read fails.
+
+        Rows of one id hold one observation (the id is its content hash; copies from
+        at-least-once delivery differ at most in the transport position, which readers
+        clear): the table is read without FINAL and the first row of each id kept, which
+        spares the server merging the sorting key of the whole table on every read.
+
+        ``body_any`` (literals, case-sensitive; the rule pack's ``prefilter_keywords``) pushes
+        the replay's prefilter down to the server: a log line without a metric is returned only
+        when its body holds one of them (``multiMatchAny`` over the escaped literals, Hyperscan
+        inside ClickHouse: one pass whatever their number), every other kind always -- the rows
+        :meth:`correlators.pipeline.Pipeline.inert` says the pipeline would skip stay on the
+        server. A row without a body (not a valid log line) is returned, so the caller still
+        reports it. An empty ``body_any`` keeps no log line with a body."""
         params: dict[str, Any] = {}
-        for column, name, values in (("workload_id", "wids", workload_ids), ("host", "hosts", hosts),
-                                     ("kind", "kinds", kinds), ("format", "formats", formats)):
-            if values is not None:
-                if not values:
-                    return []
-                where.append(f"{column} IN {{{name}:Array(String)}}")
-                params[name] = sorted(set(values))
-        if cluster is not None:
-            where.append("cluster = {cluster:String}")
-            params["cluster"] = cluster
-        if start_ns is not None:
-            where.append("observed_at >= fromUnixTimestamp64Nano({lo:Int64}, 'UTC')")
-            params["lo"] = int(start_ns)
-        if end_ns is not None:
-            where.append("observed_at <= fromUnixTimestamp64Nano({hi:Int64}, 'UTC')")
-            params["hi"] = int(end_ns)
-        return self._records("observations", where, params, "observed_at, observation_id")
+        where = _observation_filters(params, "", dict(
+            workload_ids=workload_ids, cluster=cluster, hosts=hosts, start_ns=start_ns, end_ns=end_ns,
+            kinds=kinds, formats=formats))
+        if where is None:
+            return []
+        if any_of is not None:
+            alternatives = []
+            for i, selection in enumerate(any_of):
+                clause = _observation_filters(params, f"_{i}", selection)
+                if clause is not None:
+                    alternatives.append("(" + (" AND ".join(clause) or "1") + ")")
+            if not alternatives:
+                return []
+            where.append("(" + " OR ".join(alternatives) + ")")
+        if body_any is not None:
+            where.append("(kind != 'log_line' OR has_metric OR body = ''"
+                         " OR multiMatchAny(body, {body_any:Array(String)}))")
+            params["body_any"] = sorted({re.escape(w) for w in body_any if w})
+        self._check_open()
+        sql = f"SELECT observation_id, record FROM {self.database}.observations"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY observed_at, observation_id"
+        result = self._retry(lambda: self._client.query(sql, parameters=params or None), "read observations")
+        out, last = [], None
+        for oid, record in result.result_rows:
+            if oid != last:  # copies of one id are adjacent (same time, same id)
+                out.append(record)
+                last = oid
+        return out
 
     def attribution_records(
         self,

@@ -44,6 +44,10 @@ CREATE TABLE IF NOT EXISTS {database}.observations
     position_line    Nullable(Int64),
     record           String CODEC(ZSTD(3)),
     inserted_at      DateTime64(3, 'UTC') DEFAULT now64(3),
+    -- the record's body and whether it carries a metric, for replay's push-down of the rule
+    -- pack's prefilter (sinks.clickhouse.ClickHouseSink.observation_records, body_any)
+    body             String MATERIALIZED JSONExtractString(record, 'body') CODEC(ZSTD(3)),
+    has_metric       Bool MATERIALIZED JSONExtractRaw(record, 'metric') NOT IN ('', 'null'),
     INDEX idx_host host TYPE bloom_filter GRANULARITY 4,
     INDEX idx_workload workload_id TYPE bloom_filter GRANULARITY 4,
     INDEX idx_observed_at observed_at TYPE minmax GRANULARITY 1
@@ -52,6 +56,12 @@ ENGINE = ReplacingMergeTree
 PARTITION BY toYYYYMM(observed_at)
 ORDER BY (observation_id)
 SETTINGS non_replicated_deduplication_window = 10000
+;
+-- tables made before the push-down columns: added, computed from `record` for the parts
+-- already written (on read until the parts merge, or ALTER TABLE ... MATERIALIZE COLUMN)
+ALTER TABLE {database}.observations
+    ADD COLUMN IF NOT EXISTS body String MATERIALIZED JSONExtractString(record, 'body') CODEC(ZSTD(3)),
+    ADD COLUMN IF NOT EXISTS has_metric Bool MATERIALIZED JSONExtractRaw(record, 'metric') NOT IN ('', 'null')
 ;
 CREATE TABLE IF NOT EXISTS {database}.events
 (

@@ -115,8 +115,9 @@ SourceOption = {
 
 def _read_source(config, *, from_kafka: bool, clickhouse: str, since: Optional[str], until: Optional[str],
                  workload: Optional[str], cluster: Optional[str], topic_prefix: Optional[str],
-                 bootstrap: Optional[str], kafka_timeout: float):
+                 bootstrap: Optional[str], kafka_timeout: float, prefilter: bool = False):
     """(observations, plan, report) of a Kafka range or of ClickHouse (streams/sources.py);
+    ``prefilter``: ClickHouse sends only the rows the pipeline would not skip (a replay);
     user errors end the command (exit 2)."""
     from sinks.clickhouse import ClickHouseSink, SinkError
     from streams import sources
@@ -145,7 +146,7 @@ def _read_source(config, *, from_kafka: bool, clickhouse: str, since: Optional[s
         with ClickHouseSink(clickhouse) as sink:
             observations = list(sources.observations_from_clickhouse(
                 sink, config, workload=workload, cluster=cluster, since_ns=since_ns, until_ns=until_ns,
-                report=report, plan_out=plans))
+                report=report, plan_out=plans, prefilter=prefilter))
         return observations, plans[0], report
     except sources.SourceError as exc:
         cli_fail(str(exc))
@@ -218,7 +219,8 @@ def replay(
 
         observations, plan, report = _read_source(
             config, from_kafka=from_kafka, clickhouse=clickhouse, since=since, until=until, workload=workload,
-            cluster=cluster, topic_prefix=topic_prefix, bootstrap=bootstrap, kafka_timeout=kafka_timeout)
+            cluster=cluster, topic_prefix=topic_prefix, bootstrap=bootstrap, kafka_timeout=kafka_timeout,
+            prefilter=True)
         typer.echo(f"{'Kafka' if from_kafka else 'ClickHouse'}: {report.summary()}, {len(observations):,} selected",
                    err=True)
         verdicts, _, _ = replay_observations(observations, config)

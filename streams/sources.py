@@ -516,6 +516,7 @@ def observations_from_clickhouse(
     until_ns: int | None = None,
     report: ReadReport | None = None,
     plan_out: list[Plan] | None = None,
+    prefilter: bool = False,
 ) -> Iterator[Observation]:
     """The stored observations (``observations`` table) of the selection (module docstring):
     workload ``workload``, or cluster ``cluster`` (all when None) within ``[since_ns,
@@ -523,9 +524,13 @@ def observations_from_clickhouse(
     ``observed_at``, then id. The SQL filters are a coarse pre-selection; :meth:`Plan.wants`
     decides. ``plan_out`` (a list) receives the plan. Raises :class:`SourceError` for a
     workload without a workload record and ``sinks.clickhouse.SinkError`` when a read fails.
-    Invalid rows are counted in ``report``."""
+    Invalid rows are counted in ``report``. ``prefilter``: only the rows the pipeline would
+    not skip as inert come from the server (``config.pack``'s prefilter literals pushed down,
+    :meth:`sinks.clickhouse.ClickHouseSink.observation_records` ``body_any``): the same
+    verdicts, from a fraction of the rows; off, every row of the selection (an export)."""
     report = report if report is not None else ReadReport()
     seen: set[str] = set()
+    literals = config.pack.prefilter_keywords if prefilter else None
     spec_rows = sink.observation_records(kinds=["scheduler_event"], formats=["workload_yaml"], cluster=cluster)
     topo_rows = sink.observation_records(kinds=["topology"], cluster=cluster)
     specs = list(_rows(spec_rows, report, seen))
@@ -555,9 +560,9 @@ def observations_from_clickhouse(
         for (lo, hi), hosts in sorted(groups.items()):
             queries.append({"cluster": c, "hosts": sorted(hosts), "start_ns": lo,
                             "end_ns": None if hi >= END_OF_TIME else hi})
-    body: list[Observation] = []
-    for q in queries:
-        body.extend(o for o in _rows(sink.observation_records(**q), report, seen) if plan.wants(o))
+    # one query for all the selections: the table is scanned once
+    rows = sink.observation_records(any_of=queries, body_any=literals)
+    body: list[Observation] = [o for o in _rows(rows, report, seen) if plan.wants(o)]
     body.sort(key=lambda o: (o.observed_at, o.observation_id))
     yield from picked
     yield from body

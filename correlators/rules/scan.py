@@ -12,6 +12,10 @@ Matching is exact, case-sensitive substring matching: ``LiteralSet(words).search
 ``any(w in text for w in words)`` for every ``str`` (UTF-8 is self-synchronising, so a
 literal occurs in the bytes exactly where it occurs in the text; lone surrogates, which JSON
 can carry, are encoded with ``surrogatepass``).
+
+:meth:`LiteralSet.match_ends` scans a whole block of text (many lines, UTF-8 bytes) in one
+pass and reports where each occurrence ends: the readers' batch front end maps them to line
+numbers, so a line holding no literal never becomes a Python object (``bench/history.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from typing import Iterable
 import hyperscan
 
 __all__ = ["LiteralSet"]
+
+
+def _ended(_id: int, _start: int, end: int, _flags: int, ends: list[int]) -> None:
+    ends.append(end)
 
 
 def _found(_id: int, _start: int, _end: int, _flags: int, hits: list[int]) -> bool:
@@ -45,6 +53,8 @@ class LiteralSet:
                              ids=list(range(len(self.words))), flags=hyperscan.HS_FLAG_SINGLEMATCH,
                              literal=True)
         self._local = threading.local()
+        self._all_db: hyperscan.Database | None = None  # every match, for match_ends
+        self._lock = threading.Lock()
 
     def search(self, text: str) -> bool:
         """True when ``text`` holds at least one of :attr:`words`."""
@@ -61,3 +71,25 @@ class LiteralSet:
         except hyperscan.ScanTerminated:
             pass
         return bool(hits)
+
+    def match_ends(self, data: bytes) -> list[int]:
+        """End offsets (exclusive, in bytes of ``data``) of every occurrence of every literal
+        in ``data``, in the order Hyperscan reports them (non-decreasing end); an offset
+        appears once per literal ending there. ``data``: UTF-8 text, any number of lines.
+        A block with many occurrences costs one Python call each."""
+        if not self.words or not data:
+            return []
+        if self._all_db is None:
+            with self._lock:
+                if self._all_db is None:
+                    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+                    db.compile(expressions=[w.encode("utf-8", "surrogatepass") for w in self.words],
+                               ids=list(range(len(self.words))), flags=0, literal=True)
+                    self._all_db = db
+        local = self._local
+        scratch = getattr(local, "all_scratch", None)
+        if scratch is None:
+            scratch = local.all_scratch = hyperscan.Scratch(self._all_db)
+        ends: list[int] = []
+        self._all_db.scan(data, match_event_handler=_ended, context=ends, scratch=scratch)
+        return ends

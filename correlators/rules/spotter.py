@@ -118,11 +118,46 @@ NEGATIVE_CONTEXTS: tuple[tuple[str, re.Pattern[str], str, bool], ...] = (
 )
 
 
+#: Per negative context, literals one of which every match of its pattern holds, and whether
+#: the pattern ignores case (then they are lower case and tested on the lowered text, for ASCII
+#: texts only: Python's case-insensitive matching also pairs a few non-ASCII letters with ASCII
+#: ones). A text holding none of them cannot match: the pattern is not run. A context missing
+#: here always runs (its pattern is anchored and cheap).
+CONTEXT_LITERALS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "comment": (("#", "/"), False),
+    "definition": (("=",), False),
+    "explanation": (("indicates", "means", "denotes", "refers to", "is "), True),
+    "shell command": (("$", ">", "grep"), False),
+    "test output": (("::test_", "PASSED", "XFAIL", "XPASS", "expected"), False),
+    "help or listing": (("usage:", "e.g.", "i.e.", "for example", "such as", "one of", "possible values",
+                         "valid values", "search for", "like"), True),
+    "ignored": (("ignor", "skip", "whitelist", "allowlist", "exclud", "suppress", "filter", "masked"), True),
+    "comparison": (("==", "!=", "<=", ">="), False),
+    "reference": (("caused by", "triggered by", "due to", "after", "following", "previous", "prior", "earlier"), True),
+    "negation": (("no", "without", "zero", "never", "recovered from", "cleared", "resolved"), True),
+    "informational": (("nccl info", "level="), True),
+    "healthy": (("healthy", "no "), True),
+}
+
+
+def _may_match(name: str, text: str) -> bool:
+    """False when the pattern of context ``name`` cannot match ``text`` (:data:`CONTEXT_LITERALS`)."""
+    need = CONTEXT_LITERALS.get(name)
+    if need is None:
+        return True
+    words, caseless = need
+    if caseless:
+        if not text.isascii():
+            return True
+        text = text.lower()
+    return any(w in text for w in words)
+
+
 def negative_context(line: str, before: str, frames: bool = False, end_line: str | None = None) -> str | None:
     """The name of the first negative context (:data:`NEGATIVE_CONTEXTS`) a word is in, or
     None: ``line`` is the line holding it, ``before`` the line up to it, ``end_line`` the line
     where a frame match ends (default ``line``). ``frames``: only the contexts frame rules
-    honour."""
+    honour. A pattern runs only on a text holding one of its literals (:data:`CONTEXT_LITERALS`)."""
     for name, rx, read, for_frames in NEGATIVE_CONTEXTS:
         if frames and not for_frames:
             continue
@@ -132,7 +167,7 @@ def negative_context(line: str, before: str, frames: bool = False, end_line: str
             text = before
         else:
             text = end_line if read == "end" and end_line is not None else line
-        if rx.search(text):
+        if _may_match(name, text) and rx.search(text):
             return name
     return None
 

@@ -11,7 +11,10 @@ import pytest
 
 from correlators.rules import load_rule_pack
 from correlators.rules.coverage import FRAMINGS, NEGATIVE_FRAMINGS, coverage_matrix, vocabulary_entries
-from correlators.rules.spotter import NEGATIVE_CONTEXTS, Spotter
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from correlators.rules.spotter import CONTEXT_LITERALS, NEGATIVE_CONTEXTS, Spotter, _may_match
 from correlators.rules.unwrap import unwrap
 from tests.correlators.test_rules import obs_for
 
@@ -198,3 +201,23 @@ def test_a_rank_prefix_inside_a_cri_line_names_the_rank():
     [e] = [e for e in events("2026-11-30T01:20:31.299000000Z stderr F [rank3]: RuntimeError: CUDA error: "
                              "an illegal memory access was encountered") if e.type == "cuda.error"]
     assert (e.rank, e.attributes["error"]) == (3, "illegal_address")
+
+
+_TOKENS = [w for words, _ in CONTEXT_LITERALS.values() for w in words] + [
+    w.upper() for words, _ in CONTEXT_LITERALS.values() for w in words] + [
+    " ", "  ", "\t", "x", "Xid 79", "7", "(", ")", ".", ";", ":", "-", "_", "a", "an", "the", "ſkip", "İgnored", "ı"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_TOKENS), max_size=12).map("".join))
+def test_context_literals_never_hide_a_match(text):
+    # a text the literal test turns away is one the context's pattern does not match
+    for name, rx, _, _ in NEGATIVE_CONTEXTS:
+        if rx.search(text):
+            assert _may_match(name, text), (name, text)
+
+
+def test_context_literals_name_real_contexts():
+    assert set(CONTEXT_LITERALS) <= {name for name, *_ in NEGATIVE_CONTEXTS}
+    assert not _may_match("ignored", "all good before ") and _may_match("ignored", "Skipped ")
+    assert _may_match("ignored", "ſkipped ")  # not ASCII: the pattern decides

@@ -477,3 +477,37 @@ def test_ddl_is_idempotent(chdb_dir: Path) -> None:
             "SELECT engine FROM system.tables WHERE database = 'ddl_twice'"
         ).result_rows}
         assert engines == {"ReplacingMergeTree"}
+
+
+def test_observation_records_one_per_id_any_of_and_pushed_down_prefilter(sink: ClickHouseSink) -> None:
+    xid = xid_observation()
+    watchdogs = [watchdog_observation(r) for r in (3, 9)]
+    noise = Observation(
+        source=Source(connector="files", instance="examples/incidents/xid79"), kind="log_line",
+        observed_at=T0 + SEC, time_source="line", time_quality=1.0, host="node-a02", cluster="c1",
+        workload_id="job-1001", format="glog", body="I1130 01:21:05.000000 550 train.py:212] step 7 loss 2.1",
+        position=Position(file="logs/node-a02/train.log", line=7)).with_id()
+    sink.write_observations([xid, *watchdogs, noise])
+    # the same observation again as the stream delivered it (its transport position set):
+    # a second physical row of the id
+    again = xid.model_copy(update={"position": Position(file=xid.position.file, line=xid.position.line,
+                                                        topic="faultstream.observations", partition=0, offset=5)})
+    sink.write_observations([again])
+    assert sink.count("observations", final=False) == 5
+    ids = lambda rows: [Observation.model_validate_json(r).observation_id for r in rows]  # noqa: E731
+    everything = ids(sink.observation_records())
+    assert everything == sorted(everything, key=lambda i: {o.observation_id: o.observed_at for o in
+                                                           [xid, *watchdogs, noise]}[i])
+    assert sorted(everything) == sorted(o.observation_id for o in [xid, *watchdogs, noise])  # one per id
+    # selections OR-ed, each AND-ed: node-a01's rows, or node-a02's after the noise line
+    got = ids(sink.observation_records(any_of=[{"hosts": ["node-a01"]},
+                                               {"hosts": ["node-a02"], "start_ns": T0 + 2 * SEC}]))
+    assert got == [xid.observation_id, watchdogs[0].observation_id, watchdogs[1].observation_id]
+    assert sink.observation_records(any_of=[]) == [] and sink.observation_records(any_of=[{"hosts": []}]) == []
+    # the prefilter on the server: the noise line holds no literal, the watchdog lines hold "Watchdog caught"
+    got = ids(sink.observation_records(body_any=["Watchdog caught", "a(b"]))
+    assert got == [w.observation_id for w in watchdogs]
+    got = ids(sink.observation_records(body_any=["fallen off the bus."]))
+    assert got == [xid.observation_id]  # '.' is a literal dot, not any character
+    with pytest.raises(ValueError, match="unknown observation filter"):
+        sink.observation_records(any_of=[{"host": "node-a01"}])

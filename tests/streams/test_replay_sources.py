@@ -299,3 +299,28 @@ def test_replay_from_kafka_range_equals_the_bundle(kafka_config, kafka_topic_fac
                  "--since", t0, "--until", t1, "--out", str(target))
     assert result.exit_code == 0, result.output
     assert canonical(replay_bundle(target).attributions) == expected["job-2401"]
+
+
+@pytest.mark.parametrize("workload", sorted(BUNDLES))
+def test_pushed_down_prefilter_reads_fewer_rows_for_the_same_verdicts(store: str, workload: str) -> None:
+    from correlators.config import EngineConfig
+    from streams.replay import replay_observations
+    from streams.sources import ReadReport, observations_from_clickhouse
+
+    config = EngineConfig.default()
+    out = {}
+    for prefilter in (False, True):
+        report = ReadReport()
+        with ClickHouseSink(store) as sink:
+            observations = list(observations_from_clickhouse(sink, config, workload=workload, report=report,
+                                                             prefilter=prefilter))
+        out[prefilter] = (canonical(replay_observations(observations, config)[0]), report, observations)
+    assert out[True][0] == out[False][0]
+    assert out[True][1].read < out[False][1].read if workload == "job-1002" else out[True][1].read <= out[False][1].read
+    assert out[True][1].invalid == out[False][1].invalid  # a row without a body is still read and reported
+    pack = config.pack
+    kept = {o.observation_id for o in out[True][2]}
+    # every row left on the server is one the pipeline skips: a log line without a keyword
+    for obs in out[False][2]:
+        if obs.observation_id not in kept:
+            assert obs.kind == "log_line" and obs.metric is None and not pack.may_extract(obs.body or "")
