@@ -398,6 +398,8 @@ def evidence_class(e: Event, memory_params: dict) -> tuple[str, str] | None:
         return "gpu_memory", "gpu"
     if t == "fabric.port_errors" and a.get("side", "host") != "switch":
         return "nic", "host"
+    if t == "fabric.port_fault":  # the fabric correlator's episode of a port of this host
+        return "nic", "host"
     if t == "host.memory_pressure":
         return ("host_memory", "host") if memory_reading(e, memory_params, {}) else None
     if t in ("storage.server_unreachable", "storage.io_error"):
@@ -419,7 +421,8 @@ def attribute(s: Straggler, events: Sequence[Event], alloc: Allocation, weights:
     hi = end_ns if end_ns is not None else math.inf
     found: dict[str, list[tuple[float, str, Event]]] = {}
     for e in sorted(events, key=lambda e: (e.at, e.event_id)):
-        if e.host != s.host or not lo <= e.at <= hi:
+        named = e.attributes.get("culprit_hosts")
+        if not (e.host == s.host or (isinstance(named, list) and s.host in named)) or not lo <= e.at <= hi:
             continue
         got = evidence_class(e, memory_params)
         if got is None:
@@ -499,7 +502,13 @@ def stragglers(info, alloc: Allocation, events: Sequence[Event], hyps: list, par
                          domain=domain, job_wide=False,
                          text=f"straggler: {who} runs {100 * s.slowdown:.0f}% slower than its peers; "
                               + text.format(gpu=gpu, host=s.host))
-        hyp.support.append((float(weights.get("straggler", 0.4)), "stragglers:peer_comparison", s.samples[0]))
+        weight = float(weights.get("straggler", 0.4))
+        own = [e for e in s.samples if e.host == s.host]
+        if own:
+            hyp.support.append((weight, "stragglers:peer_comparison", own[0]))
+        else:  # a report collected elsewhere (NVRx prints on rank 0): context, not the culprit's host
+            hyp.derived_weight = weight
+            hyp.context += s.samples
         hyp.support += [(w, rule, e) for w, rule, e in support]
         hyp.derived_at = s.since
         hyp.extra_ranks |= set(s.ranks)
