@@ -21,9 +21,14 @@ Detection (:class:`PeerTracker`, pure and clock-free, numpy over the ranks of on
    jitter of the whole job) cancels out;
 2. each rank's ratio is smoothed by the median of its last ``window_steps`` steps, so a hiccup
    of one step (a data-loader fetch, a GC pause) never counts;
-3. a rank is an outlier at a step when its smoothed ratio is at least ``min_slowdown`` above 1
-   and at least ``min_z`` robust standard deviations (1.4826 x the MAD of the smoothed ratios
-   over the ranks) above the median;
+3. a rank is an outlier at a step when its smoothed ratio is at least ``min_slowdown`` above
+   the median of the ranks' and at least ``min_z`` robust standard deviations (1.4826 x the MAD
+   of the smoothed ratios over the ranks) above it -- slow against its peers all along (a link
+   trained down at boot) -- or when it is ``change_slowdown`` above its own level before
+   (an exponential average, ``baseline_alpha``, of its smoothed ratios that left the window)
+   and ``change_peer`` above the median: a rank that became slow. The second test cancels the
+   GPU-to-GPU spread of a healthy job (a GPU 3 % slower than the others from the start is not
+   a straggler), so it fires on smaller changes;
 4. it is a straggler once it has been an outlier for ``persist_steps`` consecutive steps;
    its slowdown is the median of its ratios over those steps, minus 1;
 5. when at least ``node_share`` of a node's ranks are stragglers together (and the node has
@@ -79,10 +84,13 @@ class StragglerParams:
     """Detection parameters (causal.yaml ``detectors: stragglers``); see the module docstring.
     Fractions are of the job's median step time; ``lead_s`` in seconds."""
 
-    window_steps: int = 5
-    persist_steps: int = 8
-    min_slowdown: float = 0.07
-    min_z: float = 6.0
+    window_steps: int = 9
+    persist_steps: int = 10
+    min_slowdown: float = 0.09
+    min_z: float = 4.5
+    change_slowdown: float = 0.06
+    change_peer: float = 0.04
+    baseline_alpha: float = 0.05
     min_ranks: int = 4
     node_share: float = 0.5
     score_threshold: float = 0.9
@@ -111,6 +119,8 @@ class PeerTracker:
         self.params = params
         self.n = 0
         self.ring = np.full((params.window_steps, ranks), np.nan)
+        self.past = np.full((params.window_steps, ranks), np.nan)  # smoothed ratios of the last window
+        self.baseline = np.full(ranks, np.nan)  # each rank's own level, before the window
         self.run = np.zeros(ranks, dtype=np.int64)
         self.flagged = np.full(ranks, -1, dtype=np.int64)  # step index at which it was flagged
         self.history = np.full((history, ranks), np.nan)
@@ -121,22 +131,34 @@ class PeerTracker:
         """Feed one step (shape ``(ranks,)``, seconds); returns the indices of the ranks flagged
         at this step (ascending)."""
         p = self.params
+        w = p.window_steps
         with np.errstate(invalid="ignore", divide="ignore"):
             median = float(np.nanmedian(times)) if np.isfinite(times).any() else math.nan
             ratio = times / median if median and np.isfinite(median) else np.full_like(times, np.nan)
-        self.ring[self.n % p.window_steps] = ratio
+        self.ring[self.n % w] = ratio
         self.history[self.n % self.history.shape[0]] = ratio
         self.n += 1
-        if self.n < p.window_steps:
+        if self.n < w:
             return np.empty(0, dtype=np.int64)
         with np.errstate(invalid="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a rank without samples in the window
             smooth = np.nanmedian(self.ring, axis=0)
             centre = np.nanmedian(smooth)
             sigma = 1.4826 * np.nanmedian(np.abs(smooth - centre))
+        # the rank's own level: an average of its smoothed ratios that left the window w steps ago
+        old = self.past[self.n % w]
+        if np.isfinite(old).any():
+            known = np.isfinite(self.baseline)
+            self.baseline = np.where(known & np.isfinite(old), self.baseline + p.baseline_alpha * (old - self.baseline),
+                                     np.where(known, self.baseline, old))
+        self.past[self.n % w] = smooth
         self.smoothed = smooth
         self.threshold = max(p.min_slowdown, p.min_z * float(sigma)) if np.isfinite(sigma) else math.inf
-        outlier = np.nan_to_num(smooth - centre, nan=-1.0) >= self.threshold
+        peer = np.nan_to_num(smooth - centre, nan=-1.0)
+        # slower than its peers by the static threshold, or slower than its own level before by
+        # change_slowdown while slower than its peers too (the job's GPU-to-GPU spread cancels)
+        changed = (np.nan_to_num(smooth - self.baseline, nan=-1.0) >= p.change_slowdown) & (peer >= p.change_peer)
+        outlier = (peer >= self.threshold) | changed
         self.run = np.where(outlier, self.run + 1, 0)
         new = np.flatnonzero((self.run >= p.persist_steps) & (self.flagged < 0))
         self.flagged[new] = self.n - 1
@@ -300,8 +322,9 @@ def _from_steps(events: Sequence[Event], alloc: Allocation, params: StragglerPar
         node_level = len(on_node) >= 2 and len(cols) >= params.node_share * len(on_node)
         groups = [cols] if node_level else [[c] for c in cols]
         for group in groups:
-            since_i = min(change_point(tracker.ratios(c)[: first[c] + 1]) for c in group)
             det_i = min(first[c] for c in group)
+            # one change point for the group: on the mean of its ranks' ratios
+            since_i = change_point(np.nanmean([tracker.ratios(c)[: det_i + 1] for c in group], axis=0))
             lead = group[0]
             s_ev = sample(keys[since_i], ranks[lead])
             d_ev = sample(keys[det_i], ranks[lead])
@@ -463,11 +486,11 @@ def goodput(s: Straggler, events: Sequence[Event], params: StragglerParams) -> G
     its slowdown (a synchronous step waits for the slowest rank)."""
     groups = series(events)
     for name in sorted(groups):
-        job = [(key, v[-1]) for key, v in sorted(groups[name].items()) if -1 in v or len(v) == 1]
-        ranks = {r for v in groups[name].values() for r in v if r >= 0}
-        if len(ranks) >= params.min_ranks or len(job) < 6:
+        steps = groups[name]
+        if len({r for v in steps.values() for r in v if r >= 0}) >= params.min_ranks:
             continue
-        times = [(e.at, sec) for _, (sec, e) in ((k, next(iter(v.values()))) for k, v in sorted(groups[name].items()))]
+        # one sample a step: the job's own time (the rank that prints it, or none)
+        times = sorted((e.at, sec) for v in steps.values() for sec, e in [v[-1] if -1 in v else v[min(v)]])
         before = [sec for at, sec in times if at < s.since]
         after = [sec for at, sec in times if at >= s.detected]
         if len(before) >= 3 and len(after) >= 3:
@@ -537,3 +560,32 @@ def stragglers(info, alloc: Allocation, events: Sequence[Event], hyps: list, par
                 hyp.absorbed.append(other.code)
         out.append(hyp)
     return out
+
+
+class Recheck:
+    """When a live window re-decides for its performance samples (timing only, never what a
+    verdict says): at the first sample of every ``every``-th step of the job (a sample without a
+    step number by its time, ``every`` x 2 s), so a straggler's provisional ``degraded`` verdict
+    comes within a few steps of the persistence that makes it, without one decision per sample.
+    Holds the last position checked per window key: a cache a driver may drop (:meth:`clear`)."""
+
+    def __init__(self, every: int = 5) -> None:
+        self.every = every
+        self.last: dict[str, int] = {}
+
+    def due(self, key: str, event: Event) -> bool:
+        """True when ``event`` (of window ``key``) is a performance sample at a step at least
+        ``every`` steps past the last one checked; it is then remembered."""
+        if event.type not in PERF_TYPES and event.type not in ("perf.gpu_score", "perf.straggler_reported"):
+            return False
+        step = event.attributes.get("step")
+        pos = step if isinstance(step, int) else event.at // (2 * NS)
+        last = self.last.get(key)
+        if last is not None and pos < last + self.every:
+            return False
+        self.last[key] = pos
+        return True
+
+    def clear(self) -> None:
+        """Forget every position (after a rebalance)."""
+        self.last.clear()
