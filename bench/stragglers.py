@@ -21,7 +21,7 @@ Steps-to-detect is counted from the onset. Any other rank flagged is a false pos
 **False positives per 1,000 healthy job-hours** (``--healthy-hours`` of the job with no
 straggler, 2 s steps = 1,800 steps an hour): the flags observed, and, because a rare event is
 not seen in a few hours, the rate extrapolated from trackers run on the same steps with every
-slowdown threshold lowered by 1.5-3 points: log(false positives per hour) is fitted linearly
+slowdown threshold lowered by 3-4.5 points: log(false positives per hour) is fitted linearly
 in the lowering and read at 0 (the tail of a sum of jitters falls faster than exponentially,
 so this over-estimates).
 
@@ -134,7 +134,7 @@ def healthy(params: StragglerParams, hours: float, seed: int) -> dict:
 
 
 #: thresholds lowered by these fractions to read the tail of false positives (0: as configured)
-RELAX = (0.0, 0.015, 0.02, 0.025, 0.03)
+RELAX = (0.0, 0.03, 0.035, 0.04, 0.045)
 
 
 def relaxed(params: StragglerParams, d: float) -> StragglerParams:

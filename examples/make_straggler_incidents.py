@@ -107,7 +107,8 @@ class Job:
                 f"learning rate: 3.000000E-04 | global batch size:  1024 | lm loss: {3.1 - step * 0.004:.6E} | "
                 "loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |")
         for host in NODES:
-            self.b.write(f"logs/{host}/train.log", sorted(logs[host]) if host != "node-a04" else logs[host])
+            if logs[host]:
+                self.b.write(f"logs/{host}/train.log", sorted(logs[host]) if host != "node-a04" else logs[host])
             if self.extra[host]:
                 self.b.write(f"logs/{host}/{'kern.log' if self.extra[host][0][:1] != '/' else 'memwatch.log'}",
                              self.extra[host])
