@@ -110,6 +110,8 @@ CALLS = {
     "nvmlDeviceGetPcieReplayCounter": "pcie_replay_counter",
     "nvmlDeviceGetCurrPcieLinkGeneration": "pcie_gen",
     "nvmlDeviceGetCurrPcieLinkWidth": "pcie_width",
+    "nvmlDeviceGetMaxPcieLinkGeneration": "pcie_gen_max",
+    "nvmlDeviceGetMaxPcieLinkWidth": "pcie_width_max",
     "nvmlDeviceGetTemperature": "temperature_gpu_c",
     "nvmlDeviceGetPowerUsage": "power_mw",
     "nvmlDeviceGetRetiredPagesPendingStatus": "retired_pages_pending",
@@ -341,7 +343,8 @@ def nvml_json_form(device: DeviceInfo, raw: dict[str, Any]) -> dict[str, Any]:
     """A raw reading -> the ``nvml_json`` object :func:`connectors.telemetry.parse_nvml_json`
     reads (``uuid``, ``index``, ``pci_bus_id``, ``ecc_*``, ``remapped_rows``,
     ``clocks_event_reasons`` (or ``clocks_throttle_reasons`` from the older call),
-    ``pcie_replay_counter``, ``pcie_gen``, ``pcie_width``, ``temperature_gpu_c``, ``power_mw``,
+    ``pcie_replay_counter``, ``pcie_gen``, ``pcie_width``, ``pcie_gen_max``, ``pcie_width_max``
+    (the link's maximum, nvmlDeviceGetMaxPcieLinkGeneration/Width), ``temperature_gpu_c``, ``power_mw``,
     ``retired_pages_pending``); calls that failed are left out."""
     out: dict[str, Any] = {"uuid": device.uuid, "index": device.index, "pci_bus_id": device.pci_bus_id}
     ecc = raw.get("nvmlDeviceGetTotalEccErrors") or {}

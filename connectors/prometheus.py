@@ -152,6 +152,8 @@ DCGM_FIELDS: dict[str, str] = {
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "pcie_replay_counter",
     "DCGM_FI_DEV_PCIE_LINK_GEN": "pcie_link_gen",
     "DCGM_FI_DEV_PCIE_LINK_WIDTH": "pcie_link_width",
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": "pcie_link_gen_max",
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": "pcie_link_width_max",
     "DCGM_FI_DEV_GPU_TEMP": "temperature_gpu_c",
     "DCGM_FI_DEV_MEMORY_TEMP": "temperature_memory_c",
     "DCGM_FI_DEV_POWER_USAGE": "power_w",

@@ -25,7 +25,9 @@ Active/Not Active/Yes/No as 1/0; ``N/A``, ``[N/A]``, ``Not Supported`` and error
 ``remapped_rows_pending``, ``remapped_rows_failure``, ``retired_pages_pending``,
 ``gpu_idle``, ``sw_power_cap``, ``hw_slowdown``, ``hw_thermal_slowdown``,
 ``hw_power_brake_slowdown``, ``sw_thermal_slowdown``, ``sync_boost``,
-``pcie_replay_counter``, ``pcie_link_gen``, ``pcie_link_width``, ``temperature_gpu_c``,
+``pcie_replay_counter``, ``pcie_link_gen``, ``pcie_link_width``, ``pcie_link_gen_max``,
+``pcie_link_width_max`` (the link's maximum: a current value below it is a link trained down),
+``temperature_gpu_c``,
 ``temperature_memory_c``, ``power_w``, ``clocks_sm_mhz``, ``utilization_gpu_pct``,
 ``memory_used_mib``, ``memory_total_mib``.
 
@@ -220,6 +222,10 @@ def _metrics_from_q_paths(paths: list[tuple[tuple[str, ...], str]]) -> tuple[dic
             _put(metric, "pcie_link_gen", val)
         elif sect[-1:] == ("link width",) and key == "current":
             _put(metric, "pcie_link_width", val)
+        elif sect[-1:] == ("pcie generation",) and key in ("max", "device max"):
+            _put(metric, "pcie_link_gen_max", val)
+        elif sect[-1:] == ("link width",) and key in ("max", "device max"):
+            _put(metric, "pcie_link_width_max", val)
         elif key == "gpu current temp":
             _put(metric, "temperature_gpu_c", val)
         elif key == "memory current temp":
@@ -365,6 +371,9 @@ def parse_nvidia_smi_q_xml(text: str, ctx: TimeContext) -> list[TelemetrySample]
         _put(metric, "pcie_replay_counter", _xtext(g, "pci/replay_counter"))
         _put(metric, "pcie_link_gen", _xtext(g, "pci/pci_gpu_link_info/pcie_gen/current_link_gen"))
         _put(metric, "pcie_link_width", _xtext(g, "pci/pci_gpu_link_info/link_widths/current_link_width"))
+        _put(metric, "pcie_link_gen_max", _xtext(g, "pci/pci_gpu_link_info/pcie_gen/max_link_gen")
+             or _xtext(g, "pci/pci_gpu_link_info/pcie_gen/device_pcie_gen_max"))
+        _put(metric, "pcie_link_width_max", _xtext(g, "pci/pci_gpu_link_info/link_widths/max_link_width"))
         _put(metric, "temperature_gpu_c", _xtext(g, "temperature/gpu_temp"))
         _put(metric, "temperature_memory_c", _xtext(g, "temperature/memory_temp"))
         for path in ("gpu_power_readings/instant_power_draw", "gpu_power_readings/power_draw",
@@ -399,6 +408,9 @@ _CSV_KEYS = {
     "retired_pages.pending": "retired_pages_pending",
     "pcie.link.gen.current": "pcie_link_gen",
     "pcie.link.width.current": "pcie_link_width",
+    "pcie.link.gen.max": "pcie_link_gen_max",
+    "pcie.link.gen.gpumax": "pcie_link_gen_max",
+    "pcie.link.width.max": "pcie_link_width_max",
     "temperature.gpu": "temperature_gpu_c",
     "temperature.memory": "temperature_memory_c",
     "power.draw": "power_w",
@@ -503,6 +515,8 @@ _NVML_KEYS = {
     "pcie_replay_counter": "pcie_replay_counter",
     "pcie_gen": "pcie_link_gen",
     "pcie_width": "pcie_link_width",
+    "pcie_gen_max": "pcie_link_gen_max",
+    "pcie_width_max": "pcie_link_width_max",
     "temperature_gpu_c": "temperature_gpu_c",
     "temperature_gpu": "temperature_gpu_c",
     "temperature_memory_c": "temperature_memory_c",

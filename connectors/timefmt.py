@@ -85,6 +85,10 @@ format              example and source                                          
                     2025-01-10T15:27:25 DUE TO TIME LIMIT ***`` -- the time inside
                     slurmstepd's ``*** JOB/STEP ... AT <time> ***`` banner, local.
 ``torchrun_summary`` ``  time      : 2026-11-30_01:20:31`` (ChildFailedError table)        SECONDS
+``nemo``            ``[NeMo W 2026-12-01 02:01:00 module:88] ...`` (NeMo's logger,          SECONDS
+                    ``[NeMo %(levelname)1.1s %(asctime)s %(module)s:%(lineno)d]``), local
+``iso8601``         also Megatron-LM's ``training_log`` `` [2026-12-01 02:00:07] iteration`` SECONDS
+                    (one leading space)
 ``nvidia_smi_csv``  ``2026/11/30 01:20:00.821, 0, GPU-...`` (``--query-gpu`` CSV)          EXACT
 ``nvidia_smi_q``    ``Timestamp   : Mon Nov 30 01:20:00 2026`` (``nvidia-smi -q``)          SECONDS
 =================== =================================================================== ===========
@@ -203,6 +207,10 @@ _GLOG = re.compile(
 _LAUNCHER_TAG = re.compile(r"\[(?:rank\d+|[A-Za-z_][\w-]{0,31}?\d+)\]: ?")
 #: ``  time      : 2026-11-30_01:20:31`` -- torchrun ChildFailedError summary entry.
 _TORCHRUN = re.compile(rf"\s*time\s*: {_YMD}_{_HMS}\s*$")
+#: ``[NeMo W 2026-12-01 02:01:00 straggler_det_callback:88]`` -- NeMo's logger
+#: (nemo/utils/formatters/base.py: ``[NeMo %(levelname)1.1s %(asctime)s %(module)s:%(lineno)d]``,
+#: datefmt ``%Y-%m-%d %H:%M:%S``).
+_NEMO = re.compile(rf"\[NeMo [A-Z] {_YMD} {_HMS} ")
 #: ``2026/11/30 01:20:00.821`` -- ``nvidia-smi --query-gpu=timestamp,...`` CSV.
 _SMI_CSV = re.compile(
     rf"(?P<y>\d{{4}})/(?P<m>\d{{2}})/(?P<d>\d{{2}}) {_HMS}{_FRAC}(?:,|\s*$)"
@@ -230,6 +238,8 @@ TIMESTAMP_HINT: str = (
     r"|\d{4}[-/]\d{2}[-/]\d{2}[T ]\d{2}:"
     r"|[IWEF]\d{4}(?:\d{4})? \d{2}:"
     r"|\s*time\s*: \d{4}-"
+    r"| \[\d{4}-\d{2}-\d{2} \d{2}:"
+    r"|\[NeMo [A-Z] \d{4}-"
     r"|Timestamp\s*: "
     r"|.*\*\*\* (?:JOB|STEP) "
     r"|\{.*\"(?:time|ts|timestamp|@timestamp|date)\"\s*:\s*\"?\d"
@@ -527,6 +537,11 @@ def _parse(line: str, ctx: TimeContext, prefixed: bool = False) -> LineTime | _R
             m = _TORCHRUN.match(line)
             if m:
                 return _lt(_ymd(m, ctx.tz, frac=False), TIME_QUALITY_SECONDS, "torchrun_summary")
+            if line.startswith(" [") and line[2:3].isdigit():
+                # Megatron-LM training_log: " [%Y-%m-%d %H:%M:%S] iteration ..." (a leading space)
+                m = _ISO.match(line[1:])
+                if m:
+                    return _iso(m, ctx)
         elif "A" <= c <= "Z":
             m = _SYSLOG.match(line)
             if m:
@@ -596,6 +611,9 @@ def _bracketed(line: str, ctx: TimeContext) -> LineTime | _Raw | _Rel | None:
     m = _DMESG_T.match(line)
     if m:
         return _lt(_ctime(m, ctx.tz), TIME_QUALITY_SECONDS, "dmesg_T")
+    if line.startswith("[NeMo "):
+        m = _NEMO.match(line)
+        return _lt(_ymd(m, ctx.tz, frac=False), TIME_QUALITY_SECONDS, "nemo") if m else None
     m = _FABRICMANAGER.match(line)
     if m:
         return _lt(_ctime(m, ctx.tz), TIME_QUALITY_SECONDS, "fabricmanager")

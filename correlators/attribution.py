@@ -530,6 +530,7 @@ def decide(
     the events' evidence positions) and per-node entries are added here. Returns one :class:`Attribution` whose
     ``decided_at`` is the window end (event time). Pure: no I/O, no clock.
     """
+    import correlators.stragglers  # noqa: F401 -- registers the stragglers detector
     from correlators.detectors import run_detectors
     from correlators.pids import assign_ranks, pid_conflicts
 
@@ -800,7 +801,7 @@ def decide(
         alternatives=alternatives,
         incident_id=primary.attributes.get("incident_id") if primary else None,
         cost=workload_cost(cause_at=winner.at, end_ns=info.end_ns, decided_at=window_end, nodes=info.nodes,
-                           alloc=alloc, symptoms=symptoms, culprit_hosts=winner.hosts),
+                           alloc=alloc, symptoms=symptoms, culprit_hosts=winner.hosts, goodput=winner.goodput),
         fingerprints=[Fingerprint(host=h, components=prints[h]) for h in sorted(winner.hosts) if h in prints],
     )
 

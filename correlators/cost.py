@@ -11,6 +11,7 @@ same bytes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from correlators.enrich import Allocation
 from schemas.records import Attribution, Cost, Event
@@ -29,15 +30,26 @@ def _hours(units: int, seconds: float) -> float:
 
 
 def workload_cost(*, cause_at: int, end_ns: int | None, decided_at: int, nodes: Sequence[str],
-                  alloc: Allocation, symptoms: Iterable[Event], culprit_hosts: Iterable[str]) -> Cost:
+                  alloc: Allocation, symptoms: Iterable[Event], culprit_hosts: Iterable[str],
+                  goodput: Any = None) -> Cost:
     """The cost of one workload attempt's failure: ``cause_at`` the cause's back-dated time,
     ``end_ns`` the job's end (None: still running or hung; then ``decided_at``, the window
     end, bounds it), ``nodes`` its allocation, ``alloc`` its rank map (GPUs = ranks), the
     verdict's ``symptoms`` (the first one logged at or after the cause is when it was
-    noticed) and ``culprit_hosts``. Times UTC ns."""
+    noticed) and ``culprit_hosts``. Times UTC ns.
+
+    ``goodput`` (a :class:`correlators.stragglers.Goodput`, for a job that runs slow rather
+    than failing): the job lost only ``goodput.fraction`` of its speed from ``goodput.since``,
+    so the hours lost are that fraction of the GPU- and node-hours (``goodput_lost_fraction``,
+    ``gpu_hours_lost_per_hour`` = GPUs x fraction, and the healthy / observed step times when
+    known)."""
+    fraction = None
+    if goodput is not None:
+        cause_at, fraction = goodput.since, min(1.0, max(0.0, float(goodput.fraction)))
     until = max(end_ns if end_ns is not None else decided_at, cause_at)
     lost_s = _s(until - cause_at)
     gpus = len(alloc.ranks) or None
+    share = 1.0 if fraction is None else fraction
     symptoms = list(symptoms)
     seen = [e.at for e in symptoms if e.at >= cause_at]
     if end_ns is not None and end_ns >= cause_at:
@@ -47,11 +59,15 @@ def workload_cost(*, cause_at: int, end_ns: int | None, decided_at: int, nodes: 
     return Cost(
         lost_from=cause_at, lost_until=until, lost_s=lost_s,
         gpus=gpus, nodes=len(nodes),
-        gpu_hours_lost=_hours(gpus, lost_s) if gpus else None,
-        node_hours_lost=_hours(len(nodes), lost_s),
+        gpu_hours_lost=round(_hours(gpus, lost_s) * share, 4) if gpus else None,
+        node_hours_lost=round(_hours(len(nodes), lost_s) * share, 4),
         noticed_at=noticed, ran_after_cause_s=_s(noticed - cause_at) if noticed is not None else None,
-        verdict_after_s=_s(decided_at - cause_at),
+        verdict_after_s=_s(max(decided_at - cause_at, 0)),
         jobs_hit=1, nodes_hit=len(hit & set(nodes)) or len(hit),
+        goodput_lost_fraction=None if fraction is None else round(fraction, 4),
+        gpu_hours_lost_per_hour=round(gpus * fraction, 4) if fraction is not None and gpus else None,
+        healthy_step_s=getattr(goodput, "healthy_s", None),
+        observed_step_s=getattr(goodput, "observed_s", None),
     )
 
 

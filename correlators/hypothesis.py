@@ -109,6 +109,8 @@ class Hypothesis:
     context: list[Event] = field(default_factory=list)
     #: alternatives to list when this hypothesis wins: (code, domain, text, score, hosts, ranks)
     side_alternatives: list[tuple[str, str, str, float, tuple[str, ...], tuple[int, ...]]] = field(default_factory=list)
+    #: the goodput a slow (not failed) cause costs (:class:`correlators.stragglers.Goodput`), or None
+    goodput: Any = None
 
     @property
     def strength(self) -> float:

@@ -39,6 +39,7 @@ from pydantic import BaseModel
 
 from correlators.config import EngineConfig
 from correlators.ids import normalise_pci
+from correlators.stragglers import Recheck
 from correlators.windows import (
     FabricWindow,
     WorkloadIndex,
@@ -242,6 +243,7 @@ class Pipeline:
         self.provisional_at: dict[str, float] = {}  # window key -> driver time of its last provisional
         self.held: set[str] = set()  # window keys with a provisional revision held back
         self.pending_revise: set[str] = set()  # window keys a ReviseMessage was sent to
+        self.recheck = Recheck()  # when performance samples re-decide a window (timing only)
 
     # -- ingest ----------------------------------------------------------------------------
 
@@ -403,7 +405,8 @@ class Pipeline:
                 # a window with cable evidence waits for the fabric correlator's faults (or the
                 # idle timer) before it is final: a link down may be one port of a lost switch
                 out += self._emit(w, final=not w.cabled, now=now)
-            elif w.spec is not None and not w.closed and is_decisive(event, self.config, w.spec.start_ns):
+            elif w.spec is not None and not w.closed and (is_decisive(event, self.config, w.spec.start_ns)
+                                                          or self.recheck.due(key, event)):
                 out += self._emit(w, final=False, now=now)
             return out
         if isinstance(message, SpecMessage):
@@ -750,6 +753,7 @@ class Pipeline:
         self.provisional_at.clear()
         self.held.clear()
         self.pending_revise.clear()
+        self.recheck.clear()
 
 
 class InMemoryRouter:

@@ -30,6 +30,21 @@ EVENT_TYPES: dict[str, str] = {
     "telemetry.remapped_rows": "row remapping pending/failed or uncorrectable remapped rows. "
     "attrs: uncorrectable, pending, failure",
     "telemetry.thermal_slowdown": "HW (thermal) slowdown active. attrs: reason",
+    "telemetry.pcie_downtrained": "a GPU's PCIe link runs below its maximum (telemetry). attrs: "
+    "dimension (width|generation), width, width_max, gen, gen_max",
+    # --- training performance (correlators/rules/perf.yaml; correlators/stragglers.py) -----
+    "perf.step_time": "a trainer's time for one step or one timed section. attrs: framework "
+    "(megatron|nemo|deepspeed|lightning|hf_trainer|torchtitan), metric (what was timed: "
+    "iteration, train_step_timing, forward-backward, fwd, bwd, step, ...), seconds, step "
+    "(iteration number when printed), scope (job: one rank prints the job's time; rank: the "
+    "rank's own time)",
+    "perf.throughput": "a trainer's rate for one step or a running window. attrs: framework, "
+    "metric (it_s, tps, wps, samples_per_s, tflops), rate (per second), step, scope",
+    "perf.gpu_score": "NVIDIA Resiliency Extension straggler report: one rank's GPU performance "
+    "score (1.0 the best; lower is slower). attrs: score, node, report (relative|individual "
+    "when the record holds its heading)",
+    "perf.straggler_reported": "NVIDIA Resiliency Extension straggler warning naming ranks. "
+    "attrs: kind (relative|individual), ranks (the printed set)",
     "telemetry.power_brake": "HW power brake slowdown active",
     "telemetry.sw_power_cap": "SW power cap active (not a fault; context)",
     "telemetry.pcie_replay": "PCIe replay counter > 0. attrs: count",

@@ -34,7 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
-from schemas.records import Domain, Observation, Quality
+from schemas.records import Domain, Observation, Outcome, Quality
 
 
 def to_ns(value: dt.datetime) -> int:
@@ -306,6 +306,8 @@ class ExpectedSpec(_Spec):
     (``faultstream score`` reports each one that does not, with the reason):
 
     * ``domain`` (equal) or ``domain_any_of`` (one of);
+    * ``outcome`` (equal): ``failed``, ``hung``, ``degraded`` (the job runs slow: a straggler),
+      ``preempted``, ``completed`` or ``unknown``;
     * ``not_domain``: domains a correct verdict must not blame;
     * ``root_cause``: a prefix of the verdict's root-cause code (``gpu.xid`` matches
       ``gpu.xid.79``; a full code matches only itself and its dotted extensions), or a list
@@ -321,6 +323,7 @@ class ExpectedSpec(_Spec):
 
     domain: Domain | None = None
     domain_any_of: list[Domain] | None = None
+    outcome: Outcome | None = None
     not_domain: list[Domain] | None = None
     root_cause: str | list[str] | None = None
     culprit_hosts: list[str] | None = None

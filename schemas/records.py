@@ -553,7 +553,13 @@ class Cost(_Timed):
       time): for the stream's first, provisional revision, the time to faultstream's first
       verdict;
     * ``jobs_hit`` and ``nodes_hit`` -- workloads and hosts the fault reached (culprits and
-      hosts with symptoms).
+      hosts with symptoms);
+    * for a job that runs slow rather than failing (a straggler, ``outcome`` ``degraded``):
+      ``goodput_lost_fraction`` -- the share of the job's speed lost, ``1 - healthy / observed``
+      step time (0..1), from ``lost_from`` (since when it is slow); the hours above are that
+      share of the allocation's hours; ``gpu_hours_lost_per_hour`` = ``gpus *
+      goodput_lost_fraction``; ``healthy_step_s`` / ``observed_step_s`` -- the job's own
+      iteration time before and after, when its logs print it (else None).
 
     An incident's or fabric port's cost sums its workload verdicts' hours. Figures are rounded
     to 4 decimals, so the same events give the same bytes."""
@@ -573,6 +579,10 @@ class Cost(_Timed):
     verdict_after_s: float = Field(ge=0)
     jobs_hit: UInt32 = 0
     nodes_hit: UInt32 = 0
+    goodput_lost_fraction: float | None = Field(default=None, ge=0, le=1)
+    gpu_hours_lost_per_hour: float | None = Field(default=None, ge=0)
+    healthy_step_s: float | None = Field(default=None, ge=0)
+    observed_step_s: float | None = Field(default=None, ge=0)
 
 
 class Fingerprint(_Record):

@@ -332,11 +332,12 @@ def _event_row(e: Event, record: str) -> list[Any]:
 
 def _cost_columns(cost: Cost | None) -> list[Any]:
     """gpu_hours_lost, node_hours_lost, ran_after_cause_s, verdict_after_s, jobs_hit,
-    nodes_hit of a verdict's cost (NULLs and zeros when it has none)."""
+    nodes_hit, goodput_lost_fraction, gpu_hours_lost_per_hour of a verdict's cost (NULLs and
+    zeros when it has none)."""
     if cost is None:
-        return [None, None, None, None, 0, 0]
+        return [None, None, None, None, 0, 0, None, None]
     return [cost.gpu_hours_lost, cost.node_hours_lost, cost.ran_after_cause_s, cost.verdict_after_s,
-            cost.jobs_hit, cost.nodes_hit]
+            cost.jobs_hit, cost.nodes_hit, cost.goodput_lost_fraction, cost.gpu_hours_lost_per_hour]
 
 
 def _attribution_row(a: Attribution, record: str) -> list[Any]:
@@ -433,7 +434,8 @@ _ATTRIBUTION_COLUMNS = (
     "culprit_ranks", "culprit_gpus", "culprit_ports", "affected_hosts",
     "affected_ranks", "affected_workloads", "symptom_count", "confidence",
     "quality", "status", "gpu_hours_lost", "node_hours_lost", "ran_after_cause_s",
-    "verdict_after_s", "jobs_hit", "nodes_hit", "alternative_codes", "coverage_problems", "incident_id",
+    "verdict_after_s", "jobs_hit", "nodes_hit", "goodput_lost_fraction", "gpu_hours_lost_per_hour",
+    "alternative_codes", "coverage_problems", "incident_id",
     "ruleset_version", "engine_version", "decided_at", "record",
 )
 

@@ -127,6 +127,8 @@ CREATE TABLE IF NOT EXISTS {database}.attributions
     verdict_after_s     Nullable(Float64),
     jobs_hit            UInt32,
     nodes_hit           UInt32,
+    goodput_lost_fraction   Nullable(Float64),
+    gpu_hours_lost_per_hour Nullable(Float64),
     alternative_codes   Array(String),
     coverage_problems   Array(String),
     incident_id         Nullable(String),
@@ -153,6 +155,12 @@ ALTER TABLE {database}.attributions
     ADD COLUMN IF NOT EXISTS verdict_after_s Nullable(Float64) AFTER ran_after_cause_s,
     ADD COLUMN IF NOT EXISTS jobs_hit UInt32 AFTER verdict_after_s,
     ADD COLUMN IF NOT EXISTS nodes_hit UInt32 AFTER jobs_hit
+;
+-- a degraded (slow, not failed) job's goodput lost: the share of its speed and the GPU-hours it
+-- loses per hour (schemas.records.Cost; NULL for a failure), for tables made before them
+ALTER TABLE {database}.attributions
+    ADD COLUMN IF NOT EXISTS goodput_lost_fraction Nullable(Float64) AFTER nodes_hit,
+    ADD COLUMN IF NOT EXISTS gpu_hours_lost_per_hour Nullable(Float64) AFTER goodput_lost_fraction
 ;
 CREATE TABLE IF NOT EXISTS {database}.remediations
 (

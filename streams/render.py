@@ -42,6 +42,7 @@ from rich.table import Table
 from rich.text import Text
 
 from correlators.explain import format_ranks  # noqa: F401 (re-exported: streams.render.format_ranks)
+from correlators.timetext import clock
 
 from schemas.records import Attribution, Cost, CoverageEntry, EvidenceItem, GpuRef
 
@@ -145,6 +146,13 @@ def cost_line(cost: Cost) -> str:
             else f"{cost.node_hours_lost:g} node-hours lost ({cost.nodes} nodes x {_duration(cost.lost_s)})")
     noticed = (f"noticed {_duration(cost.ran_after_cause_s)} after the cause" if cost.ran_after_cause_s is not None
                else "not noticed yet")
+    if cost.goodput_lost_fraction is not None:
+        # a slow job loses a share of its speed, not all of it
+        lost = (f"goodput {100 * cost.goodput_lost_fraction:.1f}% lost"
+                + (f" ({cost.gpu_hours_lost_per_hour:g} GPU-hours per hour)" if cost.gpu_hours_lost_per_hour is not None else "")
+                + f" since {clock(cost.lost_from)}"
+                + (f", step {cost.healthy_step_s:g} s -> {cost.observed_step_s:g} s" if cost.healthy_step_s is not None else "")
+                + "; " + lost.replace(" lost (", " lost so far (", 1))
     return (f"{lost}; {noticed}; verdict {_duration(cost.verdict_after_s)} after it; "
             f"{cost.jobs_hit} job(s), {cost.nodes_hit} node(s) hit")
 

@@ -201,6 +201,8 @@ def score(att: Attribution, exp: ExpectedSpec, bundle: str, all_verdicts: Sequen
         misses.append(f"domain {att.domain} != {exp.domain}")
     if exp.domain_any_of and att.domain not in exp.domain_any_of:
         misses.append(f"domain {att.domain} not in {exp.domain_any_of}")
+    if exp.outcome and att.outcome != exp.outcome:
+        misses.append(f"outcome {att.outcome} != {exp.outcome}")
     if exp.not_domain and att.domain in exp.not_domain:
         misses.append(f"domain {att.domain} in not_domain {exp.not_domain}")
     causes = [exp.root_cause] if isinstance(exp.root_cause, str) else exp.root_cause or []

@@ -6,7 +6,7 @@ path of the bad field (``rules.3.actions.0.action: Input should be 'cordon', ...
 
 Shape (every key but ``version`` has a default)::
 
-    version: "2026.07-1"          # recorded on every action as policy_version
+    version: "2026.12-1"          # recorded on every action as policy_version
     policy_id: faultstream-default
     default_mode: dry_run         # auto | needs_approval | dry_run, for actions without `mode`
     guards: {...}                 # correlators.remediation.guards.GuardSettings

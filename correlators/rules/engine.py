@@ -272,12 +272,13 @@ def _in_negative_context(body: str, pos: int, end: int) -> bool:
 
 
 #: A telemetry rule's conditions: (``when``: all hold, ``when_any``: one holds,
-#: ``unless_metric``: none holds), each a tuple of (metric, operator, value).
-_Gates = tuple[tuple[tuple[str, Any, float], ...], ...]
+#: ``unless_metric``: none holds), each a tuple of (metric, operator, value); a value that is a
+#: string names another metric of the same sample.
+_Gates = tuple[tuple[tuple[str, Any, float | str], ...], ...]
 
 
 def _gates(rule: Rule) -> _Gates:
-    return tuple(tuple((c.metric, Condition.OPS[c.op], c.value) for c in conds)
+    return tuple(tuple((c.metric, Condition.OPS[c.op], c.other or c.value) for c in conds)
                  for conds in (rule.when, rule.when_any, rule.unless_metric))
 
 
@@ -289,18 +290,21 @@ def _passes(gates: _Gates, metric: Mapping[str, float]) -> bool:
     get = metric.get
     for key, op, value in when:
         v = get(key)
-        if v is None or not op(v, value):
+        ref = get(value) if type(value) is str else value
+        if v is None or ref is None or not op(v, ref):
             return False
     if when_any:
         for key, op, value in when_any:
             v = get(key)
-            if v is not None and op(v, value):
+            ref = get(value) if type(value) is str else value
+            if v is not None and ref is not None and op(v, ref):
                 break
         else:
             return False
     for key, op, value in unless:
         v = get(key)
-        if v is not None and op(v, value):
+        ref = get(value) if type(value) is str else value
+        if v is not None and ref is not None and op(v, ref):
             return False
     return True
 

@@ -102,7 +102,7 @@ def _err(file: str, rule_id: str, fld: str, msg: str) -> RuleError:
     return RuleError(f"{file}: rule {rule_id!r}: field {fld!r}: {msg}")
 
 
-_COND = re.compile(r"^\s*(?P<metric>[A-Za-z_][\w.]*)\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<value>-?[\d.]+)\s*$")
+_COND = re.compile(r"^\s*(?P<metric>[A-Za-z_][\w.]*)\s*(?P<op>>=|<=|==|!=|>|<)\s*(?:(?P<value>-?[\d.]+)|(?P<other>[A-Za-z_][\w.]*))\s*$")
 
 
 def _conditions(file: str, rid: str, key: str, raw: Any) -> tuple[Condition, ...]:
@@ -116,8 +116,11 @@ def _conditions(file: str, rid: str, key: str, raw: Any) -> tuple[Condition, ...
     for c in raw:
         m = _COND.match(str(c))
         if not m:
-            raise _err(file, rid, key, f"bad condition {c!r} (want 'metric > 0')")
-        out.append(Condition(m["metric"], m["op"], float(m["value"])))
+            raise _err(file, rid, key, f"bad condition {c!r} (want 'metric > 0' or 'metric < other_metric')")
+        if m["other"]:
+            out.append(Condition(m["metric"], m["op"], 0.0, other=m["other"]))
+        else:
+            out.append(Condition(m["metric"], m["op"], float(m["value"])))
     return tuple(out)
 
 

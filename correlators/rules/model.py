@@ -44,11 +44,14 @@ class FieldSpec:
 
 @dataclass(frozen=True, slots=True)
 class Condition:
-    """A telemetry condition ``metric op value`` (op: > >= < <= == !=)."""
+    """A telemetry condition ``metric op value`` (op: > >= < <= == !=), or ``metric op other``
+    comparing two readings of one sample (``pcie_link_width < pcie_link_width_max``); a
+    condition naming a metric the sample lacks does not hold."""
 
     metric: str
     op: str
     value: float
+    other: str | None = None
 
     #: the operators a condition may name
     OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
@@ -56,7 +59,8 @@ class Condition:
 
     def holds(self, metric: Mapping[str, float]) -> bool:
         v = metric.get(self.metric)
-        return v is not None and self.OPS[self.op](v, self.value)
+        ref = metric.get(self.other) if self.other else self.value
+        return v is not None and ref is not None and self.OPS[self.op](v, ref)
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,7 +90,7 @@ NCCL_RESULTS = ("ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError"
 #: spotter's alone. Each has negative examples in tests/correlators/test_spotter.py.
 NEGATIVE_CONTEXTS: tuple[tuple[str, re.Pattern[str], str, bool], ...] = (
     ("comment", re.compile(r"^\s*(?:#|//|/\*)|\s(?:#|//)\s"), "before", True),
-    ("definition", re.compile(r"^[A-Za-z_]\w*\s*=\s*(?:-?\d+\s*(?:[,;:/]|$)|(?:ignore|disabled?|off|false|true)\b)",
+    ("definition", re.compile(r"^[A-Za-z_]\w*\s*=\s*(?:-?\d+\s*(?:[,;:]|/[*/]|$)|(?:ignore|disabled?|off|false|true)\b)",
                               re.IGNORECASE), "from", True),
     ("explanation", re.compile(r"^[\w-]+(?:\s*\(?\d+\)?)?\s+(?:indicates|means|denotes|refers to|"
                                r"is (?:a|an|the|raised|returned))\s", re.IGNORECASE), "from", False),

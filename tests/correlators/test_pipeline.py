@@ -742,7 +742,8 @@ def test_an_inert_record_yields_nothing_whatever_came_before(route_by_index: boo
     """``Pipeline.inert`` keeps its promise on every line of every example bundle, as the
     publisher sends them (every line, not only the candidates), each ingested after all the
     records before it: an inert record yields no effect. Most lines are inert, and every
-    record that yielded an effect was not."""
+    record that yielded an effect was not. The straggler bundles are left out of the tally (not
+    of the check): they hold per-rank step times, every line of which a rule reads."""
     tally: Counter = Counter()
     for bundle in BUNDLES:
         records, _ = bundle_records(bundle)
@@ -751,7 +752,8 @@ def test_an_inert_record_yields_nothing_whatever_came_before(route_by_index: boo
             inert = pipeline.inert(obs)
             effects = pipeline.ingest(obs)
             assert not (inert and effects), (bundle.name, obs.observation_id, effects[:2])
-            tally[(obs.kind, inert, bool(effects))] += 1
+            if not bundle.name.startswith("straggler-"):
+                tally[(obs.kind, inert, bool(effects))] += 1
     assert tally[("log_line", True, False)] > tally[("log_line", False, True)] > 0, tally
     assert not any(inert for (kind, inert, _) in tally if kind != "log_line"), tally
 

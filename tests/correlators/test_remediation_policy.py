@@ -68,7 +68,7 @@ def policy():
 
 
 def test_default_policy_loads_versioned(policy):
-    assert policy.version == "2026.07-1"
+    assert policy.version == "2026.12-1"
     assert policy.policy_id == "faultstream-default"
     assert policy.default_mode == "dry_run"
     assert policy.guards.circuit_breaker.max_fraction == 0.5

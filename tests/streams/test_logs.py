@@ -174,7 +174,7 @@ def test_worker_json_logs_then_a_clean_error_when_the_broker_is_unreachable(tmp_
         ("WARNING", "faultstream.remediation", "remediation: no command keys (FAULTSTREAM_COMMAND_KEYS / "
                                                "FAULTSTREAM_COMMAND_KEY_FILE): every remediation command will "
                                                "be dead-lettered"),
-        ("INFO", "faultstream.remediation", "remediation: policy faultstream-default@2026.07-1, "
+        ("INFO", "faultstream.remediation", "remediation: policy faultstream-default@2026.12-1, "
                                             "executors dry-run for every cluster")]
     assert logged[0]["bootstrap"] == dead
 
