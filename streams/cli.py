@@ -703,7 +703,7 @@ connect_app = typer.Typer(help="Publish inputs (bundles, log files, ...) to Kafk
 app.add_typer(add_connect_commands(connect_app), name="connect")
 
 
-from streams.remediation_cli import app as remediation_app  # noqa: E402
+from streams.remediation.cli import app as remediation_app  # noqa: E402
 
 app.add_typer(remediation_app, name="remediation")
 

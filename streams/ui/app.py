@@ -67,14 +67,14 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from streams.remediation_cli import ACTIVE
+from streams.remediation.cli import ACTIVE
 import streams.ui.views as views
 from streams.ui.commands import CommandPublisher, DecisionRefused, PublishFailed, decide
 from streams.ui.queries import IncidentFilter, IncidentRow, IncidentStore, StoreError
 from streams.ui.render import Links, render
 from streams.ui.settings import UISettings, UISettingsError
 
-__all__ = ["LIST_HEADERS", "build_publisher", "create_app", "list_row"]
+__all__ = ["LIST_HEADERS", "build_publisher", "create_ui_app", "list_row"]
 
 _LINKS = Links()
 _MAX_PARAM = 200
@@ -207,7 +207,7 @@ def _time_param(request: Request, name: str) -> tuple[str, int | None]:
     return text, (parse_time(text) if text else None)
 
 
-def create_app(settings: UISettings, *, store: IncidentStore | None = None,
+def create_ui_app(settings: UISettings, *, store: IncidentStore | None = None,
                publisher: CommandPublisher | None = None) -> Starlette:
     """The explorer over ``store`` (default: opened from ``settings.clickhouse``; closed when
     the app shuts down only if opened here). With ``settings.allow_commands``: the UI users of
@@ -482,6 +482,6 @@ def serve(settings: UISettings, *, log_level: str = "info") -> None:
     taken."""
     import uvicorn
 
-    app = create_app(settings)
+    app = create_ui_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level, access_log=False,
                 server_header=False, proxy_headers=False)
