@@ -58,72 +58,84 @@ class WorkloadWindows:
         self.pending_revise: set[str] = set()  # window keys a ReviseMessage was sent to
 
     def apply(self, key: str, message: BaseModel, now: float) -> list[Effect]:
-        """A workload window's message: evidence, facts, a close or a revise tick."""
+        """A workload window's message: evidence, facts, a close or a revise tick. Raises
+        ``ValueError`` for a message of another channel."""
         if isinstance(message, ReviseMessage):  # a tick, not activity: the idle close is not put off
-            self.pending_revise.discard(key)
-            w = self.window(key)
-            if key in self.held and not w.closed and w.events and w.spec is not None:
-                return self.emit(w, final=False, now=now)
-            self.held.discard(key)
-            return []
+            return self._revise(key, now)
         self.activity[key] = now
         w = self.window(key)
-        out: list[Effect] = []
         if isinstance(message, CloseMessage):
             self.pending_close.discard(key)
-            if not w.closed and w.events:
-                out += self.emit(w, final=True, now=now)
-            return out
+            return self.emit(w, final=True, now=now) if not w.closed and w.events else []
         if isinstance(message, EventMessage):
-            event = message.event
-            if not w.add_event(event):
-                return out  # a duplicate from at-least-once delivery
-            if self.hold:
-                return out  # batch: nothing to recover
-            self.events[f"{key}{SEP}{event.event_id}"] = canonical_json(event).encode()
-            if w.due(self.config.window):
-                # a window with cable evidence waits for the fabric correlator's faults (or the
-                # idle timer) before it is final: a link down may be one port of a lost switch
-                out += self.emit(w, final=not w.cabled, now=now)
-            elif w.spec is not None and not w.closed and is_decisive(event, self.config, w.spec.start_ns):
-                out += self.emit(w, final=False, now=now)
-            return out
+            return self._event(key, w, message.event, now)
+        return self._facts(key, w, message, now)
+
+    def _revise(self, key: str, now: float) -> list[Effect]:
+        """Publish the provisional revision held back, if the window still has one to give."""
+        self.pending_revise.discard(key)
+        w = self.window(key)
+        if key in self.held and not w.closed and w.events and w.spec is not None:
+            return self.emit(w, final=False, now=now)
+        self.held.discard(key)
+        return []
+
+    def _event(self, key: str, w: WorkloadWindow, event: Event, now: float) -> list[Effect]:
+        """One event: stored; a final verdict when the window is due, a provisional one when
+        the event is decisive."""
+        if not w.add_event(event):
+            return []  # a duplicate from at-least-once delivery
+        if self.hold:
+            return []  # batch: nothing to recover
+        self.events[f"{key}{SEP}{event.event_id}"] = canonical_json(event).encode()
+        if w.due(self.config.window):
+            # a window with cable evidence waits for the fabric correlator's faults (or the
+            # idle timer) before it is final: a link down may be one port of a lost switch
+            return self.emit(w, final=not w.cabled, now=now)
+        if w.spec is not None and not w.closed and is_decisive(event, self.config, w.spec.start_ns):
+            return self.emit(w, final=False, now=now)
+        return []
+
+    @staticmethod
+    def _take(w: WorkloadWindow, message: BaseModel) -> bool:
+        """Add a spec, a coverage entry, faults or a host's facts; True if it changed anything."""
         if isinstance(message, SpecMessage):
-            changed = w.set_spec(message.spec)
-        elif isinstance(message, CoverageMessage):
-            changed = w.add_coverage(message.entry)
-        elif isinstance(message, FaultsMessage):
-            changed = w.set_faults(message.events)
-        elif isinstance(message, HostFactsMessage):
-            changed = w.set_host_facts(message.host, message.gpus, message.history)
-        else:
-            raise ValueError(f"workload channel: unexpected message {message.kind!r}")
-        if not changed:
-            return out  # a re-sent record changes nothing: a final verdict stays final
+            return w.set_spec(message.spec)
+        if isinstance(message, CoverageMessage):
+            return w.add_coverage(message.entry)
+        if isinstance(message, FaultsMessage):
+            return w.set_faults(message.events)
+        if isinstance(message, HostFactsMessage):
+            return w.set_host_facts(message.host, message.gpus, message.history)
+        raise ValueError(f"workload channel: unexpected message {getattr(message, 'kind', type(message).__name__)!r}")
+
+    def _facts(self, key: str, w: WorkloadWindow, message: BaseModel, now: float) -> list[Effect]:
+        """New facts re-open the window; a spec after decisive evidence and faults re-decide it
+        now, anything else waits for the idle timer (or the next due event), so a burst of
+        updates gives one revision, not one each."""
+        if not self._take(w, message):
+            return []  # a re-sent record changes nothing: a final verdict stays final
         if self.hold:
             w.closed = False
-            return out  # batch: nothing to recover, the state is written when it decides
+            return []  # batch: nothing to recover, the state is written when it decides
         if isinstance(message, HostFactsMessage):
             # stored by host: a 2,048-host job does not rewrite its whole state per host
             self.facts[f"{key}{SEP}{message.host}"] = w.host_facts[message.host]
             if not w.closed and self.meta.get(key) is not None:
-                return out
-        # new facts re-open the window
+                return []
         w.closed = False
         self.meta[key] = w.to_state()
         if isinstance(message, SpecMessage):
             start = w.spec.start_ns
             if any(is_decisive(e, self.config, start) for e in w.events.values()):
-                out += self.emit(w, final=False, now=now)  # decisive evidence came before the spec
+                return self.emit(w, final=False, now=now)  # decisive evidence came before the spec
         elif isinstance(message, FaultsMessage):
             # a fault is decisive evidence: re-decide now rather than wait for the idle timer
             if w.due(self.config.window):
-                out += self.emit(w, final=True, now=now)
-            elif w.spec is not None and w.events:
-                out += self.emit(w, final=False, now=now)
-        # otherwise the idle timer (or the next due event) emits the revision, so a burst of
-        # updates gives one revision, not one each
-        return out
+                return self.emit(w, final=True, now=now)
+            if w.spec is not None and w.events:
+                return self.emit(w, final=False, now=now)
+        return []
 
     def window(self, wid: str) -> WorkloadWindow:
         """The workload window ``wid`` (the cache is filled from the stores once after a start
