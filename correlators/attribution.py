@@ -512,7 +512,12 @@ def decide(
     history: Iterable[Event] = (),
     baseline: Baseline | None = None,
 ) -> Attribution:
-    """Decide the verdict of one workload attempt.
+    """Decide the verdict of one workload attempt, as a chain of named phases:
+    :func:`_gather` (the window's events, drift, ranks) -> :func:`_hypotheses` (rules,
+    detectors, repetitions) -> :func:`_absorb` (a weaker hypothesis another explains is a
+    symptom) -> :func:`_explain` (symptoms each hypothesis explains) -> :func:`_rank` (scores)
+    -> :func:`_coverage` -> :func:`_grade` (confidence, quality and why) -> :func:`_verdict`
+    (or :func:`_no_cause` when nothing is a cause).
 
     ``ruleset_version`` is stamped on the verdict as given (drivers pass
     :attr:`correlators.config.EngineConfig.ruleset_version`). ``history`` (optional) holds events of earlier jobs on the same nodes (a bundle's
@@ -530,11 +535,54 @@ def decide(
     the events' evidence positions) and per-node entries are added here. Returns one :class:`Attribution` whose
     ``decided_at`` is the window end (event time). Pure: no I/O, no clock.
     """
-    import correlators.stragglers  # noqa: F401 -- registers the stragglers detector
-    from correlators.detectors import run_detectors
-    from correlators.pids import assign_ranks, pid_conflicts
-
     rules = rules or default_causal_rules()
+    window = _gather(info, alloc, events, rules, baseline)
+    hyps = _hypotheses(info, alloc, window, list(history), rules, coverage)
+    kept = _absorb(hyps, rules)
+    # before the start (less the skew) nothing is a symptom: earlier lines of the same host
+    # log belong to earlier processes
+    symptom_pool = [e for e in window.ordered if e.type in rules.symptoms and e.at >= info.start_ns - rules.skew_ns]
+    _explain(kept, symptom_pool, rules)
+    scored = _rank(kept, symptom_pool)
+    coverage_all = _coverage(info, coverage, window.all_events)
+    window_end = info.end_ns if info.end_ns is not None else max([e.at for e in window.ordered] + [info.start_ns])
+    base = dict(
+        attribution_id=content_id("att", "workload", info.cluster, info.workload_id),
+        revision=revision,
+        scope=Scope(kind="workload", id=info.workload_id, cluster=info.cluster),
+        window=Window(start=info.start_ns, end=window_end),
+        coverage=coverage_all,
+        ruleset_version=ruleset_version,
+        engine_version=ENGINE_VERSION,
+        decided_at=window_end,
+    )
+    if not scored:
+        return _no_cause(info, window, symptom_pool, coverage_all, base, rules)
+    grade = _grade(info, window, scored, coverage_all, rules)
+    base["unrecognised"] = unrecognised_templates(window.unknown_lines, grade.near)
+    return _verdict(info, alloc, window, scored, symptom_pool, grade, base, rules)
+
+
+@dataclass
+class _Window:
+    """What :func:`decide` reads of a window: every event (drift included, fingerprints
+    excluded) by id, the events inside the window's time bounds ``lo``..``hi`` that rules
+    read (``ordered``), the error lines no rule knows (``unknown_lines``) and the nodes'
+    stack fingerprints (``prints``)."""
+
+    all_events: dict[str, Event]
+    ordered: list[Event]
+    unknown_lines: list[Event]
+    prints: dict[str, Any]
+    lo: float
+    hi: float
+
+
+def _gather(info: WorkloadInfo, alloc: Allocation, events: Iterable[Event], rules: CausalRules,
+            baseline: Baseline | None) -> _Window:
+    """Phase 1: the window's events: ranks from pids, fingerprints and drift, the time bounds."""
+    from correlators.pids import assign_ranks
+
     lo = info.start_ns - rules.before_start_ns
     hi = (info.end_ns if info.end_ns is not None else math.inf) + rules.after_end_ns
     all_events = {e.event_id: e for e in events}
@@ -550,33 +598,36 @@ def decide(
     # a verdict from definitive when they sit near its cause
     unknown_lines = [e for e in ordered if e.type == UNRECOGNISED]
     ordered = [e for e in ordered if e.type != UNRECOGNISED]
+    return _Window(all_events, ordered, unknown_lines, prints, lo, hi)
 
-    # before the start (less the skew) only persistent faults may be causes, and nothing is a
-    # symptom: earlier lines of the same host log belong to earlier processes
-    start = info.start_ns - rules.skew_ns
-    hyps = propose(ordered, rules, start_ns=info.start_ns,
+
+def _hypotheses(info: WorkloadInfo, alloc: Allocation, window: _Window, history: list[Event],
+                rules: CausalRules, coverage: Sequence[CoverageEntry]) -> list[Hypothesis]:
+    """Phase 2: the causes the rules propose, the detectors' and the repetitions'."""
+    import correlators.stragglers  # noqa: F401 -- registers the stragglers detector
+    from correlators.detectors import run_detectors
+
+    # before the start (less the skew) only persistent faults may be causes
+    hyps = propose(window.ordered, rules, start_ns=info.start_ns,
                    end_ns=None if info.end_ns is None else info.end_ns + rules.skew_ns)
-    hyps += run_detectors(info, alloc, ordered, hyps, rules, coverage=coverage)
+    hyps += run_detectors(info, alloc, window.ordered, hyps, rules, coverage=coverage)
     # the same application-class XID on one GPU from several processes: the GPU
     # (the input's own lines from before the window -- a host log collected after the job
     # holds the earlier processes' XIDs -- are history too, never causes or symptoms)
-    earlier_lines = [e for e in all_events.values() if e.at < lo and e.type == "gpu.xid"]
-    hyps += _repetition_hypotheses(info, alloc, ordered, list(history) + earlier_lines, hyps, rules)
+    earlier_lines = [e for e in window.all_events.values() if e.at < window.lo and e.type == "gpu.xid"]
+    hyps += _repetition_hypotheses(info, alloc, window.ordered, history + earlier_lines, hyps, rules)
+    return hyps
 
-    # absorption: a weaker hypothesis whose every event a stronger one explains is a symptom
+
+def _absorb(hyps: list[Hypothesis], rules: CausalRules) -> list[Hypothesis]:
+    """Phase 3: a weaker hypothesis whose every event a stronger one explains is a symptom of
+    it (its events explained, its code absorbed); returns the others, strongest first."""
     hyps.sort(key=lambda h: (-h.strength, h.at, h.code))
     kept: list[Hypothesis] = []
     for hyp in hyps:
-        absorber = next(
-            (
-                strong
-                for strong in kept
-                if hyp.support
-                and strong.strength > hyp.strength
-                and all(_explains(strong, event, rules) for event in hyp.events)
-            ),
-            None,
-        )
+        absorber = next((strong for strong in kept
+                         if hyp.support and strong.strength > hyp.strength
+                         and all(_explains(strong, event, rules) for event in hyp.events)), None)
         if absorber is None:
             kept.append(hyp)
             continue
@@ -585,8 +636,11 @@ def decide(
         absorber.absorbed.append(hyp.code)
         if hyp.family == absorber.family:
             absorber.extra_ranks |= hyp.extra_ranks
+    return kept
 
-    symptom_pool = [e for e in ordered if e.type in rules.symptoms and e.at >= start]
+
+def _explain(kept: list[Hypothesis], symptom_pool: list[Event], rules: CausalRules) -> None:
+    """Phase 4: each hypothesis's ``explained`` gets the symptoms it explains."""
     for hyp in kept:
         own = {e.event_id for e in hyp.events}
         for event in symptom_pool:
@@ -595,16 +649,28 @@ def decide(
             if _explains(hyp, event, rules):
                 hyp.explained[event.event_id] = event
 
+
+#: ``((score, fraction of the symptoms explained), hypothesis)``, best first
+_Scored = list[tuple[tuple[float, float], Hypothesis]]
+
+
+def _rank(kept: list[Hypothesis], symptom_pool: list[Event]) -> _Scored:
+    """Phase 5: each hypothesis's score (its strength, raised by the share of the other
+    symptoms it explains), best first."""
+
     def score(hyp: Hypothesis) -> tuple[float, float]:
         own = {e.event_id for e in hyp.events}
         pool = [e for e in symptom_pool if e.event_id not in own]
-        frac = (
-            sum(1 for e in pool if e.event_id in hyp.explained) / len(pool) if pool else 1.0
-        )
+        frac = sum(1 for e in pool if e.event_id in hyp.explained) / len(pool) if pool else 1.0
         return round(hyp.strength * (1.0 + frac), 6), frac
 
-    scored = sorted(((score(h), h) for h in kept), key=lambda x: (-x[0][0], x[1].at, x[1].code))
-    # events per source, from the events' own evidence, so every driver counts alike
+    return sorted(((score(h), h) for h in kept), key=lambda x: (-x[0][0], x[1].at, x[1].code))
+
+
+def _coverage(info: WorkloadInfo, coverage: Sequence[CoverageEntry], all_events: dict[str, Event]
+              ) -> list[CoverageEntry]:
+    """Phase 6: the connectors' coverage with the events counted per source (from the events'
+    own evidence, so every driver counts alike) and the per-node entries, by source."""
     per_source: dict[str, int] = {}
     unknown_per_source: dict[str, int] = {}
     for event in all_events.values():
@@ -617,54 +683,64 @@ def decide(
         if c.source in per_source or c.source in unknown_per_source else c
         for c in coverage
     ]
-    coverage_all = sorted(
-        list(coverage) + node_coverage(info, coverage, {e.host for e in all_events.values()}),
-        key=lambda c: c.source,
-    )
-    cov_factor = _coverage_factor(coverage_all)
-    window_end = info.end_ns if info.end_ns is not None else max([e.at for e in ordered] + [info.start_ns])
-    attribution_id = content_id("att", "workload", info.cluster, info.workload_id)
-    base = dict(
-        attribution_id=attribution_id,
-        revision=revision,
-        scope=Scope(kind="workload", id=info.workload_id, cluster=info.cluster),
-        window=Window(start=info.start_ns, end=window_end),
-        coverage=coverage_all,
-        ruleset_version=ruleset_version,
-        engine_version=ENGINE_VERSION,
-        decided_at=window_end,
-    )
-    if not scored:
-        base["unrecognised"] = unrecognised_templates(unknown_lines)
-        outcome = _outcome(info.state, False, ordered)
-        reasoning = ["no event in the window is a cause any rule knows"]
-        if symptom_pool:
-            reasoning.append(f"the inputs hold symptoms only: {_symptom_counts(symptom_pool)}")
-        gaps = coverage_gaps(coverage_all)
-        if gaps:
-            reasoning.append("the input is incomplete: " + ", ".join(gaps[:4]))
-        return Attribution(
-            **base,
-            unexplained=unexplained_groups(symptom_pool, set(), set()),
-            reasoning=reasoning,
-            outcome=outcome,
-            domain="unknown",
-            root_cause=RootCause(
-                code="none" if outcome == "completed" else "unknown",
-                text="no fault evidence in the window"
-                if outcome == "completed"
-                else "no cause found: the inputs hold symptoms only",
-            ),
-            affected=_affected(info, symptom_pool),
-            symptoms=[e.event_id for e in symptom_pool],
-            evidence=_evidence([], symptom_pool, [e for e in ordered if e.type not in rules.symptoms]),
-            confidence=0.0,
-            quality="insufficient",
-        )
+    return sorted(list(coverage) + node_coverage(info, coverage, {e.host for e in all_events.values()}),
+                  key=lambda c: c.source)
 
+
+def _no_cause(info: WorkloadInfo, window: _Window, symptom_pool: list[Event], coverage_all: list[CoverageEntry],
+              base: dict[str, Any], rules: CausalRules) -> Attribution:
+    """The verdict when no event is a cause: none (completed) or unknown, quality insufficient."""
+    base["unrecognised"] = unrecognised_templates(window.unknown_lines)
+    outcome = _outcome(info.state, False, window.ordered)
+    reasoning = ["no event in the window is a cause any rule knows"]
+    if symptom_pool:
+        reasoning.append(f"the inputs hold symptoms only: {_symptom_counts(symptom_pool)}")
+    gaps = coverage_gaps(coverage_all)
+    if gaps:
+        reasoning.append("the input is incomplete: " + ", ".join(gaps[:4]))
+    return Attribution(
+        **base,
+        unexplained=unexplained_groups(symptom_pool, set(), set()),
+        reasoning=reasoning,
+        outcome=outcome,
+        domain="unknown",
+        root_cause=RootCause(
+            code="none" if outcome == "completed" else "unknown",
+            text="no fault evidence in the window" if outcome == "completed"
+            else "no cause found: the inputs hold symptoms only",
+        ),
+        affected=_affected(info, symptom_pool),
+        symptoms=[e.event_id for e in symptom_pool],
+        evidence=_evidence([], symptom_pool, [e for e in window.ordered if e.type not in rules.symptoms]),
+        confidence=0.0,
+        quality="insufficient",
+    )
+
+
+@dataclass
+class _Grade:
+    """How sure a verdict is: ``confidence``, ``quality``, the winner's score and the
+    runner-up's ratio to it (``rival``), whether the cause is ``decisive`` and ``dated``, the
+    unknown error lines ``near`` it, and each reason it is not definitive."""
+
+    confidence: float
+    quality: str
+    win_score: float
+    rival: float
+    decisive: bool
+    dated: bool
+    definitive_at: float
+    near: list[Event]
+    not_definitive: list[str]
+
+
+def _grade(info: WorkloadInfo, window: _Window, scored: _Scored, coverage_all: list[CoverageEntry],
+           rules: CausalRules) -> _Grade:
+    """Phase 7: confidence and quality (causal.yaml ``quality``); definitive needs more than
+    confidence: each unmet condition is a reason, and the first one makes the verdict probable."""
     (win_score, frac), winner = scored[0]
     rival = scored[1][0][0] / win_score if len(scored) > 1 and win_score > 0 else 0.0
-    confidence = winner.strength * (0.5 + 0.5 * frac) * cov_factor * (1.0 - 0.3 * rival)
+    confidence = winner.strength * (0.5 + 0.5 * frac) * _coverage_factor(coverage_all) * (1.0 - 0.3 * rival)
     confidence = round(min(1.0, max(0.0, confidence)), 4)
     table = rules.sections.get("quality", {})
     definitive_at = float(table.get("definitive_confidence", 0.8))
@@ -677,57 +753,50 @@ def decide(
         quality = "probable"
     else:
         quality = "ambiguous"
-
-    near = [e for e in unknown_lines if abs(e.effective_at - winner.at) <= rules.unrecognised_near_ns]
-    base["unrecognised"] = unrecognised_templates(unknown_lines, near)
-    # definitive needs more than confidence (causal.yaml `quality`): each unmet condition is
-    # a reason, and the first one makes the verdict probable
-    not_definitive: list[str] = []
-    if near:
-        not_definitive.append(f"{len(near)} error line(s) no rule knows sit near the cause")
+    near = [e for e in window.unknown_lines if abs(e.effective_at - winner.at) <= rules.unrecognised_near_ns]
     # a cause whose every supporting line lacks a time of its own (inherited from a
     # neighbour, or the transport's) is not placed well enough to be definitive
     dated = not winner.support or max(e.time_quality for e in winner.events) > TIME_QUALITY_INHERITED
+    not_definitive = _not_definitive(info, scored, coverage_all, near, dated, decisive,
+                                     float(table.get("competing_ratio", 0.5)), rules)
+    if quality == "definitive" and not_definitive:
+        quality = "probable"
+    return _Grade(confidence, quality, win_score, rival, decisive, dated, definitive_at, near, not_definitive)
+
+
+def _not_definitive(info: WorkloadInfo, scored: _Scored, coverage_all: list[CoverageEntry], near: list[Event],
+                    dated: bool, decisive: bool, competing_ratio: float, rules: CausalRules) -> list[str]:
+    """Each reason the winner of ``scored`` cannot be definitive."""
+    (win_score, _), winner = scored[0]
+    out: list[str] = []
+    if near:
+        out.append(f"{len(near)} error line(s) no rule knows sit near the cause")
     if not dated:
-        not_definitive.append("the deciding line has no timestamp of its own")
+        out.append("the deciding line has no timestamp of its own")
     if info.end_ns is not None and winner.at > info.end_ns + rules.skew_ns:
-        not_definitive.append(f"its cause at {clock(winner.at)} comes after the workload ended "
-                              f"({clock(info.end_ns)})")
+        out.append(f"its cause at {clock(winner.at)} comes after the workload ended ({clock(info.end_ns)})")
     # a decisive line is its own proof: a source that gave nothing cannot unsay it, while one
     # that failed or lags may hold what would
     gaps = [g for g in coverage_gaps(coverage_all) if not (decisive and g.endswith(" empty"))]
     if gaps:
-        not_definitive.append("the input is incomplete: " + ", ".join(gaps[:4]))
-    competing_ratio = float(table.get("competing_ratio", 0.5))
+        out.append("the input is incomplete: " + ", ".join(gaps[:4]))
     rivals = [(sc, h) for (sc, _), h in scored[1:] if h.domain != winner.domain and sc >= competing_ratio * win_score]
     if rivals:
         sc, h = rivals[0]
-        not_definitive.append(f"{h.code} ({h.domain}) competes at {sc / win_score:.2f} of its score")
+        out.append(f"{h.code} ({h.domain}) competes at {sc / win_score:.2f} of its score")
     if winner.side_alternatives:
         # a pattern (a repeat) that names its own alternative is for diagnostics to confirm
-        not_definitive.append(f"{winner.side_alternatives[0][0]} remains a fitting alternative")
-    if quality == "definitive" and not_definitive:
-        quality = "probable"
+        out.append(f"{winner.side_alternatives[0][0]} remains a fitting alternative")
+    return out
 
-    causes = sorted(winner.events, key=_event_sort_key)
-    symptoms = sorted(winner.explained.values(), key=_event_sort_key)
-    symptom_ids = {e.event_id for e in symptoms}
-    cause_ids = {e.event_id for e in causes}
-    context = [e for e in ordered if e.event_id not in symptom_ids and e.event_id not in cause_ids]
-    in_window = {e.event_id for e in ordered}
-    context = sorted(context + [e for e in winner.context if e.event_id not in in_window], key=_event_sort_key)
-    primary = _primary(winner) if winner.support else None
-    own_ids = {e.event_id for e in winner.events}
-    unexplained = unexplained_groups(symptom_pool, own_ids, symptom_ids)
+
+def _alternatives(scored: _Scored, near: list[Event]) -> list[Alternative]:
+    """The other causes within 0.3 of the winner's score (at most five), the winner's own side
+    alternatives and, when unknown error lines sit near the cause, those lines."""
+    (win_score, _), winner = scored[0]
     alternatives = [
-        Alternative(
-            code=h.code,
-            domain=h.domain,
-            text=h.text,
-            score=round(s, 4),
-            hosts=sorted(h.hosts),
-            ranks=sorted(_ranks(h)),
-        )
+        Alternative(code=h.code, domain=h.domain, text=h.text, score=round(s, 4), hosts=sorted(h.hosts),
+                    ranks=sorted(_ranks(h)))
         for (s, _), h in scored[1:6]
         if s >= 0.3 * win_score
     ]
@@ -745,10 +814,21 @@ def decide(
             hosts=sorted({e.host for e in near if e.host}),
             ranks=sorted({e.rank for e in near if e.rank is not None}),
         ))
+    return alternatives
+
+
+def _reasoning(alloc: Allocation, window: _Window, scored: _Scored, grade: _Grade, primary: Event | None,
+               symptoms: list[Event], unexplained: Any, alternatives: list[Alternative],
+               rules: CausalRules) -> list[str]:
+    """The verdict's ``reasoning`` sentences: the cause, the winner's reasons, pid conflicts,
+    what it explains and leaves unexplained, what it absorbed, the alternatives, the quality."""
+    from correlators.pids import pid_conflicts
+
+    winner = scored[0][1]
     reasoning = [cause_sentence(winner.code, winner.domain, winner.text, primary, winner.at,
-                                sorted(winner.hosts), summarise(primary) if primary else "", dated)]
+                                sorted(winner.hosts), summarise(primary) if primary else "", grade.dated)]
     reasoning += winner.reasons
-    reasoning += pid_conflicts(alloc, [e for e in all_events.values() if lo <= e.at <= hi])
+    reasoning += pid_conflicts(alloc, [e for e in window.all_events.values() if window.lo <= e.at <= window.hi])
     reasoning.append(explained_sentence(symptoms))
     left = unexplained_sentence(unexplained)
     if left:
@@ -758,34 +838,55 @@ def decide(
     listed = [a for a in alternatives if a.code != UNRECOGNISED]
     if listed:
         reasoning.append("alternatives: " + "; ".join(
-            f"{a.code} ({a.domain}, {a.score / win_score:.2f} of its score)" for a in listed[:4]))
+            f"{a.code} ({a.domain}, {a.score / grade.win_score:.2f} of its score)" for a in listed[:4]))
     else:
         reasoning.append("no other cause fits")
-    strength = ("a decisive hardware line on a host of the allocation" if decisive
-                else f"confidence {confidence:.2f}")
-    if quality == "definitive":
-        reasoning.append(f"quality definitive: {strength}, a dated cause that fits the "
-                         "failure, " + ("" if decisive else "complete input, ")
-                         + "no competing cause, no unknown error line near it")
-    elif quality == "ambiguous" and rival >= rules.ambiguity_ratio:
-        reasoning.append(f"quality ambiguous: {scored[1][1].code} scores {rival:.2f} of the winner "
-                         f"(>= {rules.ambiguity_ratio})")
-    elif quality == "ambiguous":
-        reasoning.append(f"quality ambiguous: the best-supported cause at confidence {confidence:.2f}, "
-                         f"too weak to be probable: confirm it before acting")
-    else:
-        why = [strength + (f" below {definitive_at}" if not decisive and confidence < definitive_at else "")]
-        why += not_definitive
-        reasoning.append(f"quality {quality}, not definitive: " + "; ".join(why))
+    reasoning.append(_quality_sentence(scored, grade, rules))
+    return reasoning
+
+
+def _quality_sentence(scored: _Scored, grade: _Grade, rules: CausalRules) -> str:
+    """Why the verdict has its quality."""
+    strength = ("a decisive hardware line on a host of the allocation" if grade.decisive
+                else f"confidence {grade.confidence:.2f}")
+    if grade.quality == "definitive":
+        return (f"quality definitive: {strength}, a dated cause that fits the failure, "
+                + ("" if grade.decisive else "complete input, ")
+                + "no competing cause, no unknown error line near it")
+    if grade.quality == "ambiguous" and grade.rival >= rules.ambiguity_ratio:
+        return (f"quality ambiguous: {scored[1][1].code} scores {grade.rival:.2f} of the winner "
+                f"(>= {rules.ambiguity_ratio})")
+    if grade.quality == "ambiguous":
+        return (f"quality ambiguous: the best-supported cause at confidence {grade.confidence:.2f}, "
+                f"too weak to be probable: confirm it before acting")
+    below = not grade.decisive and grade.confidence < grade.definitive_at
+    why = [strength + (f" below {grade.definitive_at}" if below else "")] + grade.not_definitive
+    return f"quality {grade.quality}, not definitive: " + "; ".join(why)
+
+
+def _verdict(info: WorkloadInfo, alloc: Allocation, window: _Window, scored: _Scored, symptom_pool: list[Event],
+             grade: _Grade, base: dict[str, Any], rules: CausalRules) -> Attribution:
+    """Phase 8: the verdict of the winning hypothesis: causes, symptoms, context, culprits,
+    alternatives, reasoning, cost and fingerprints."""
+    winner = scored[0][1]
+    causes = sorted(winner.events, key=_event_sort_key)
+    symptoms = sorted(winner.explained.values(), key=_event_sort_key)
+    symptom_ids = {e.event_id for e in symptoms}
+    cause_ids = {e.event_id for e in causes}
+    context = [e for e in window.ordered if e.event_id not in symptom_ids and e.event_id not in cause_ids]
+    in_window = {e.event_id for e in window.ordered}
+    context = sorted(context + [e for e in winner.context if e.event_id not in in_window], key=_event_sort_key)
+    primary = _primary(winner) if winner.support else None
+    unexplained = unexplained_groups(symptom_pool, cause_ids, symptom_ids)
+    alternatives = _alternatives(scored, grade.near)
+    window_end = base["decided_at"]
     return Attribution(
         **base,
         unexplained=unexplained,
-        reasoning=reasoning,
-        outcome=_outcome(info.state, True, ordered),
+        reasoning=_reasoning(alloc, window, scored, grade, primary, symptoms, unexplained, alternatives, rules),
+        outcome=_outcome(info.state, True, window.ordered),
         domain=winner.domain,
-        root_cause=RootCause(
-            code=winner.code, text=winner.text, event_id=primary.event_id if primary else None
-        ),
+        root_cause=RootCause(code=winner.code, text=winner.text, event_id=primary.event_id if primary else None),
         culprits=Culprits(
             hosts=sorted(winner.hosts),
             ranks=sorted(_ranks(winner)),
@@ -796,13 +897,14 @@ def decide(
         affected=_affected(info, symptoms),
         symptoms=[e.event_id for e in symptoms],
         evidence=_evidence(causes, symptoms, context),
-        confidence=confidence,
-        quality=quality,
+        confidence=grade.confidence,
+        quality=grade.quality,
         alternatives=alternatives,
         incident_id=primary.attributes.get("incident_id") if primary else None,
         cost=workload_cost(cause_at=winner.at, end_ns=info.end_ns, decided_at=window_end, nodes=info.nodes,
                            alloc=alloc, symptoms=symptoms, culprit_hosts=winner.hosts, goodput=winner.goodput),
-        fingerprints=[Fingerprint(host=h, components=prints[h]) for h in sorted(winner.hosts) if h in prints],
+        fingerprints=[Fingerprint(host=h, components=window.prints[h]) for h in sorted(winner.hosts)
+                      if h in window.prints],
     )
 
 

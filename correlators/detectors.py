@@ -149,13 +149,51 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
     A waiter's own exit (SIGABRT from its watchdog, an exception, torchrun's "first observed
     failure") is a consequence of its wait: the suspect outweighs it. A strong cause already on
     the suspect (an XID, OOM kill or SIGKILL of that rank or host) gets the suspect ranks
-    instead of a rival hypothesis."""
+    instead of a rival hypothesis.
+
+    Phases: :func:`_waits` (who waited, in which group, since when) -> :func:`_named_peers` and
+    :func:`_silent_members` (the suspects) -> :func:`_corroborate` (a strong cause on them takes
+    their ranks) or :func:`_stall` (the stall hypothesis) -> :func:`_never_joined`."""
     waits = [e for e in events if _is_wait(e, params)]
     reported = lagging_reported(events, alloc, params)
     if not waits and not reported:
         return []
-    presence = host_presence(info, alloc, events, coverage)
-    weight = float(params.get("weight", 0.6))
+    w = _waits(alloc, events, waits, hyps, params, reported)
+    named_ranks, named_hosts = _named_peers(w, alloc)
+    silent = _silent_members(w, params)
+    suspects = sorted(set(silent) | named_ranks)
+    suspect_hosts = {alloc.ranks[r][0] for r in suspects} | named_hosts
+    if not (suspects or suspect_hosts):
+        return _never_joined(info, alloc, events, w, params, coverage)
+    if _corroborate(hyps, suspects, suspect_hosts, w):
+        return []
+    return [_stall(w, silent, suspects, suspect_hosts, named_ranks, named_hosts, params)]
+
+
+@dataclass
+class _Waits:
+    """The waits of a window and what they say: the ``members`` judged (the allocation's
+    ranks, or the group the hang began in: ``scope``), the ranks that waited (``waiters``; of
+    the group: ``group_waiters``) and their hosts, when the hang ``began``, whether a wait is
+    an NCCL watchdog's, each rank's ``last`` own line, the hypotheses' ``weight`` and the
+    strength that ``outweigh`` s the waiters' own failure records."""
+
+    waits: list[Event]
+    members: list[int]
+    waiters: set
+    group_waiters: set
+    scope: "WaitScope | None"
+    waiter_hosts: set
+    began: int
+    nccl: bool
+    last: dict[int, int]
+    weight: float
+    outweigh: float
+    reported: dict[int, Event]
+
+
+def _waits(alloc: Allocation, events: Sequence[Event], waits: list[Event], hyps: list, params: dict,
+           reported: dict[int, Event]) -> _Waits:
     members = sorted(alloc.ranks)
     waiters = {e.rank for e in waits if e.rank is not None}
     # the process group the hang began in, when the ranks' init lines state its members
@@ -164,30 +202,11 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
     if scope is not None:
         members = sorted(scope.group.members)
         group_waiters = {e.rank for e in scope.waits}
-    waiter_hosts = {e.host for e in waits if e.host and e.host != "_scheduler"}
-    began = min(e.effective_at for e in waits or reported.values())
-    nccl = any(e.type == "nccl.watchdog_timeout" for e in waits)
     # the last own line of each rank (launcher records about it excluded)
     last: dict[int, int] = {}
     for e in events:
         if e.rank is not None and not e.type.startswith(LAUNCHER_TYPES):
             last[e.rank] = max(last.get(e.rank, e.at), e.at)
-
-    # -- 1. whom the waits name
-    named_ranks = {e.attributes.get("peer_rank") for e in waits} - {None}
-    named_ranks = {r for r in named_ranks if isinstance(r, int) and r in alloc.ranks and r not in waiters}
-    named_hosts = {e.attributes.get("peer_host") for e in waits} - {None}
-    named_hosts = {h for h in named_hosts if h not in waiter_hosts}
-    # PyTorch's own analysis (desync report, flight-recorder analyzer) names the lagging ranks
-    # whether or not they also timed out waiting
-    named_ranks |= set(reported)
-    # -- 2. who stayed silent while the rest reported
-    silent: list[int] = []
-    if len(members) >= 2 and group_waiters:
-        quiet = [r for r in members if r not in group_waiters]
-        limit = max(1, int(len(members) * float(params.get("max_silent_fraction", 0.25))))
-        if quiet and len(quiet) <= limit and len(group_waiters) >= len(members) / 2:
-            silent = quiet
     # a waiter's own failure records are explained by its wait: a suspect outweighs them
     consequences = [
         h.strength for h in hyps
@@ -195,89 +214,125 @@ def waited_on(info, alloc: Allocation, events: Sequence[Event], hyps: list, para
         and all(e.type in CONSEQUENCE_TYPES and e.rank in waiters and e.attributes.get("signal") != 9 for e in h.events)
     ]
     outweigh = max([0.0] + [min(0.9, c + float(params.get("consequence_margin", 0.05))) for c in consequences])
-    suspects = sorted(set(silent) | named_ranks)
-    suspect_hosts = {alloc.ranks[r][0] for r in suspects} | named_hosts
-    out: list = []
-    if suspects or suspect_hosts:
-        # corroboration: a strong cause on a suspect rank (or on its host, not on a waiter)
-        # (a killed process is the stopped member itself, however weak its line is alone: a
-        # SIGKILL names the victim, not the sender; the waits that point at it make it the
-        # cause of the job's failure, so they lend it their weight)
-        for hyp in hyps:
-            if hyp.family not in ("gpu", "host", "killed", "app", "fabric", "rack"):
-                continue
-            if hyp.strength < weight and hyp.family != "killed":
-                continue
-            hr = hypothesis_ranks(hyp)
-            on_rank = bool(hr & set(suspects))
-            on_host = suspect_hosts <= hyp.hosts and not (hr & waiters)
-            if on_rank or on_host:
-                hyp.extra_ranks |= set(suspects)
-                if hyp.strength < weight:
-                    hyp.derived_weight = max(hyp.derived_weight, weight)
-                    hyp.reasons.append(
-                        f"{len(waiters)} other member(s) waited on rank(s) {', '.join(map(str, suspects))}: "
-                        "the kill is what stopped the job")
-                return []
-        strength = max(weight, outweigh)
-        how = []
-        if silent and scope is not None:
-            after = [last[r] for r in silent if r in last]
-            how.append(scope.sentence(silent)
-                       + (f"; last line at {clock(max(after))}" if after else "; no line of their own"))
-        elif silent:
-            after = [last[r] for r in silent if r in last]
-            how.append(
-                f"rank(s) {', '.join(map(str, silent))} never reported the wait that "
-                f"{len(waiters)} other member(s) did"
-                + (f"; last line at {clock(max(after))}" if after else "; no line of their own")
-            )
-        if reported:
-            sources = sorted({_REPORT_SOURCE.get(e.attributes.get("kind"), "PyTorch") for e in reported.values()})
-            how.append(f"{' and '.join(sources)} named rank(s) {', '.join(map(str, sorted(reported)))} "
-                       "as the lagging rank(s) that never joined the collective")
-        named_ranks -= set(reported)
-        if named_ranks or named_hosts:
-            how.append("the waiting members named " + ", ".join(
-                [f"rank {r}" for r in sorted(named_ranks)] + [f"host {h}" for h in sorted(named_hosts)]))
-        hosts = sorted(suspect_hosts)
-        if silent:
-            code = params["code"] if nccl else params.get("code_other", params["code"])
-        else:
-            code = params.get("code_named", params["code"])
-        template = params.get("text_group", params.get("text", code)) if silent and scope is not None \
-            else params.get("text", code)
-        text = render_text(template, None, ranks=", ".join(map(str, suspects)) or "?",
-                           hosts=", ".join(hosts), how="; ".join(how), at=clock(began))
-        out.append(Hypothesis(code=code, family="stall", domain=params.get("domain", "unknown"), text=text,
-                              job_wide=False, extra_ranks=set(suspects), extra_hosts=set(hosts),
-                              derived_at=began, derived_weight=round(strength, 6)))
-    # -- 3. a store/rendezvous that timed out short of members: the nodes that never logged
-    short = [e for e in waits if e.type in ("rdzv.timeout", "store.timeout")
+    return _Waits(waits=waits, members=members, waiters=waiters, group_waiters=group_waiters, scope=scope,
+                  waiter_hosts={e.host for e in waits if e.host and e.host != "_scheduler"},
+                  began=min(e.effective_at for e in waits or reported.values()),
+                  nccl=any(e.type == "nccl.watchdog_timeout" for e in waits), last=last,
+                  weight=float(params.get("weight", 0.6)), outweigh=outweigh, reported=reported)
+
+
+def _named_peers(w: _Waits, alloc: Allocation) -> tuple[set[int], set[str]]:
+    """The ranks and hosts the waits name as their peer, waiters excluded, and the ranks
+    PyTorch's own analysis (desync report, flight-recorder analyzer) names as lagging, whether
+    or not they also timed out waiting."""
+    named_ranks = {e.attributes.get("peer_rank") for e in w.waits} - {None}
+    named_ranks = {r for r in named_ranks if isinstance(r, int) and r in alloc.ranks and r not in w.waiters}
+    named_ranks |= set(w.reported)
+    named_hosts = {e.attributes.get("peer_host") for e in w.waits} - {None}
+    return named_ranks, {h for h in named_hosts if h not in w.waiter_hosts}
+
+
+def _silent_members(w: _Waits, params: dict) -> list[int]:
+    """The few members that stayed silent while (at least half of) the rest reported a wait."""
+    if len(w.members) < 2 or not w.group_waiters:
+        return []
+    quiet = [r for r in w.members if r not in w.group_waiters]
+    limit = max(1, int(len(w.members) * float(params.get("max_silent_fraction", 0.25))))
+    if quiet and len(quiet) <= limit and len(w.group_waiters) >= len(w.members) / 2:
+        return quiet
+    return []
+
+
+def _corroborate(hyps: list, suspects: list[int], suspect_hosts: set[str], w: _Waits) -> bool:
+    """A strong cause on a suspect rank (or on its host, not on a waiter) takes the suspects'
+    ranks; True if one did. A killed process is the stopped member itself, however weak its
+    line is alone (a SIGKILL names the victim, not the sender): the waits that point at it
+    make it the cause of the job's failure, so they lend it their weight."""
+    for hyp in hyps:
+        if hyp.family not in ("gpu", "host", "killed", "app", "fabric", "rack"):
+            continue
+        if hyp.strength < w.weight and hyp.family != "killed":
+            continue
+        hr = hypothesis_ranks(hyp)
+        on_rank = bool(hr & set(suspects))
+        on_host = suspect_hosts <= hyp.hosts and not (hr & w.waiters)
+        if on_rank or on_host:
+            hyp.extra_ranks |= set(suspects)
+            if hyp.strength < w.weight:
+                hyp.derived_weight = max(hyp.derived_weight, w.weight)
+                hyp.reasons.append(
+                    f"{len(w.waiters)} other member(s) waited on rank(s) {', '.join(map(str, suspects))}: "
+                    "the kill is what stopped the job")
+            return True
+    return False
+
+
+def _stall(w: _Waits, silent: list[int], suspects: list[int], suspect_hosts: set[str], named_ranks: set[int],
+           named_hosts: set[str], params: dict) -> Hypothesis:
+    """The stall hypothesis on the suspects, with how they were found."""
+    how = []
+    after = [w.last[r] for r in silent if r in w.last]
+    tail = f"; last line at {clock(max(after))}" if after else "; no line of their own"
+    if silent and w.scope is not None:
+        how.append(w.scope.sentence(silent) + tail)
+    elif silent:
+        how.append(f"rank(s) {', '.join(map(str, silent))} never reported the wait that "
+                   f"{len(w.waiters)} other member(s) did" + tail)
+    if w.reported:
+        sources = sorted({_REPORT_SOURCE.get(e.attributes.get("kind"), "PyTorch") for e in w.reported.values()})
+        how.append(f"{' and '.join(sources)} named rank(s) {', '.join(map(str, sorted(w.reported)))} "
+                   "as the lagging rank(s) that never joined the collective")
+    named_ranks = named_ranks - set(w.reported)
+    if named_ranks or named_hosts:
+        how.append("the waiting members named " + ", ".join(
+            [f"rank {r}" for r in sorted(named_ranks)] + [f"host {h}" for h in sorted(named_hosts)]))
+    hosts = sorted(suspect_hosts)
+    if silent:
+        code = params["code"] if w.nccl else params.get("code_other", params["code"])
+    else:
+        code = params.get("code_named", params["code"])
+    template = params.get("text_group", params.get("text", code)) if silent and w.scope is not None \
+        else params.get("text", code)
+    text = render_text(template, None, ranks=", ".join(map(str, suspects)) or "?",
+                       hosts=", ".join(hosts), how="; ".join(how), at=clock(w.began))
+    return Hypothesis(code=code, family="stall", domain=params.get("domain", "unknown"), text=text,
+                      job_wide=False, extra_ranks=set(suspects), extra_hosts=set(hosts),
+                      derived_at=w.began, derived_weight=round(max(w.weight, w.outweigh), 6))
+
+
+def _never_joined(info, alloc: Allocation, events: Sequence[Event], w: _Waits, params: dict,
+                  coverage: Sequence) -> list:
+    """A store/rendezvous that timed out short of members: the nodes that never logged (those
+    with input first; without, at a lower weight), with the configured alternatives."""
+    short = [e for e in w.waits if e.type in ("rdzv.timeout", "store.timeout")
              and isinstance(e.attributes.get("joined"), int) and isinstance(e.attributes.get("expected"), int)
              and e.attributes["joined"] < e.attributes["expected"]]
     rdzv = params.get("never_joined") or {}
-    if short and rdzv and not out:
-        e0 = min(short, key=lambda e: (e.effective_at, e.event_id))
-        missing = e0.attributes["expected"] - e0.attributes["joined"]
-        absent = sorted(h for h, p in presence.items() if p["lines"] == 0)
-        silent_hosts = [h for h in absent if p_input(presence, h)]
-        blind = [h for h in absent if not p_input(presence, h)]
-        hosts = silent_hosts if silent_hosts else blind
-        if hosts and len(hosts) <= missing:
-            w = float(rdzv.get("weight", 0.6)) if silent_hosts else float(rdzv.get("no_input_weight", 0.4))
-            w = max(w, outweigh)
-            ranks = sorted(r for r, (h, _) in alloc.ranks.items() if h in hosts)
-            seen = "logged nothing although its logs were collected" if silent_hosts else "has no input source (its logs were not collected)"
-            values = dict(hosts=", ".join(hosts), joined=e0.attributes["joined"], expected=e0.attributes["expected"],
-                          seen=seen, at=clock(e0.at))
-            for alt in [rdzv] + list(rdzv.get("alternatives", ())):
-                scale = float(alt.get("weight", w)) / float(rdzv.get("weight", 0.6)) if alt is not rdzv else 1.0
-                out.append(Hypothesis(
-                    code=alt["code"], family="absent", domain=alt.get("domain", "unknown"),
-                    text=render_text(alt.get("text", alt["code"]), None, **values), job_wide=False,
-                    extra_ranks=set(ranks), extra_hosts=set(hosts), derived_at=e0.effective_at,
-                    derived_weight=round(w * scale, 6)))
+    if not (short and rdzv):
+        return []
+    presence = host_presence(info, alloc, events, coverage)
+    e0 = min(short, key=lambda e: (e.effective_at, e.event_id))
+    missing = e0.attributes["expected"] - e0.attributes["joined"]
+    absent = sorted(h for h, p in presence.items() if p["lines"] == 0)
+    silent_hosts = [h for h in absent if p_input(presence, h)]
+    hosts = silent_hosts if silent_hosts else [h for h in absent if not p_input(presence, h)]
+    if not hosts or len(hosts) > missing:
+        return []
+    weight = float(rdzv.get("weight", 0.6)) if silent_hosts else float(rdzv.get("no_input_weight", 0.4))
+    weight = max(weight, w.outweigh)
+    ranks = sorted(r for r, (h, _) in alloc.ranks.items() if h in hosts)
+    seen = ("logged nothing although its logs were collected" if silent_hosts
+            else "has no input source (its logs were not collected)")
+    values = dict(hosts=", ".join(hosts), joined=e0.attributes["joined"], expected=e0.attributes["expected"],
+                  seen=seen, at=clock(e0.at))
+    out = []
+    for alt in [rdzv] + list(rdzv.get("alternatives", ())):
+        scale = float(alt.get("weight", weight)) / float(rdzv.get("weight", 0.6)) if alt is not rdzv else 1.0
+        out.append(Hypothesis(
+            code=alt["code"], family="absent", domain=alt.get("domain", "unknown"),
+            text=render_text(alt.get("text", alt["code"]), None, **values), job_wide=False,
+            extra_ranks=set(ranks), extra_hosts=set(hosts), derived_at=e0.effective_at,
+            derived_weight=round(weight * scale, 6)))
     return out
 
 

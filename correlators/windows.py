@@ -14,8 +14,8 @@
     different days share partitions, and one's events must not close another's window;
   - **late**: an event for a closed window re-opens it; the next emission is a new revision.
 
-* :class:`FabricWindow` -- one cluster's fabric evidence (cable events, node-down events, the
-  topology, the workloads' spans and verdicts) and what it published.
+* :class:`~correlators.fabric_window.FabricWindow` (its own module) -- one cluster's fabric
+  evidence and what it published; :class:`~correlators.host_window.HostWindow` -- one host's.
 
 What a window emits is always the engine's decision over its whole, sorted evidence
 (:func:`correlators.attribution.decide`, :func:`correlators.fabric.correlate` +
@@ -35,13 +35,12 @@ from correlators.attribution import WorkloadInfo, decide, propose
 from correlators.config import EngineConfig, WindowPolicy
 from correlators.enrich import Allocation
 from correlators.identity import disagreements
-from correlators.fabric import PORT_EVENT_TYPES, Fault, assemble, correlate, withdrawal, workload_faults
-from correlators.topology import FabricIndex
-from schemas.bundle import TopologySpec, WorkloadSpec
+from correlators.fabric import PORT_EVENT_TYPES
+from schemas.bundle import WorkloadSpec
 from schemas.messages import Span
 from schemas.records import Attribution, CoverageEntry, Event, canonical_json
 
-__all__ = ["WindowPolicy", "fabric_relevant", "host_key", "workload_key", "WorkloadIndex", "WorkloadWindow", "FabricWindow", "verdict_digest", "verdict_content", "is_decisive"]
+__all__ = ["WindowPolicy", "fabric_relevant", "host_key", "workload_key", "WorkloadIndex", "WorkloadWindow", "verdict_digest", "verdict_content", "is_decisive"]
 
 
 
@@ -336,155 +335,3 @@ class WorkloadWindow:
         window.host_facts = dict(sorted((host_facts or {}).items()))
         window.closed = bool(state.get("closed", False))
         return window
-
-
-@dataclass
-class FabricWindow:
-    """One cluster's fabric state: its cable and node-down events, topology, the workloads'
-    spans and latest verdicts, the fault events sent to each workload, and what was published
-    (revision and digest per verdict, the verdicts still standing).
-
-    :meth:`decide` re-decides the cluster from its whole event set, as replay does."""
-
-    cluster: str
-    events: dict[str, Event] = field(default_factory=dict)
-    topology: dict[str, Any] | None = None
-    workloads: dict[str, Span] = field(default_factory=dict)
-    verdicts: dict[str, Attribution] = field(default_factory=dict)  # workload id -> latest
-    sent: dict[str, list[str]] = field(default_factory=dict)  # workload id -> fault event ids
-    emitted: dict[str, tuple[int, str]] = field(default_factory=dict)  # attribution id -> (revision, digest)
-    live: dict[str, Attribution] = field(default_factory=dict)  # published and still standing
-    deferred: bool = False
-    shape: str | None = None  # digest of the faults' shape last seen (refresh)
-    faults: list[Fault] = field(default_factory=list)  # of the last decision (not state)
-
-    def add_event(self, event: Event) -> bool:
-        """Add a cable or node-down event; True if it was new."""
-        if event.event_id in self.events:
-            return False
-        self.events[event.event_id] = event
-        return True
-
-    def set_topology(self, topology: dict[str, Any] | None) -> bool:
-        """Replace the topology (``TopologySpec`` JSON data; None: none known); True if it
-        changed."""
-        if topology == self.topology:
-            return False
-        self.topology = topology
-        return True
-
-    def add_span(self, span: Span) -> bool:
-        """Record a workload's span; True if it changed."""
-        if self.workloads.get(span.workload_id) == span:
-            return False
-        self.workloads[span.workload_id] = span
-        return True
-
-    def add_verdict(self, att: Attribution) -> bool:
-        """Record a workload verdict unless an equal or later revision is known; True if it
-        changed anything."""
-        old = self.verdicts.get(att.scope.id)
-        if old is not None and (old.revision > att.revision or old == att):
-            return False
-        self.verdicts[att.scope.id] = att
-        return True
-
-    def decide(self, config: EngineConfig) -> tuple[dict[str, list[Event]], list[Attribution]]:
-        """Re-decide the cluster: :meth:`refresh`, :meth:`route_faults`, then :meth:`publish`."""
-        self.refresh(config)
-        routes = self.route_faults(config)
-        return routes, self.publish(config)
-
-    def refresh(self, config: EngineConfig) -> str:
-        """Re-decide the cluster's faults from its whole event set (``faults``); returns the
-        digest of their shape -- which faults at which level, kind, hosts and ports, not how
-        much evidence each holds. Ports are named through the topology and the workloads' host
-        addresses."""
-        self.deferred = False
-        topo = TopologySpec.model_validate(self.topology) if self.topology else None
-        ips: dict[str, list[str]] = {}
-        for wid in sorted(self.workloads):
-            for host, ip in self.workloads[wid].ips.items():
-                ips.setdefault(host, [ip])
-        self.faults = correlate(self.events.values(), FabricIndex(topo, extra_ips=ips), cluster=self.cluster,
-                                policy=config.fabric)
-        shape = [[f.incident_id, f.level, f.code, list(f.hosts), list(f.ports)] for f in self.faults]
-        return hashlib.blake2b(canonical_json(shape).encode(), digest_size=16).hexdigest()
-
-    def route_faults(self, config: EngineConfig) -> dict[str, list[Event]]:
-        """The relevant fault events of the last :meth:`refresh` for each workload whose set
-        changed since it was last sent (workload id -> events)."""
-        rules = config.causal
-        routes: dict[str, list[Event]] = {}
-        for wid in sorted(self.workloads):
-            span = self.workloads[wid]
-            linked = workload_faults(self.faults, span.nodes, span.start, span.end,
-                                     rules.before_start_ns, rules.after_end_ns, policy=config.fabric)
-            ids = sorted(ev.event_id for ev in linked)
-            if ids != self.sent.get(wid, []):
-                self.sent[wid] = ids
-                routes[wid] = linked
-        return routes
-
-    def publish(self, config: EngineConfig) -> list[Attribution]:
-        """The fabric and incident verdicts of the last :meth:`refresh` over the
-        workloads' latest verdicts, revisions set: those whose content changed, and a
-        withdrawal (:func:`correlators.fabric.withdrawal`) of each published one the evidence
-        no longer supports. A verdict is final when every workload verdict it links is, else
-        provisional."""
-        verdicts = [self.verdicts[k] for k in sorted(self.verdicts)]
-        current = assemble(self.faults, verdicts, ruleset_version=config.ruleset_version, policy=config.fabric)
-        out = []
-        for att in current:
-            linked_verdicts = [v for v in verdicts if v.incident_id == att.incident_id]
-            final = all(v.status == "final" for v in linked_verdicts)
-            att = att.model_copy(update={"status": "final" if final else "provisional"})
-            published = self._publish(att)
-            if published is not None:
-                self.live[att.attribution_id] = published
-                out.append(published)
-        standing = {a.attribution_id for a in current}
-        for att_id in sorted(set(self.live) - standing):
-            published = self._publish(withdrawal(self.live.pop(att_id), current))
-            if published is not None:
-                out.append(published)
-        return out
-
-    def _publish(self, att: Attribution) -> Attribution | None:
-        """``att`` with its next revision if its content changed since the last publication."""
-        digest = verdict_digest(att)
-        revision, last = self.emitted.get(att.attribution_id, (0, None))
-        if digest == last:
-            return None
-        self.emitted[att.attribution_id] = (revision + 1, digest)
-        return att.model_copy(update={"revision": revision + 1})
-
-    def to_state(self) -> dict[str, Any]:
-        """Everything but the events (stored one per key by the driver)."""
-        return {
-            "cluster": self.cluster,
-            "topology": self.topology,
-            "workloads": {k: v.model_dump(mode="json") for k, v in sorted(self.workloads.items())},
-            "verdicts": {k: v.model_dump(mode="json") for k, v in sorted(self.verdicts.items())},
-            "sent": dict(sorted(self.sent.items())),
-            "emitted": {k: list(v) for k, v in sorted(self.emitted.items())},
-            "live": {k: v.model_dump(mode="json") for k, v in sorted(self.live.items())},
-            "deferred": self.deferred,
-            "shape": self.shape,
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any], events: Iterable[Event]) -> "FabricWindow":
-        """Rebuild from :meth:`to_state` and the stored events."""
-        return cls(
-            cluster=state["cluster"],
-            events={e.event_id: e for e in events},
-            topology=state.get("topology"),
-            workloads={k: Span.model_validate(v) for k, v in state.get("workloads", {}).items()},
-            verdicts={k: Attribution.model_validate(v) for k, v in state.get("verdicts", {}).items()},
-            sent={k: list(v) for k, v in state.get("sent", {}).items()},
-            emitted={k: (int(v[0]), v[1]) for k, v in state.get("emitted", {}).items()},
-            live={k: Attribution.model_validate(v) for k, v in state.get("live", {}).items()},
-            deferred=bool(state.get("deferred", False)),
-            shape=state.get("shape"),
-        )

@@ -1,14 +1,18 @@
 """Typed internal messages between the pipeline's stages (:mod:`correlators.pipeline`).
 
-Two channels carry them; in the stream each is an internal Kafka topic, in replay an in-memory
-queue:
+Four channels carry them; in the stream each is an internal Kafka topic, in replay an
+in-memory queue:
 
-* **workload** (key: workload id, or ``host:<cluster>/<name>`` for a host window: the host's
-  events no workload has claimed yet, its GPU table and node history): :data:`WorkloadMessage`;
-* **fabric** (key: cluster): :data:`FabricMessage`.
+* **workload** (key: ``<cluster>/<workload id>``): :data:`WorkloadMessage`;
+* **host** (key: ``<cluster>/<host>``, a host window: the host's events no workload has
+  claimed yet, its GPU table and node history): :data:`HostMessage`;
+* **fabric** (key: cluster): :data:`FabricMessage`;
+* **remediation** (key: cluster): :data:`RemediationMessage` -- verdicts, commands,
+  allocations, certifications, executor results and ticks for the cluster's remediation engine.
 
 Each message is a JSON object with a ``kind`` discriminator. Times are UTC nanoseconds.
-Parse with :func:`parse_workload_message` / :func:`parse_fabric_message`, which raise
+Parse with :func:`parse_workload_message` / :func:`parse_host_message` /
+:func:`parse_fabric_message` (or the channel's entry in :data:`PARSERS`), which raise
 ``pydantic.ValidationError`` for anything else.
 """
 
@@ -19,7 +23,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from schemas.bundle import WorkloadSpec
-from schemas.records import Attribution, CoverageEntry, Event
+from schemas.records import Attribution, Certification, CoverageEntry, Event, RemediationCommand
 
 
 class _Message(BaseModel):
@@ -112,7 +116,7 @@ class Span(_Message):
 
 
 class ClaimMessage(_Message):
-    """To a host window (key ``host:<name>``): a workload now runs on the host; events of the
+    """To a host window (key ``<cluster>/<host>``): a workload now runs on the host; events of the
     host waiting there that fall in its window move to it. ``span`` is the workload's span on
     that host (:meth:`Span.on`, :meth:`Span.per_host`): the window reads its workload id and
     times only, and a 16,384-rank job's claims then cost 2,048 small messages, not 2,048
@@ -187,9 +191,82 @@ class FlushMessage(_Message):
     kind: Literal["flush"] = "flush"
 
 
+# -- the remediation channel (key: cluster) ----------------------------------------------------
+
+
+class VerdictInMessage(_Message):
+    """To a cluster's remediation engine: a verdict (any scope) from the attributions topic."""
+
+    kind: Literal["attribution"] = "attribution"
+    attribution: Attribution
+
+
+class CommandInMessage(_Message):
+    """An authenticated operator command (approve, reject, ...), decided at ``received_at``
+    (the worker's time of receipt, UTC ns; never the command's own ``at``). ``origin``: where it
+    was read (``topic``, ``partition``, ``offset``, ``key``, ``original``: the record's text), for
+    its dead letter if it is rejected."""
+
+    kind: Literal["command"] = "command"
+    command: RemediationCommand
+    received_at: int
+    origin: dict[str, Any] | None = None
+
+
+class AllocationMessage(_Message):
+    """A scheduler workload record's allocation: the nodes a verdict about ``workload_id`` may
+    target. ``at``: the workload's end, else its start (UTC ns)."""
+
+    kind: Literal["workload"] = "workload"
+    cluster: str
+    workload_id: str
+    nodes: list[str]
+    at: int
+
+
+class CertificationInMessage(_Message):
+    """A node certification result (NVCRE, dcgmi diag, ...) that may return a node to service."""
+
+    kind: Literal["certification"] = "certification"
+    certification: Certification
+
+
+class ExecutedMessage(_Message):
+    """An executor call finished (``executed``: an action ran; ``resumed``: a resume ran) for
+    ``action_id`` at ``at`` (UTC ns); ``result``: the executor's ``ExecutionResult`` as JSON data."""
+
+    kind: Literal["executed", "resumed"] = "executed"
+    action_id: str
+    at: int
+    result: dict[str, Any]
+
+
+class TickMessage(_Message):
+    """The remediation timer: expire, time out and fail what waited on the clock."""
+
+    kind: Literal["tick"] = "tick"
+
+
+RemediationMessage = Annotated[
+    Union[VerdictInMessage, CommandInMessage, AllocationMessage, CertificationInMessage, ExecutedMessage,
+          TickMessage],
+    Field(discriminator="kind"),
+]
+_REMEDIATION = TypeAdapter(RemediationMessage)
+
+
+def parse_remediation_message(data: bytes | str) -> Any:
+    """A :data:`RemediationMessage` from its JSON. Raises ``pydantic.ValidationError``."""
+    return _REMEDIATION.validate_json(data)
+
+
 WorkloadMessage = Annotated[
-    Union[EventMessage, EventsMessage, SpecMessage, CoverageMessage, FaultsMessage, CloseMessage, ClaimMessage,
-          GpuMessage, HistoryMessage, InterestMessage, HostFactsMessage, ReviseMessage],
+    Union[EventMessage, EventsMessage, SpecMessage, CoverageMessage, FaultsMessage, CloseMessage,
+          HostFactsMessage, ReviseMessage],
+    Field(discriminator="kind"),
+]
+HostMessage = Annotated[
+    Union[EventMessage, EventsMessage, ClaimMessage, GpuMessage, HistoryMessage, InterestMessage],
     Field(discriminator="kind"),
 ]
 FabricMessage = Annotated[
@@ -199,11 +276,22 @@ FabricMessage = Annotated[
 
 _WORKLOAD = TypeAdapter(WorkloadMessage)
 _FABRIC = TypeAdapter(FabricMessage)
+_HOST = TypeAdapter(HostMessage)
 
 
 def parse_workload_message(data: bytes | str) -> Any:
     """A :data:`WorkloadMessage` from its JSON. Raises ``pydantic.ValidationError``."""
     return _WORKLOAD.validate_json(data)
+
+
+def parse_host_message(data: bytes | str) -> Any:
+    """A :data:`HostMessage` from its JSON. Raises ``pydantic.ValidationError``."""
+    return _HOST.validate_json(data)
+
+
+#: The parser of each channel's messages.
+PARSERS = {"workload": parse_workload_message, "host": parse_host_message,
+           "fabric": lambda data: _FABRIC.validate_json(data), "remediation": parse_remediation_message}
 
 
 def parse_fabric_message(data: bytes | str) -> Any:

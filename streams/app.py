@@ -3,17 +3,19 @@
 It maps the pipeline onto Kafka and only adds transport, timers and sinks::
 
     <prefix>.observations (key host) --batch ingest stage (streams.ingest, a child process)--> Pipeline.ingest
-    <app_id>-by-workload (key workload | host:<h>) --agent correlate--> Pipeline.apply("workload")
-    <app_id>-by-fabric (key cluster) --agent fabric--> Pipeline.apply("fabric")
-    effects: Route -> the two internal topics; Publish -> <prefix>.events, <prefix>.attributions
-    timers: idle close and fabric flush send messages (the agents apply them)
+    <app_id>-by-workload (key cluster/workload) --KeyedAgent--> Pipeline.apply("workload")
+    <app_id>-by-host (key cluster/host) --KeyedAgent--> Pipeline.apply("host")
+    <app_id>-by-fabric (key cluster) --KeyedAgent--> Pipeline.apply("fabric")
+    effects (streams.agent.EffectRunner): Route -> the internal topics; Publish ->
+    <prefix>.events, <prefix>.attributions
+    timers: they only send messages (idle close, revise, fabric flush); the agents apply them
     agents store_*: batches of events / verdicts / dead letters -> ClickHouse (idempotent;
     while ClickHouse is down the agent waits and its offsets are not committed)
 
 The pipeline's :class:`~correlators.pipeline.Stores` are changelogged Faust tables
-(``FAULTSTREAM_STORE``): ``window_meta``, ``window_events``, ``window_facts``, ``fabric_meta``,
-``fabric_events`` partitioned like their channel, and the global table ``topology``, which
-every worker reads. The in-memory windows are a cache of the tables, rebuilt after a restart
+(``FAULTSTREAM_STORE``): ``window_meta``, ``window_events``, ``window_facts``, ``host_meta``,
+``host_events``, ``fabric_meta``, ``fabric_events`` partitioned like their channel, and the
+global table ``topology``, which every worker reads. The in-memory windows are a cache of the tables, rebuilt after a restart
 or a rebalance. A record that does not decode or fails is dead-lettered with the reason.
 
 The observations, the high-volume input, do not pass through Faust: the batch ingest stage
@@ -41,8 +43,9 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, Awaitable, BinaryIO, Callable
 
 import faust
 import mode
@@ -51,14 +54,15 @@ from prometheus_client import generate_latest
 from pydantic import ValidationError
 
 from correlators.config import EngineConfig, WindowPolicy
-from correlators.pipeline import Effect, Pipeline, Route, Stores, Tombstone
-from schemas.messages import parse_fabric_message, parse_workload_message
-from schemas.records import Attribution, Observation, Position
-from schemas.wire import encode_record
-from schemas.deadletter import DeadLetter, reason_of
-from sinks.kafka_settings import KafkaSettings
+from correlators.pipeline import Effect, Pipeline, Stores
+from schemas.deadletter import DeadLetter as DeadLetterRecord, reason_of
+from schemas.messages import PARSERS
+from schemas.records import Position
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
-from streams.codec import decode_record, encode_effect
+from schemas.wire import encode_record
+from sinks.kafka_settings import KafkaSettings
+from streams.agent import DeadLetterFn, EffectRunner, KeyedAgent
+from streams.codec import decode_record
 from streams.memory import release_memory
 from streams.metrics import Metrics, merge_expositions
 from streams.offsets import MAX_AHEAD, ContinuityGuard
@@ -177,8 +181,8 @@ def _credentials(kafka: KafkaSettings) -> Any:
 
 
 #: The worker's tables (their changelog topics are declared up front, see declare_topics).
-TABLES = ("window_meta", "window_events", "window_facts", "allocation", "fabric_meta", "fabric_events", "topology",
-          "remediation_state")
+TABLES = ("window_meta", "window_events", "window_facts", "host_meta", "host_events", "allocation", "fabric_meta",
+          "fabric_events", "topology", "remediation_state")
 
 
 def internal_topic_specs(settings: WorkerSettings) -> list[Any]:
@@ -187,19 +191,24 @@ def internal_topic_specs(settings: WorkerSettings) -> list[Any]:
     from schemas.topics import TopicSpec, faust_internal_topics
 
     by_workload = TopicSpec(
-        name=f"{settings.app_id}-by-workload", key="workload id", value_schema=None,
+        name=settings.channel_topic("workload"), key="workload id", value_schema=None,
         partitions=settings.partitions, cleanup_policy="delete",
-        description="events, workload specs, coverage and GPU tables re-keyed by workload",
+        description="events, workload specs, coverage, faults and host facts re-keyed by workload",
+    )
+    by_host = TopicSpec(
+        name=settings.channel_topic("host"), key="cluster/host", value_schema=None,
+        partitions=settings.partitions, cleanup_policy="delete",
+        description="workload claims, events without a workload, GPU tables, XIDs and interests re-keyed by host",
     )
     by_fabric = TopicSpec(
-        name=f"{settings.app_id}-by-fabric", key="cluster", value_schema=None,
+        name=settings.channel_topic("fabric"), key="cluster", value_schema=None,
         partitions=settings.partitions, cleanup_policy="delete",
         description="cable events, node-down events, topology, workload spans and workload "
                     "verdicts re-keyed by cluster for the fabric correlator",
     )
-    from streams.remediate import remediation_topic_spec
+    from streams.remediation.agent import remediation_topic_spec
 
-    return [by_workload, by_fabric, remediation_topic_spec(settings),
+    return [by_workload, by_host, by_fabric, remediation_topic_spec(settings),
             *faust_internal_topics(settings.app_id, TABLES, partitions=settings.partitions)]
 
 
@@ -217,29 +226,81 @@ def declare_topics(settings: WorkerSettings, kafka: KafkaSettings) -> list[str]:
     return create_topics(kafka.confluent_config(), [*public.values(), *internal_topic_specs(settings)])
 
 
+def engine_config(settings: WorkerSettings) -> EngineConfig:
+    """The engine's configuration with the window policy of ``settings``."""
+    return EngineConfig.default(window=WindowPolicy(
+        allowed_lateness_s=settings.allowed_lateness_s,
+        idle_timeout_s=settings.idle_timeout_s or None,
+        fabric_flush_s=settings.fabric_flush_s,
+        provisional_interval_s=settings.provisional_interval_s,
+    ))
+
+
 def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | None = None, *,
                stage: str = "all", batch_size: int = 2000, loglevel: str = "info",
-               log_format: str = "text") -> faust.App:
+               log_format: str = "text", metrics: Metrics | None = None,
+               stop: asyncio.Event | None = None) -> faust.App:
     """Build the worker app. ``stage``: ``all`` (the batch ingest stage runs as a child process
     of the worker, ``batch_size`` records per batch, logging at ``loglevel`` in ``log_format``:
     :class:`IngestService`; its metrics are served with the worker's) or ``correlate`` (no
-    ingest: a stage apart, :mod:`streams.ingest`, feeds the internal topics). Raises
+    ingest: a stage apart, :mod:`streams.ingest`, feeds the internal topics). ``metrics``: the
+    worker's Prometheus metrics (default: new); ``stop``: the event a shutdown sets (the
+    ClickHouse writers stop retrying; default: new), kept as ``app.faultstream_stop``. Raises
     ``pydantic.ValidationError`` for invalid settings, ``ValueError`` for another stage or a
-    batch size below 1."""
+    batch size below 1, :class:`DataDirLocked` when another worker holds the data directory."""
     if stage not in ("all", "correlate"):
         raise ValueError(f"stage {stage!r}: expected all or correlate (the ingest stage is streams.ingest)")
     if batch_size < 1:
         raise ValueError(f"batch_size {batch_size}: must be at least 1")
     settings = settings or WorkerSettings()
     kafka = kafka or KafkaSettings()
-    config = EngineConfig.default(window=WindowPolicy(
-        allowed_lateness_s=settings.allowed_lateness_s,
-        idle_timeout_s=settings.idle_timeout_s or None,
-        fabric_flush_s=settings.fabric_flush_s,
-        provisional_interval_s=settings.provisional_interval_s,
-    ))
-    metrics = Metrics()
-    # one worker per data directory: RocksDB and chDB files cannot be shared
+    metrics = metrics or Metrics()
+    app = faust_app(settings, kafka, metrics, stop or asyncio.Event())
+    raw_topic = partial(app.topic, value_serializer="raw", key_serializer="raw")
+    public = {name: raw_topic(settings.topic(name)) for name in ("events", "attributions", "deadletter")}
+    channels = {channel: raw_topic(settings.channel_topic(channel), internal=True, partitions=settings.partitions)
+                for channel in CHANNELS}
+    stores = worker_stores(app, settings)
+    app.faultstream_topology = stores.topology  # type: ignore[attr-defined]
+    pipeline = Pipeline(engine_config(settings), stores)
+    dead_letter = dead_letter_sender(public["deadletter"], metrics)
+    runner = EffectRunner(channels, public, metrics, dead_letter)
+    before = attach_continuity(app, channels, metrics)
+    for channel, topic in channels.items():
+        agent = KeyedAgent(channel, PARSERS[channel], lambda c, k, m, now: pipeline.apply(c, k, m, now=now),
+                           runner, before=before)
+        app.agent(topic, name=f"{__name__}.{channel}")(agent.consume)
+    attach_topology_agent(app, raw_topic(settings.topic("topology")), pipeline, runner, metrics)
+    attach_timers(app, settings, pipeline, runner, metrics)
+    ingest_port = free_port() if stage == "all" else None
+    attach_metrics_page(app, metrics, f"http://127.0.0.1:{ingest_port}/metrics" if ingest_port else None)
+    if settings.clickhouse:
+        from streams.store import attach_clickhouse
+
+        attach_clickhouse(app, settings, metrics, observations=raw_topic(settings.topic("observations")),
+                          events=public["events"], attributions=public["attributions"],
+                          dead_letters=public["deadletter"], dead_letter=dead_letter,
+                          exit_without_commit=exit_without_commit)
+    from streams.remediation.agent import attach_remediation
+
+    attach_remediation(app, settings, attributions_topic=public["attributions"], dead_letter=dead_letter,
+                       metrics=metrics)
+    if ingest_port is not None:
+        command, env = ingest_command(settings, metrics_port=ingest_port, batch_size=batch_size,
+                                      loglevel=loglevel, log_format=log_format)
+        IngestService.attach(app, command, env=env, join_timeout_s=settings.shutdown_timeout_s,
+                             restarts=metrics.ingest_restarts)
+    return app
+
+
+#: The pipeline's channels, each an internal topic ``<app_id>-by-<channel>`` and an agent.
+CHANNELS = ("workload", "host", "fabric")
+
+
+def faust_app(settings: WorkerSettings, kafka: KafkaSettings, metrics: Metrics, stop: asyncio.Event) -> faust.App:
+    """The ``faust.App`` of a worker, its data directory locked (one worker per directory:
+    RocksDB and chDB files cannot be shared); ``metrics`` and ``stop`` are kept on it as
+    ``faultstream_metrics`` / ``faultstream_stop``."""
     data_lock = lock_data_dir(settings.data_dir / settings.app_id)
     app = faust.App(
         settings.app_id,
@@ -272,20 +333,13 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     app.faultstream_metrics = metrics  # type: ignore[attr-defined]
     app.faultstream_fetch_max_wait_ms = settings.fetch_max_wait_ms  # type: ignore[attr-defined]
     app.faultstream_data_lock = data_lock  # type: ignore[attr-defined]
-    app.faultstream_stop = asyncio.Event()  # type: ignore[attr-defined]
+    app.faultstream_stop = stop  # type: ignore[attr-defined]
+    return app
 
-    def raw_topic(name: str, **kw: Any) -> Any:
-        return app.topic(name, value_serializer="raw", key_serializer="raw", **kw)
 
-    observations = raw_topic(settings.topic("observations"))  # read by the ClickHouse sink only
-    topology_in = raw_topic(settings.topic("topology"))
-    public = {"events": raw_topic(settings.topic("events")),
-              "attributions": raw_topic(settings.topic("attributions"))}
-    dead_letters = raw_topic(settings.topic("deadletter"))
-    channels = {
-        "workload": raw_topic(f"{settings.app_id}-by-workload", internal=True, partitions=settings.partitions),
-        "fabric": raw_topic(f"{settings.app_id}-by-fabric", internal=True, partitions=settings.partitions),
-    }
+def worker_stores(app: faust.App, settings: WorkerSettings) -> Stores:
+    """The pipeline's stores as changelogged Faust tables (``topology`` global: every worker
+    reads it)."""
     json_schema = faust.Schema(key_type=str, value_type=None, key_serializer="json", value_serializer="json")
     raw_values = faust.Schema(key_type=str, value_type=bytes, key_serializer="json", value_serializer="raw")
 
@@ -294,21 +348,26 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         options = dict(ROCKSDB_OPTIONS) if settings.store.startswith("rocksdb") else None
         return factory(name, default=None, partitions=settings.partitions, schema=schema, options=options)
 
-    stores = Stores(
+    return Stores(
         window_meta=table("window_meta", json_schema),
         window_events=table("window_events", raw_values),
         window_facts=table("window_facts", json_schema),
+        host_meta=table("host_meta", json_schema),
+        host_events=table("host_events", raw_values),
         fabric_meta=table("fabric_meta", json_schema),
         fabric_events=table("fabric_events", raw_values),
         # written from the by-fabric stream (a table's changelog has as many partitions as
         # the topic whose stream writes it); read by the remediation agent for failure domains
         topology=table("topology", json_schema, global_=True),
     )
-    app.faultstream_topology = stores.topology  # type: ignore[attr-defined]
-    pipeline = Pipeline(config, stores)
+
+
+def dead_letter_sender(topic: Any, metrics: Metrics) -> DeadLetterFn:
+    """A coroutine function sending a :class:`~schemas.deadletter.DeadLetter` of an input
+    (``source``, ``reason``, the original bytes, the Faust message it came in) to ``topic``."""
 
     async def dead_letter(source: str, reason: str, original: bytes | None, message: Any) -> None:
-        letter = DeadLetter(
+        letter = DeadLetterRecord(
             source=source,
             reason=reason,
             original=original,
@@ -320,36 +379,19 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         log.warning("dead letter from %s at %s/%s/%s: %s", source, message.topic, message.partition,
                     message.offset, reason)
         value, headers = encode_record(letter)
-        await dead_letters.send(key=source.encode(), value=value, headers=headers)
+        await topic.send(key=source.encode(), value=value, headers=headers)
 
-    async def run(effects: list[Effect]) -> None:
-        """Carry out the pipeline's effects: routes onto the internal topics, records onto
-        the public ones."""
-        for effect in effects:
-            where, key, value, headers = encode_effect(effect)
-            if isinstance(effect, Route):
-                await channels[where].send(key=key, value=value)
-                continue
-            await public[where].send(key=key, value=value, headers=headers)
-            if isinstance(effect, Tombstone):
-                continue
-            record = effect.record
-            if isinstance(record, Attribution):
-                kind = record.status if record.scope.kind == "workload" else record.scope.kind
-                metrics.verdicts.labels(record.domain, kind).inc()
-                log.info("verdict %s %s rev %d %s %s %s", record.scope.kind, record.scope.id, record.revision,
-                         record.cause_code or record.status, record.quality, kind)
-            else:
-                metrics.events.labels(record.type).inc()
+    return dead_letter
 
-    def decode_observation(raw: bytes, limit: int | None = settings.max_message_bytes) -> Observation | str:
-        return decode_record(raw, limit)
 
-    # -- agents ----------------------------------------------------------------------------
-
+def attach_continuity(app: faust.App, channels: dict[str, Any], metrics: Metrics) -> Callable[[Any], Awaitable[None]]:
+    """Offset continuity of the agents' input topics (no holes in their offsets: delete
+    policy, no transactions; :mod:`streams.offsets`): Faust commits no jump in them, each
+    partition's start is checked, and a record after records left out seeks its partition
+    back. Returns the check to run before each record; a timer seeks back again to a gap still
+    open since its last tick (Faust can drop the records read again once more, and a quiet
+    partition brings no record that would ask)."""
     guard = ContinuityGuard()
-    # the agents' input topics without holes in their offsets (delete policy, no
-    # transactions): Faust commits no jump in them, and each partition's start is checked
     app.faultstream_consecutive_topics = frozenset(  # type: ignore[attr-defined]
         channel.get_topic_name() for channel in channels.values())
 
@@ -360,8 +402,6 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     app.faultstream_on_seek = on_seek  # type: ignore[attr-defined]
 
     async def read_again_if_left_out(message: Any) -> None:
-        """Seek the record's partition back when records before it were left out of the stream
-        (:mod:`streams.offsets`)."""
         abandoned = guard.abandoned
         back = guard.seen(message.tp, message.offset, app.consumer_generation_id)
         if guard.abandoned != abandoned:
@@ -374,93 +414,11 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
                     message.topic, message.partition, back, message.offset - 1)
         await app.consumer.seek(message.tp, back)
 
-    @app.agent(topology_in)
-    async def topology_records(stream: Any) -> None:
-        async for item in stream.events():
-            raw: bytes | None = item.value
-            if raw is None:  # a tombstone deletes the topology of the cluster its key names
-                cluster = (item.key or b"").decode("utf-8", "replace").strip()
-                if not cluster:
-                    await dead_letter("agent.topology", "topology tombstone without a cluster key", None, item.message)
-                    metrics.inputs.labels("topology", "dead_lettered").inc()
-                    continue
-                await run(pipeline.delete_topology(cluster))
-                metrics.inputs.labels("topology", "processed").inc()
-                continue
-            # a fleet's topology may be larger than an observation: no size limit here
-            obs = decode_observation(raw, None)
-            if not isinstance(obs, str) and obs.kind != "topology":
-                obs = f"invalid record: expected kind 'topology', got {obs.kind!r}"
-            if isinstance(obs, str):
-                await dead_letter("agent.topology", f"invalid topology record: {obs}", raw, item.message)
-                metrics.inputs.labels("topology", "dead_lettered").inc()
-                continue
-            try:
-                await run(pipeline.ingest(obs))
-            except (ValueError, ValidationError) as exc:  # the pipeline refused it: no traceback
-                await dead_letter("agent.topology", f"invalid topology record: {reason_of(exc)}",
-                                  raw, item.message)
-                metrics.inputs.labels("topology", "dead_lettered").inc()
-                continue
-            except Exception as exc:  # noqa: BLE001 -- a bad record never stops the agent
-                log.exception("topology record %s failed", obs.observation_id)
-                await dead_letter("agent.topology", f"processing error: {type(exc).__name__}: {str(exc)[:300]}",
-                                  raw, item.message)
-                metrics.inputs.labels("topology", "dead_lettered").inc()
-                continue
-            metrics.inputs.labels("topology", "processed").inc()
-
-    outcomes = {(channel, outcome): metrics.inputs.labels(channel, outcome)
-                for channel in ("workload", "fabric") for outcome in ("processed", "dead_lettered")}
-
-    async def apply(channel: str, item: Any) -> None:
-        """One internal record through the pipeline; a bad one is dead-lettered."""
-        await read_again_if_left_out(item.message)
-        try:
-            if item.value is None:
-                raise ValueError("tombstone: no value")
-            parse = parse_workload_message if channel == "workload" else parse_fabric_message
-            message = parse(item.value)
-            key = (item.key or b"").decode()
-        except (ValueError, ValidationError, RecursionError) as exc:
-            # ValidationError and UnicodeDecodeError are ValueErrors
-            await dead_letter(f"agent.{channel}", f"invalid message: {reason_of(exc)}",
-                              item.value, item.message)
-            outcomes[channel, "dead_lettered"].inc()
-            return
-        try:
-            await run(pipeline.apply(channel, key, message, now=time.monotonic()))
-        except Exception as exc:  # noqa: BLE001 -- one bad record never stops the agent
-            log.exception("%s record %r failed", channel, item.key)
-            await dead_letter(f"agent.{channel}", f"processing error: {type(exc).__name__}: {str(exc)[:300]}",
-                              item.value, item.message)
-            outcomes[channel, "dead_lettered"].inc()
-            return
-        outcomes[channel, "processed"].inc()
-
-    @app.agent(channels["workload"])
-    async def correlate(stream: Any) -> None:
-        async for item in stream.events():
-            await apply("workload", item)
-
-    @app.agent(channels["fabric"])
-    async def fabric(stream: Any) -> None:
-        # one record at a time: Faust writes table changelogs only inside stream iteration
-        async for item in stream.events():
-            await apply("fabric", item)
-
-    # -- timers: they only send messages; the agents apply them (and write the tables) -----
-
-    def ready() -> bool:
-        return not app.rebalancing and app.tables.recovery.completed.is_set()
-
     open_before: dict[Any, int] = {}  # the gaps open at the last tick
 
     @app.timer(interval=2.0)
     async def read_open_gaps_again() -> None:
-        """Seek back again to a gap still open since the last tick (Faust can drop the records
-        read again once more, and a quiet partition brings no record that would ask)."""
-        if not ready():
+        if not ready(app):
             return
         now_open = guard.open_gaps()
         assignment = app.consumer.assignment()
@@ -473,24 +431,81 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
         open_before.clear()
         open_before.update(now_open)
 
-    @app.timer(interval=max(0.2, settings.fabric_flush_s / 2))
-    async def fabric_flush() -> None:
+    @app.on_partitions_revoked.connect
+    async def reset_guard(app: faust.App, revoked: set[TP], **kwargs: Any) -> None:
+        guard.reset()
+
+    return read_again_if_left_out
+
+
+def ready(app: faust.App) -> bool:
+    """True when the app is not rebalancing and its tables are recovered."""
+    return not app.rebalancing and app.tables.recovery.completed.is_set()
+
+
+def attach_topology_agent(app: faust.App, topic: Any, pipeline: Pipeline, runner: EffectRunner,
+                          metrics: Metrics) -> None:
+    """The agent of the topology topic: a record is ingested (its fabric window gets the
+    topology), a tombstone deletes the topology of the cluster its key names; a bad one is
+    dead-lettered. No size limit: a fleet's topology may be larger than an observation."""
+    outcome = {o: metrics.inputs.labels("topology", o) for o in ("processed", "dead_lettered")}
+
+    async def refuse(reason: str, raw: bytes | None, message: Any) -> None:
+        await runner.dead_letter("agent.topology", reason, raw, message)
+        outcome["dead_lettered"].inc()
+
+    async def one(item: Any) -> None:
+        raw: bytes | None = item.value
+        if raw is None:
+            cluster = (item.key or b"").decode("utf-8", "replace").strip()
+            if not cluster:
+                return await refuse("topology tombstone without a cluster key", None, item.message)
+            await runner.run(pipeline.delete_topology(cluster))
+            outcome["processed"].inc()
+            return
+        obs = decode_record(raw, None)
+        if not isinstance(obs, str) and obs.kind != "topology":
+            obs = f"invalid record: expected kind 'topology', got {obs.kind!r}"
+        if isinstance(obs, str):
+            return await refuse(f"invalid topology record: {obs}", raw, item.message)
         try:
-            if ready():
-                await run(pipeline.due_flushes(time.monotonic()))
-        except Exception:  # noqa: BLE001 -- a timer must never take the worker down
-            log.exception("fabric flush failed")
+            await runner.run(pipeline.ingest(obs))
+        except (ValueError, ValidationError) as exc:  # the pipeline refused it: no traceback
+            return await refuse(f"invalid topology record: {reason_of(exc)}", raw, item.message)
+        except Exception as exc:  # noqa: BLE001 -- a bad record never stops the agent
+            log.exception("topology record %s failed", obs.observation_id)
+            return await refuse(f"processing error: {type(exc).__name__}: {str(exc)[:300]}", raw, item.message)
+        outcome["processed"].inc()
 
-    periods = [p for p in (config.window.idle_timeout_s, config.window.provisional_interval_s) if p]
-    if periods:  # idle close, and the provisional revisions held back by the minimum interval
+    @app.agent(topic)
+    async def topology_records(stream: Any) -> None:
+        async for item in stream.events():
+            await one(item)
 
-        @app.timer(interval=max(0.5, min(periods) / 4))
-        async def idle_close() -> None:
+
+def attach_timers(app: faust.App, settings: WorkerSettings, pipeline: Pipeline, runner: EffectRunner,
+                  metrics: Metrics) -> None:
+    """The worker's timers. They only send messages (the agents apply them and write the
+    tables): fabric flushes and GPU tables (:meth:`Pipeline.due_flushes`), idle closes and
+    provisional revisions held back (:meth:`Pipeline.idle`); and they sample the open windows
+    and the consumer lag, and return freed heap memory. A failing timer logs and goes on. After
+    a rebalance the pipeline's caches are dropped (rebuilt from the tables)."""
+
+    def every(interval: float, name: str, ticks: Callable[[float], list[Effect]]) -> None:
+        async def tick() -> None:
             try:
-                if ready():
-                    await run(pipeline.idle(time.monotonic()))
+                if ready(app):
+                    await runner.run(ticks(time.monotonic()))
             except Exception:  # noqa: BLE001 -- a timer must never take the worker down
-                log.exception("idle close failed")
+                log.exception("%s failed", name)
+
+        app.timer(interval=interval, name=f"{__name__}.{name}")(tick)
+
+    window = pipeline.config.window
+    every(max(0.2, settings.fabric_flush_s / 2), "fabric flush", pipeline.due_flushes)
+    periods = [p for p in (window.idle_timeout_s, window.provisional_interval_s) if p]
+    if periods:  # idle close, and the provisional revisions held back by the minimum interval
+        every(max(0.5, min(periods) / 4), "idle close", pipeline.idle)
 
     @app.timer(interval=MEMORY_RELEASE_S)
     async def release_freed_memory() -> None:
@@ -500,37 +515,39 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
     @app.on_partitions_revoked.connect
     async def on_revoked(app: faust.App, revoked: set[TP], **kwargs: Any) -> None:
         pipeline.forget()
-        guard.reset()
-
-    def agent_topics() -> set[str]:
-        """The topics agents consume (changelogs are read by table recovery, not agents)."""
-        return {name for agent in app.agents.values() for name in getattr(agent.channel, "topics", ())}
 
     @app.timer(interval=5.0)
     async def report_lag() -> None:
         metrics.open_windows.set(sum(1 for w in pipeline.windows.values() if not w.closed))
-        consumer = app.consumer
-        consumed = agent_topics()
-        for tp in consumer.assignment():
-            if tp.topic not in consumed:
-                continue
-            high = consumer.highwater(tp)
-            if high is None:
-                continue
-            # the high watermark is the next offset to be written; the next offset to read is
-            # one after the last one handed to an agent, else the committed offset
-            read = consumer._read_offset.get(tp)
-            committed = consumer._committed_offset.get(tp)
-            position = read + 1 if read is not None else (committed if committed is not None else 0)
-            metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, high - position))
+        sample_lag(app, metrics)
 
-    ingest_port = free_port() if stage == "all" else None
-    ingest_metrics = f"http://127.0.0.1:{ingest_port}/metrics" if ingest_port else None
+
+def sample_lag(app: faust.App, metrics: Metrics) -> None:
+    """Set ``faultstream_consumer_lag`` of every assigned partition an agent consumes (the
+    changelogs are read by table recovery, not agents): the high watermark less the next
+    offset to read (one after the last handed to an agent, else the committed offset)."""
+    consumer = app.consumer
+    consumed = {name for agent in app.agents.values() for name in getattr(agent.channel, "topics", ())}
+    for tp in consumer.assignment():
+        if tp.topic not in consumed:
+            continue
+        high = consumer.highwater(tp)
+        if high is None:
+            continue
+        read = consumer._read_offset.get(tp)
+        committed = consumer._committed_offset.get(tp)
+        position = read + 1 if read is not None else (committed if committed is not None else 0)
+        metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, high - position))
+
+
+def attach_metrics_page(app: faust.App, metrics: Metrics, ingest_metrics: str | None) -> None:
+    """``/metrics``: the worker's metrics and, with ``ingest_metrics`` (its URL), the ingest
+    stage's, one family per name."""
 
     @app.page("/metrics")
     async def metrics_page(web: Any, request: Any) -> Any:
         body = generate_latest(metrics.registry)
-        if ingest_metrics is not None:  # the ingest stage's, one family per name
+        if ingest_metrics is not None:
             import aiohttp
 
             try:
@@ -540,23 +557,6 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
                 log.warning("the ingest stage's metrics at %s: %s", ingest_metrics, exc)
         return web.bytes(body, content_type="text/plain; version=0.0.4")
-
-    if settings.clickhouse:
-        from streams.store import attach_clickhouse
-
-        attach_clickhouse(app, settings, metrics, observations=observations, events=public["events"],
-                          attributions=public["attributions"], dead_letters=dead_letters,
-                          dead_letter=dead_letter, exit_without_commit=exit_without_commit)
-    from streams.remediate import attach_remediation
-
-    attach_remediation(app, settings, attributions_topic=public["attributions"], dead_letter=dead_letter,
-                       metrics=metrics)
-    if ingest_port is not None:
-        command, env = ingest_command(settings, metrics_port=ingest_port, batch_size=batch_size,
-                                      loglevel=loglevel, log_format=log_format)
-        IngestService.attach(app, command, env=env, join_timeout_s=settings.shutdown_timeout_s,
-                             restarts=metrics.ingest_restarts)
-    return app
 
 
 #: Seconds between an ingest child's death and its restart, by consecutive failure (1st,

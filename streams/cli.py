@@ -215,28 +215,9 @@ def replay(
         cli_fail("--html writes the report of a BUNDLE replay")
     config = _engine_config(recipe)
     if bundle is None:
-        from streams.replay import replay_observations
-
-        observations, plan, report = _read_source(
-            config, from_kafka=from_kafka, clickhouse=clickhouse, since=since, until=until, workload=workload,
-            cluster=cluster, topic_prefix=topic_prefix, bootstrap=bootstrap, kafka_timeout=kafka_timeout,
-            prefilter=True)
-        typer.echo(f"{'Kafka' if from_kafka else 'ClickHouse'}: {report.summary()}, {len(observations):,} selected",
-                   err=True)
-        verdicts, _, _ = replay_observations(observations, config)
-        # the asked workload's verdict first, the rest in replay order (sort is stable)
-        verdicts.sort(key=lambda a: a.scope.kind != "workload" or a.scope.id != plan.focus)
-        if diff:
-            _print_diff(verdicts, clickhouse, json_lines, plan.workloads)
-            return
-        if json_lines:
-            sys.stdout.write("".join(canonical_json(att) + "\n" for att in verdicts))
-            return
-        from streams.render import render_attribution
-
-        out = Console() if Console().is_terminal else Console(width=140)
-        for att in verdicts:
-            render_attribution(att, out)
+        _replay_source(config, from_kafka=from_kafka, clickhouse=clickhouse, since=since, until=until,
+                       workload=workload, cluster=cluster, topic_prefix=topic_prefix, bootstrap=bootstrap,
+                       kafka_timeout=kafka_timeout, diff=diff, json_lines=json_lines)
         return
     if since or until or workload or cluster:
         cli_fail("--since, --until, --workload and --cluster select from --from-kafka or --from-clickhouse, not a bundle")
@@ -256,33 +237,13 @@ def replay(
         _print_diff(result.attributions, clickhouse, json_lines,
                     [a.scope.id for a in result.attributions if a.scope.kind == "workload"])
         return
-    stored = None
-    store_error = None
-    if not no_store:
-        from sinks.clickhouse import ClickHouseSink, SinkError
-
-        try:
-            sink = ClickHouseSink(clickhouse)
-            sink.write_observations(result.observations)
-            sink.write_events(result.events)
-            sink.write_attributions(result.attributions)
-            sink.close()
-            stored = clickhouse
-        except SinkError as exc:
-            # the verdict is still printed; the exit status says it was not stored
-            store_error = (f"ClickHouse: {str(exc).splitlines()[0][:300]} -- the verdicts were not stored "
-                           "(an embedded store is held by one process at a time: use --no-store or another "
-                           "--clickhouse chdb://DIR)")
+    stored, store_error = (None, None) if no_store else _store_replay(result, clickhouse)
     if json_lines:
         sys.stdout.write("".join(canonical_json(att) + "\n" for att in result.attributions))
         if store_error:
             cli_fail(store_error)
         return
-    from streams.render import render_attribution
-
-    out = Console() if Console().is_terminal else Console(width=140)
-    for att in result.attributions:
-        render_attribution(att, out)
+    out = _print_verdicts(result.attributions)
     out.print(
         f"[dim]{result.lines_read:,} lines read, {len(result.events):,} events"
         + (f", stored in {stored}" if stored else "")
@@ -290,6 +251,56 @@ def replay(
     )
     if store_error:
         cli_fail(store_error)
+
+
+def _replay_source(config: Any, *, from_kafka: bool, clickhouse: str, diff: bool, json_lines: bool,
+                   **selection: Any) -> None:
+    """``replay --from-kafka | --from-clickhouse``: read the selected observations
+    (:func:`_read_source`), replay them and print the verdicts (the asked workload's first) or
+    their diff against the stored ones."""
+    from streams.replay import replay_observations
+
+    observations, plan, report = _read_source(config, from_kafka=from_kafka, clickhouse=clickhouse, prefilter=True,
+                                              **selection)
+    typer.echo(f"{'Kafka' if from_kafka else 'ClickHouse'}: {report.summary()}, {len(observations):,} selected",
+               err=True)
+    verdicts, _, _ = replay_observations(observations, config)
+    # the asked workload's verdict first, the rest in replay order (sort is stable)
+    verdicts.sort(key=lambda a: a.scope.kind != "workload" or a.scope.id != plan.focus)
+    if diff:
+        _print_diff(verdicts, clickhouse, json_lines, plan.workloads)
+    elif json_lines:
+        sys.stdout.write("".join(canonical_json(att) + "\n" for att in verdicts))
+    else:
+        _print_verdicts(verdicts)
+
+
+def _store_replay(result: Any, clickhouse: str) -> tuple[str | None, str | None]:
+    """Write a bundle replay's observations, events and verdicts to ClickHouse: (where they
+    were stored, None) or (None, the error to exit with after the verdicts are printed)."""
+    from sinks.clickhouse import ClickHouseSink, SinkError
+
+    try:
+        sink = ClickHouseSink(clickhouse)
+        sink.write_observations(result.observations)
+        sink.write_events(result.events)
+        sink.write_attributions(result.attributions)
+        sink.close()
+        return clickhouse, None
+    except SinkError as exc:
+        return None, (f"ClickHouse: {str(exc).splitlines()[0][:300]} -- the verdicts were not stored "
+                      "(an embedded store is held by one process at a time: use --no-store or another "
+                      "--clickhouse chdb://DIR)")
+
+
+def _print_verdicts(verdicts: list) -> Console:
+    """Render each verdict for a person; returns the console (140 columns off a terminal)."""
+    from streams.render import render_attribution
+
+    out = Console() if Console().is_terminal else Console(width=140)
+    for att in verdicts:
+        render_attribution(att, out)
+    return out
 
 
 # -- bundle: incident bundles (BUNDLE.md) from stored observations -----------------------------
@@ -705,7 +716,7 @@ connect_app = typer.Typer(help="Publish inputs (bundles, log files, ...) to Kafk
 app.add_typer(add_connect_commands(connect_app), name="connect")
 
 
-from streams.remediation_cli import app as remediation_app  # noqa: E402
+from streams.remediation.cli import app as remediation_app  # noqa: E402
 
 app.add_typer(remediation_app, name="remediation")
 

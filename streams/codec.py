@@ -158,8 +158,8 @@ def read_observation(raw: bytes, limit: int | None) -> WireObservation | None:
 
 
 def encode_effect(effect: Effect) -> tuple[str, bytes, bytes | None, Headers | None]:
-    """A pipeline effect as a Kafka record: (where -- the channel of a route, ``workload`` or
-    ``fabric``, or the public topic of a publication or tombstone, ``events`` or
+    """A pipeline effect as a Kafka record: (where -- the channel of a route, ``workload``,
+    ``host`` or ``fabric``, or the public topic of a publication or tombstone, ``events`` or
     ``attributions`` --, key, value, headers). Routes carry
     :func:`schemas.messages.message_json` and no headers; publications the record's canonical
     JSON and the contract's headers (:mod:`schemas.wire`); a tombstone a None value and the

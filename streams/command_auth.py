@@ -17,7 +17,7 @@ without the key. ``command_id`` must be the command's content id
 **Freshness.** ``at`` (UTC ns) is when the sender signed it. A command older than ``max_age_s``
 (300 s) by the worker's clock, or more than ``max_skew_s`` (30 s) in its future, is rejected
 as stale: a captured command cannot be replayed later. The worker never uses ``at`` as the
-decision time; it decides at its own clock (``streams.remediation_runner``).
+decision time; it decides at its own clock (``streams.remediation.runner``).
 
 **Keys** (pydantic-settings, prefix ``FAULTSTREAM_COMMAND_``; :class:`CommandKeySettings`):
 

@@ -13,7 +13,7 @@ confluent-kafka loop::
         (streams.codec.decode_record), which names what is wrong with a bad one
         -> Pipeline.ingest (correlators.pipeline)
         -> the batch's events to one window key gathered (correlators.pipeline.batch_events)
-        -> produce: Route -> <app_id>-by-workload / -by-fabric, Publish -> <prefix>.events,
+        -> produce: Route -> <app_id>-by-workload / -by-host / -by-fabric, Publish -> <prefix>.events,
            scheduler workload records -> the remediation agent's by-cluster topic,
            undecodable or failing records -> <prefix>.deadletter (with the reason)
         -> flush (every delivery confirmed) -> commit the batch's offsets
@@ -39,7 +39,6 @@ Metrics (Prometheus, ``/metrics`` on 127.0.0.1:``--web-port``): the worker's
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -53,13 +52,14 @@ from correlators.config import EngineConfig, WindowPolicy
 from correlators.pipeline import Effect, Pipeline, Publish, batch_events
 from correlators.rules.engine import gc_paused, light_record
 from schemas.deadletter import DeadLetter
+from schemas.messages import message_json
 from schemas.records import Event, Position
 from schemas.wire import Headers, encode_record
 from schemas.topics import DEAD_LETTER_MESSAGE_BYTES
 from streams.codec import decode_record, encode_effect, read_observation
 from streams.memory import release_memory
 from streams.metrics import Metrics
-from streams.remediation_inputs import allocation_message
+from streams.remediation.inputs import allocation_message
 from streams.settings import WorkerSettings
 from transport.kafka_settings import KafkaSettings, with_partitioner
 
@@ -110,13 +110,12 @@ class IngestStage:
         self._processed = self.metrics.inputs.labels("ingest", "processed")
         self._dead_lettered = self.metrics.inputs.labels("ingest", "dead_lettered")
         self.topics = {
-            "workload": f"{settings.app_id}-by-workload",
-            "fabric": f"{settings.app_id}-by-fabric",
+            **{channel: settings.channel_topic(channel) for channel in ("workload", "host", "fabric")},
             "events": settings.topic("events"),
             "attributions": settings.topic("attributions"),
             "deadletter": settings.topic("deadletter"),
         }
-        from streams.remediate import remediation_topic_spec
+        from streams.remediation.agent import remediation_topic_spec
 
         self.remediation_topic = remediation_topic_spec(settings).name if settings.remediation else None
         base = kafka.confluent_config()
@@ -210,7 +209,7 @@ class IngestStage:
             return False
         self._batch.extend(effects)
         if payload is not None:
-            self._produce(self.remediation_topic, payload["cluster"].encode(), json.dumps(payload, sort_keys=True).encode())
+            self._produce(self.remediation_topic, payload.cluster.encode(), message_json(payload))
         return True
 
     # -- the loop ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Sequence
 from connectors.publish import bundle_records
 from correlators.config import EngineConfig
 from correlators.fabric import Fault
-from correlators.pipeline import HOST, InMemoryRouter, Pipeline, Publish, stored_event
+from correlators.pipeline import InMemoryRouter, Pipeline, Publish, stored_event
 from correlators.rules import RulePack
 from correlators.rules.engine import gc_paused
 from schemas.bundle import ExpectedSpec
@@ -109,10 +109,9 @@ def _replay(path: str | Path, config: EngineConfig,
     events: dict[str, Event] = {}
     for wid in sorted(pipeline.windows):
         events.update((e.event_id, e) for e in pipeline.windows[wid].enriched_events())
-    for key, value in sorted(pipeline.stores.window_events.items()):
-        if key.startswith(HOST):
-            event = stored_event(value)
-            events.setdefault(event.event_id, event)
+    for _, value in sorted(pipeline.stores.host_events.items()):  # events no workload claimed
+        event = stored_event(value)
+        events.setdefault(event.event_id, event)
     return ReplayResult(
         attribution=verdicts[0],
         attributions=verdicts,

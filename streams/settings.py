@@ -33,7 +33,7 @@ FAULTSTREAM_PRODUCER_LINGER_MS     the producer waits this long to fill a       
                                    batch (ms); 0 sends each record at once
 FAULTSTREAM_FETCH_MAX_WAIT_MS      the broker holds an empty fetch of the        50
                                    worker's consumer this long (ms)
-FAULTSTREAM_REMEDIATION            remediation agents (streams/remediate.py:     true
+FAULTSTREAM_REMEDIATION            remediation agents (streams/remediation/agent.py:     true
                                    proposals, commands, certifications,
                                    executors; FAULTSTREAM_REMEDIATION_* and
                                    FAULTSTREAM_EXECUTOR_* configure them)
@@ -107,3 +107,8 @@ class WorkerSettings(BaseSettings):
     def topic(self, name: str) -> str:
         """Public topic ``name`` (``observations``, ``events``, ...) under the prefix."""
         return f"{self.topic_prefix}.{name}"
+
+    def channel_topic(self, channel: str) -> str:
+        """The internal topic of a pipeline channel (``workload``, ``host``, ``fabric``):
+        ``<app_id>-by-<channel>``."""
+        return f"{self.app_id}-by-{channel}"

@@ -418,7 +418,7 @@ def observations_from_kafka(
     Raises :class:`SourceError` when the broker does not answer within ``timeout_s`` seconds,
     the topic does not exist, or no message arrives for ``timeout_s`` while some are still
     due. Invalid messages are counted in ``report``."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer
 
     report = report if report is not None else ReadReport()
     consumer = Consumer(dict(config) | {
@@ -429,64 +429,81 @@ def observations_from_kafka(
     })
     where = config.get("bootstrap.servers", "?")
     try:
-        try:
-            meta = consumer.list_topics(topic, timeout=timeout_s)
-        except KafkaException as exc:
-            raise SourceError(f"Kafka at {where} did not answer within {timeout_s:g} s: {_kafka_text(exc)}") from None
-        tmeta = meta.topics.get(topic)
-        if tmeta is None or tmeta.error is not None or not tmeta.partitions:
-            reason = tmeta.error.str() if tmeta is not None and tmeta.error is not None else "no partitions"
-            raise SourceError(f"topic {topic!r} on Kafka at {where}: {reason}")
-        parts = sorted(tmeta.partitions)
-        try:
-            bounds = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s) for p in parts}
-
-            def offsets_at(ns: int | None, default: str) -> dict[int, int]:
-                if ns is None:
-                    return {p: bounds[p][0 if default == "low" else 1] for p in parts}
-                found = consumer.offsets_for_times([TopicPartition(topic, p, _ms_ceil(ns)) for p in parts],
-                                                   timeout=timeout_s)
-                return {tp.partition: (tp.offset if tp.offset >= 0 else bounds[tp.partition][1]) for tp in found}
-
-            start = offsets_at(since_ns, "low")
-            end = offsets_at(until_ns, "high")
-        except KafkaException as exc:
-            raise SourceError(f"Kafka at {where}: offsets of {topic!r}: {_kafka_text(exc)}") from None
-        todo = {p: (start[p], min(end[p], bounds[p][1])) for p in parts if start[p] < min(end[p], bounds[p][1])}
-        if not todo:
-            return
-        consumer.assign([TopicPartition(topic, p, todo[p][0]) for p in sorted(todo)])
-        lo_ms = _ms_ceil(since_ns) if since_ns is not None else None
-        hi_ms = _ms_ceil(until_ns) if until_ns is not None else None
-        remaining = dict(todo)
-        while remaining:
-            batch = consumer.consume(num_messages=1000, timeout=timeout_s)
-            if not batch:
-                raise SourceError(
-                    f"Kafka at {where}: no message for {timeout_s:g} s while {len(remaining)} partition(s) of "
-                    f"{topic!r} had messages left to read")
-            for msg in batch:
-                if msg.error():
-                    raise SourceError(f"Kafka at {where}: {topic!r}: {msg.error().str()}")
-                p, off = msg.partition(), msg.offset()
-                if p not in remaining or off >= remaining[p][1]:
-                    continue
-                if off + 1 >= remaining[p][1]:
-                    del remaining[p]
-                _, ts = msg.timestamp()
-                if (lo_ms is not None and ts < lo_ms) or (hi_ms is not None and ts >= hi_ms):
-                    continue
-                headers = dict(msg.headers() or ())
-                schema = headers.get("schema")
-                if schema is not None and schema != b"Observation":
-                    report.read += 1
-                    report.bad(f"partition {p} offset {off}", f"not an Observation (schema header {schema!r})")
-                    continue
-                obs = _parse(msg.value() or b"", f"partition {p} offset {off}", report)
-                if obs is not None:
-                    yield obs
+        todo = _offset_ranges(consumer, topic, since_ns, until_ns, timeout_s, where)
+        if todo:
+            yield from _read_ranges(consumer, topic, todo, since_ns, until_ns, timeout_s, where, report)
     finally:
         consumer.close()
+
+
+def _offset_ranges(consumer: Any, topic: str, since_ns: int | None, until_ns: int | None, timeout_s: float,
+                   where: str) -> dict[int, tuple[int, int]]:
+    """Partition -> (first offset, end offset) of the messages of ``topic`` in the time range,
+    the partitions with none left out. Raises :class:`SourceError` (see
+    :func:`observations_from_kafka`)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout_s)
+    except KafkaException as exc:
+        raise SourceError(f"Kafka at {where} did not answer within {timeout_s:g} s: {_kafka_text(exc)}") from None
+    tmeta = meta.topics.get(topic)
+    if tmeta is None or tmeta.error is not None or not tmeta.partitions:
+        reason = tmeta.error.str() if tmeta is not None and tmeta.error is not None else "no partitions"
+        raise SourceError(f"topic {topic!r} on Kafka at {where}: {reason}")
+    parts = sorted(tmeta.partitions)
+    try:
+        bounds = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s) for p in parts}
+
+        def offsets_at(ns: int | None, default: str) -> dict[int, int]:
+            if ns is None:
+                return {p: bounds[p][0 if default == "low" else 1] for p in parts}
+            found = consumer.offsets_for_times([TopicPartition(topic, p, _ms_ceil(ns)) for p in parts],
+                                               timeout=timeout_s)
+            return {tp.partition: (tp.offset if tp.offset >= 0 else bounds[tp.partition][1]) for tp in found}
+
+        start = offsets_at(since_ns, "low")
+        end = offsets_at(until_ns, "high")
+    except KafkaException as exc:
+        raise SourceError(f"Kafka at {where}: offsets of {topic!r}: {_kafka_text(exc)}") from None
+    return {p: (start[p], min(end[p], bounds[p][1])) for p in parts if start[p] < min(end[p], bounds[p][1])}
+
+
+def _read_ranges(consumer: Any, topic: str, todo: dict[int, tuple[int, int]], since_ns: int | None,
+                 until_ns: int | None, timeout_s: float, where: str, report: ReadReport) -> Iterator[Observation]:
+    """The observations in ``todo``'s offset ranges whose message time is in the range."""
+    from confluent_kafka import TopicPartition
+
+    consumer.assign([TopicPartition(topic, p, todo[p][0]) for p in sorted(todo)])
+    lo_ms = _ms_ceil(since_ns) if since_ns is not None else None
+    hi_ms = _ms_ceil(until_ns) if until_ns is not None else None
+    remaining = dict(todo)
+    while remaining:
+        batch = consumer.consume(num_messages=1000, timeout=timeout_s)
+        if not batch:
+            raise SourceError(
+                f"Kafka at {where}: no message for {timeout_s:g} s while {len(remaining)} partition(s) of "
+                f"{topic!r} had messages left to read")
+        for msg in batch:
+            if msg.error():
+                raise SourceError(f"Kafka at {where}: {topic!r}: {msg.error().str()}")
+            p, off = msg.partition(), msg.offset()
+            if p not in remaining or off >= remaining[p][1]:
+                continue
+            if off + 1 >= remaining[p][1]:
+                del remaining[p]
+            _, ts = msg.timestamp()
+            if (lo_ms is not None and ts < lo_ms) or (hi_ms is not None and ts >= hi_ms):
+                continue
+            headers = dict(msg.headers() or ())
+            schema = headers.get("schema")
+            if schema is not None and schema != b"Observation":
+                report.read += 1
+                report.bad(f"partition {p} offset {off}", f"not an Observation (schema header {schema!r})")
+                continue
+            obs = _parse(msg.value() or b"", f"partition {p} offset {off}", report)
+            if obs is not None:
+                yield obs
 
 
 def _kafka_text(exc: Exception) -> str:

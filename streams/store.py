@@ -74,23 +74,53 @@ def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Any, *,
     stop retrying once ``app.faultstream_stop`` (an ``asyncio.Event``, set by the worker's
     signal handler) is set or the app stops; then ``exit_without_commit(reason)``
     (:func:`streams.app.exit_without_commit`) ends the process."""
-    from sinks.clickhouse import ClickHouseSink, SinkError
-
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clickhouse")
-    state: dict[str, Any] = {"sink": None}
-    skipped = Counter("faultstream_clickhouse_skipped_total", "records not stored: invalid", ["model"],
-                      registry=metrics.registry)
     stop_event: asyncio.Event = getattr(app, "faultstream_stop", None) or asyncio.Event()
     app.faultstream_stop = stop_event  # type: ignore[attr-defined]
+    w = ClickHouseWriter(app, settings, metrics, dead_letter, exit_without_commit, stop_event)
 
-    def stopping() -> bool:
-        return stop_event.is_set() or app.should_stop
+    def topic(name: str) -> Any:
+        return app.topic(settings.topic(name), value_serializer="raw", key_serializer="raw")
 
-    def write(table: str, records: list[Any]) -> list[tuple[Any, str]]:
+    w.attach(observations, "observations", Observation, 1000)
+    # no other agent reads the events topic: its writer dead-letters what does not validate
+    w.attach(events, "events", Event, 1000, own_input=True)
+    w.attach(attributions, "attributions", Attribution, 100)
+    w.attach(dead_letters, "dead_letters", DeadLetter, 100)
+    # every remediation transition (ReplacingMergeTree(sequence): the latest per action under
+    # FINAL, each transition in remediation_transitions) and every certification
+    w.attach(topic("remediations"), "remediations", RemediationAction, 100)
+    w.attach(topic("certifications"), "certifications", Certification, 100)
+
+
+class ClickHouseWriter:
+    """Batches of a topic's records into their ClickHouse table, in one writer thread, retried
+    with back-off while ClickHouse is down (the agent waits: its offsets are not committed);
+    invalid or refused records are dead-lettered. See :func:`attach_clickhouse`."""
+
+    def __init__(self, app: faust.App, settings: WorkerSettings, metrics: Any,
+                 dead_letter: Callable[[str, str, bytes | None, Any], Awaitable[None]],
+                 exit_without_commit: Callable[[str], Any], stop_event: asyncio.Event) -> None:
+        self.app = app
+        self.settings = settings
+        self.metrics = metrics
+        self.dead_letter = dead_letter
+        self.exit_without_commit = exit_without_commit
+        self.stop_event = stop_event
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clickhouse")
+        self.sink: Any = None
+        self.skipped = Counter("faultstream_clickhouse_skipped_total", "records not stored: invalid", ["model"],
+                               registry=metrics.registry)
+
+    def stopping(self) -> bool:
+        return self.stop_event.is_set() or self.app.should_stop
+
+    def _write(self, table: str, records: list[Any]) -> list[tuple[Any, str]]:
         """Write ``records`` (in the writer thread); returns the ones ClickHouse refused."""
-        if state["sink"] is None:
-            state["sink"] = ClickHouseSink(settings.clickhouse)
-        sink = state["sink"]
+        from sinks.clickhouse import ClickHouseSink
+
+        if self.sink is None:
+            self.sink = ClickHouseSink(self.settings.clickhouse)
+        sink = self.sink
         refused: list[tuple[Any, str]] = []
         {"observations": sink.write_observations, "events": sink.write_events,
          "attributions": sink.write_attributions, "dead_letters": sink.write_dead_letters,
@@ -98,21 +128,24 @@ def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Any, *,
          }[table](records, on_reject=lambda rec, reason: refused.append((rec, reason)))
         return refused
 
-    async def sleep(seconds: float) -> None:
+    async def _sleep(self, seconds: float) -> None:
         # the back-off ends early when the worker is asked to stop
         try:
-            await asyncio.wait_for(stop_event.wait(), timeout=seconds)
+            await asyncio.wait_for(self.stop_event.wait(), timeout=seconds)
         except asyncio.TimeoutError:
             pass
 
-    async def refuse(table: str, event: Any, reason: str) -> None:
-        await dead_letter(f"sink.clickhouse.{table}", reason, event.value, event.message)
+    async def _refuse(self, table: str, event: Any, reason: str) -> None:
+        await self.dead_letter(f"sink.clickhouse.{table}", reason, event.value, event.message)
 
-    async def store(table: str, batch: list[Any], model: type[BaseModel], own_input: bool) -> None:
+    async def store(self, table: str, batch: list[Any], model: type[BaseModel], own_input: bool) -> None:
+        """Validate and write one batch of ``table``'s topic."""
+        from sinks.clickhouse import SinkError
+
         invalid: list[tuple[Any, str]] = []
-        records = valid(model, batch, skipped, invalid if own_input else None)
+        records = valid(model, batch, self.skipped, invalid if own_input else None)
         for event, reason in invalid:
-            await refuse(table, event, reason)
+            await self._refuse(table, event, reason)
         if not records:
             return
         loop = asyncio.get_running_loop()
@@ -120,44 +153,33 @@ def attach_clickhouse(app: faust.App, settings: WorkerSettings, metrics: Any, *,
         try:
             async for attempt in AsyncRetrying(
                 retry=retry_if_exception_type(SinkError),
-                stop=lambda _: stopping(),
+                stop=lambda _: self.stopping(),
                 wait=wait_exponential(multiplier=0.5, max=30),
-                sleep=sleep,
+                sleep=self._sleep,
                 before_sleep=lambda rs: log.warning("ClickHouse write failed (%s); retrying", rs.outcome.exception()),
                 reraise=True,
             ):
                 with attempt:
-                    refused = await loop.run_in_executor(executor, write, table, [r for r, _ in records])
+                    refused = await loop.run_in_executor(self.executor, self._write, table, [r for r, _ in records])
         except SinkError as exc:
             # asked to stop while the batch waits: exit without committing its offsets
-            exit_without_commit(f"stopping while {len(records)} {table} records wait for ClickHouse ({exc})")
+            self.exit_without_commit(f"stopping while {len(records)} {table} records wait for ClickHouse ({exc})")
         by_record = {id(rec): event for rec, event in records}
         for rec, reason in refused:
-            skipped.labels(model.__name__).inc()
+            self.skipped.labels(model.__name__).inc()
             log.warning("%s not stored in ClickHouse: %s", model.__name__, reason)
             event = by_record.get(id(rec))
             if table != "dead_letters" and event is not None:
-                await refuse(table, event, reason)
-        metrics.clickhouse_rows.labels(table).inc(len(records) - len(refused))
+                await self._refuse(table, event, reason)
+        self.metrics.clickhouse_rows.labels(table).inc(len(records) - len(refused))
 
-    def writer(topic: Any, table: str, model: type[BaseModel], size: int, *, own_input: bool = False) -> None:
+    def attach(self, topic: Any, table: str, model: type[BaseModel], size: int, *, own_input: bool = False) -> None:
+        """An agent writing ``topic``'s records to ``table`` in batches of up to ``size``."""
+
         async def agent(stream: Any) -> None:
             async for batch in stream.take_events(size, within=1.0):
-                await store(table, batch, model, own_input)
+                await self.store(table, batch, model, own_input)
 
         agent.__name__ = f"store_{table}"
         agent.__qualname__ = f"store_{table}"
-        app.agent(topic, name=f"streams.store.store_{table}")(agent)
-
-    def topic(name: str) -> Any:
-        return app.topic(settings.topic(name), value_serializer="raw", key_serializer="raw")
-
-    writer(observations, "observations", Observation, 1000)
-    # no other agent reads the events topic: its writer dead-letters what does not validate
-    writer(events, "events", Event, 1000, own_input=True)
-    writer(attributions, "attributions", Attribution, 100)
-    writer(dead_letters, "dead_letters", DeadLetter, 100)
-    # every remediation transition (ReplacingMergeTree(sequence): the latest per action under
-    # FINAL, each transition in remediation_transitions) and every certification
-    writer(topic("remediations"), "remediations", RemediationAction, 100)
-    writer(topic("certifications"), "certifications", Certification, 100)
+        self.app.agent(topic, name=f"streams.store.store_{table}")(agent)

@@ -1,7 +1,7 @@
 """The incident explorer (``faultstream ui``) and the pieces the HTML report shares with it.
 
 * :mod:`streams.ui.app` -- the Starlette app: pages, the JSON endpoint of the live list, login
-  and the approve / reject path (:func:`create_app`);
+  and the approve / reject path (:func:`create_ui_app`);
 * :mod:`streams.ui.queries` -- the read-only, parameterised ClickHouse queries
   (:class:`~streams.ui.queries.IncidentStore`);
 * :mod:`streams.ui.views` -- what each page shows, computed from records (pure);

@@ -67,14 +67,14 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from streams.remediation_cli import ACTIVE
+from streams.remediation.cli import ACTIVE
 import streams.ui.views as views
 from streams.ui.commands import CommandPublisher, DecisionRefused, PublishFailed, decide
 from streams.ui.queries import IncidentFilter, IncidentRow, IncidentStore, StoreError
 from streams.ui.render import Links, render
 from streams.ui.settings import UISettings, UISettingsError
 
-__all__ = ["LIST_HEADERS", "build_publisher", "create_app", "list_row"]
+__all__ = ["LIST_HEADERS", "build_publisher", "create_ui_app", "list_row"]
 
 _LINKS = Links()
 _MAX_PARAM = 200
@@ -207,7 +207,231 @@ def _time_param(request: Request, name: str) -> tuple[str, int | None]:
     return text, (parse_time(text) if text else None)
 
 
-def create_app(settings: UISettings, *, store: IncidentStore | None = None,
+class _Explorer:
+    """The explorer's request handlers over ``store`` (see :func:`create_ui_app`)."""
+
+    def __init__(self, settings: UISettings, store: IncidentStore, publisher: CommandPublisher | None,
+                 users: dict[str, bytes]) -> None:
+        self.settings = settings
+        self.store = store
+        self.publisher = publisher
+        self.users = users
+        self.version = _version()
+        self.commands = publisher is not None
+
+    def session(self, request: Request) -> dict[str, Any]:
+        return request.session if self.commands else {}
+
+    def auth_of(self, request: Request) -> AuthView:
+        if not self.commands:
+            return AuthView()
+        s = request.session
+        if "csrf" not in s:
+            s["csrf"] = secrets.token_urlsafe(32)
+        publisher = self.publisher
+        return AuthView(True, s.get("user", ""), s["csrf"], publisher.keyring.signing_key_id(), publisher.topic)
+
+    def page(self, request: Request, template: str, name: str, status_code: int = 200, **kw: Any) -> HTMLResponse:
+        flashes = self.session(request).pop("flash", []) if self.commands else []
+        ctx = {"links": _LINKS, "auth": self.auth_of(request), "page": name, "flashes": flashes,
+               "version": self.version, "csp": "", "in_report": False, "report_title": "", **kw}
+        return HTMLResponse(render(template, ctx), status_code=status_code)
+
+    def flash(self, request: Request, kind: str, text: str) -> None:
+        request.session.setdefault("flash", []).append([kind, text])
+
+    def error_page(self, request: Request, status_code: int, heading: str, message: str) -> HTMLResponse:
+        return self.page(request, "error.html", "error", status_code=status_code, status_code_=status_code,
+                         heading=heading, message=message)
+
+    # -- the incident list --------------------------------------------------------------------
+
+    def _filter(self, request: Request) -> tuple[IncidentFilter, dict[str, str]]:
+        since, since_ns = _time_param(request, "since")
+        until, until_ns = _time_param(request, "until")
+        limit = _param(request, "limit")
+        flt = IncidentFilter(cluster=_param(request, "cluster"), domain=_param(request, "domain"),
+                             root_cause=_param(request, "root_cause"), quality=_param(request, "quality"),
+                             status=_param(request, "status"), scope_kind=_param(request, "scope"),
+                             since_ns=since_ns, until_ns=until_ns,
+                             limit=int(limit) if limit.isdigit() else 200)
+        shown = {"cluster": flt.cluster, "domain": flt.domain, "root_cause": flt.root_cause,
+                 "quality": flt.quality, "status": flt.status, "scope": flt.scope_kind, "since": since,
+                 "until": until}
+        return flt, shown
+
+    def incident_list(self, request: Request) -> HTMLResponse:
+        error = ""
+        try:
+            flt, shown = self._filter(request)
+        except ValueError as exc:
+            error = str(exc)
+            flt, shown = IncidentFilter(), {}
+        rows = [list_row(r) for r in self.store.incidents(flt)]
+        query = urlencode({k: v for k, v in shown.items() if v})
+        return self.page(request, "list.html", "list", status_code=400 if error else 200, rows=rows, flt=flt,
+                    facets=self.store.facets(), since=shown.get("since", ""), until=shown.get("until", ""),
+                    error=error, headers=LIST_HEADERS, poll_s=self.settings.poll_s,
+                    live_url="/api/incidents" + (f"?{query}" if query else ""))
+
+    def api_incidents(self, request: Request) -> JSONResponse:
+        try:
+            flt, _ = self._filter(request)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        rows = [list_row(r) for r in self.store.incidents(flt)]
+        return JSONResponse({"count": len(rows), "refreshed": time.strftime("%H:%M:%S", time.gmtime()), "rows": rows})
+
+    # -- one verdict --------------------------------------------------------------------------
+
+    def incident(self, request: Request) -> HTMLResponse:
+        aid = request.path_params["attribution_id"]
+        if len(aid) > _MAX_PARAM:
+            raise HTTPException(404, "no such verdict")
+        att = self.store.attribution(aid)
+        if att is None:
+            raise HTTPException(404, f"no verdict {aid} in the store")
+        events = self.store.events(views.incident_event_ids(att))
+        observations = self.store.observations(views.incident_observation_ids(att))
+        members = self.store.attributions(att.members) if att.members else []
+        actions = self.store.actions(attribution_ids=[aid], incident_ids=[att.incident_id] if att.incident_id else [])
+        transitions = self.store.transitions([a.action_id for a in actions])
+        v = views.incident_view(att, events, observations, revisions=self.store.revisions(aid), actions=actions,
+                                transitions=transitions, members=members)
+        return self.page(request, "incident.html", "incident", v=v)
+
+    # -- fabric, node, remediation ------------------------------------------------------------
+
+    def fabric(self, request: Request) -> HTMLResponse:
+        error = ""
+        cluster = _param(request, "cluster")
+        try:
+            since, since_ns = _time_param(request, "since")
+            until, until_ns = _time_param(request, "until")
+        except ValueError as exc:
+            error, since, until, since_ns, until_ns = str(exc), "", "", None, None
+        f = views.fabric_view(self.store.fabric_verdicts(cluster, since_ns, until_ns))
+        return self.page(request, "fabric.html", "fabric", status_code=400 if error else 200, f=f, cluster=cluster,
+                    clusters=self.store.facets().clusters, since=since, until=until, error=error)
+
+    def node(self, request: Request) -> HTMLResponse:
+        host = _param(request, "host")
+        cluster = _param(request, "cluster")
+        if not host:
+            raise HTTPException(400, "name a node: /node?host=node-a01")
+        verdicts = self.store.node_verdicts(host, cluster)
+        actions = self.store.actions(host=host, cluster=cluster)
+        n = views.node_view(host, cluster, verdicts, actions, self.store.transitions([a.action_id for a in actions]),
+                            self.store.certifications(host, cluster), self.store.node_event_counts(host, cluster))
+        cause_times = {a.attribution_id: views.cause_time(a) for a in verdicts}
+        return self.page(request, "node.html", "node", n=n, cause_times=cause_times)
+
+    def remediations(self, request: Request) -> HTMLResponse:
+        state = _param(request, "state") or "active"
+        cluster = _param(request, "cluster")
+        if state == "active":
+            states: list[str] | None = list(ACTIVE)
+        elif state == "all":
+            states = None
+        elif state in _STATES:
+            states = [state]
+        else:
+            raise HTTPException(400, f"unknown state {state!r}: active, all or one of {', '.join(_STATES)}")
+        actions = self.store.actions(states=states, cluster=cluster)
+        transitions = self.store.transitions([a.action_id for a in actions])
+        vs = [views.ActionView(a, transitions.get(a.action_id, []), views.target_label(a)) for a in actions]
+        return self.page(request, "remediations.html", "remediations", views=vs, state=state, cluster=cluster,
+                    clusters=self.store.facets().clusters)
+
+    def healthz(self, request: Request) -> PlainTextResponse:
+        self.store.facets()
+        return PlainTextResponse("ok")
+
+    # -- authentication and decisions (only with self.commands allowed) ------------------------------
+
+    def same_origin(self, request: Request) -> bool:
+        origin = request.headers.get("origin")
+        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+            return False
+        site = request.headers.get("sec-fetch-site")
+        return site is None or site in ("same-origin", "none")
+
+    async def checked_form(self, request: Request) -> dict[str, str]:
+        """The POSTed form after the CSRF and origin checks; HTTPException 403 otherwise."""
+        if not self.same_origin(request):
+            raise HTTPException(403, "cross-origin request refused")
+        form = await request.form(max_files=0, max_fields=10, max_part_size=16_384)
+        token = form.get("csrf")
+        expected = request.session.get("csrf")
+        if not isinstance(token, str) or not expected or not hmac.compare_digest(token.encode(), expected.encode()):
+            raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
+        return {k: v for k, v in form.items() if isinstance(v, str)}
+
+    def login_form(self, request: Request) -> HTMLResponse:
+        return self.page(request, "login.html", "login", error="")
+
+    async def login(self, request: Request) -> Response:
+        form = await self.checked_form(request)
+        name, token = form.get("name", "").strip(), form.get("token", "")
+        known = self.users.get(name)
+        # compare against a dummy for unknown names so both paths cost the same
+        ok = hmac.compare_digest(token.encode(), known if known is not None else secrets.token_bytes(32))
+        if known is None or not ok:
+            return self.page(request, "login.html", "login", status_code=401, error="wrong name or token")
+        request.session.clear()
+        request.session["user"] = name
+        request.session["csrf"] = secrets.token_urlsafe(32)
+        self.flash(request, "ok", f"logged in as {name}")
+        return RedirectResponse("/remediations", status_code=303)
+
+    async def logout(self, request: Request) -> Response:
+        await self.checked_form(request)
+        request.session.clear()
+        return RedirectResponse("/", status_code=303)
+
+    async def decide_route(self, request: Request) -> Response:
+        from starlette.concurrency import run_in_threadpool
+
+        user = request.session.get("user")
+        if not user:
+            raise HTTPException(403, "log in to approve or reject: no session")
+        form = await self.checked_form(request)
+        action_id = request.path_params["action_id"]
+        command = form.get("command", "")
+        back = "/remediations"
+        try:
+            action = await run_in_threadpool(self.store.action, action_id)
+            sent = await run_in_threadpool(decide, command, action, action_id, by=user,
+                                           reason=form.get("reason", ""), publish=self.publisher.publish)
+        except DecisionRefused as exc:
+            self.flash(request, "err", f"not sent: {exc}")
+            return RedirectResponse(back, status_code=303)
+        except PublishFailed as exc:
+            self.flash(request, "err", f"signed but not sent: {exc}")
+            return RedirectResponse(back, status_code=303)
+        self.flash(request, "ok", f"{command} of {action_id} by {user}: {sent.command.command_id} signed with key "
+                             f"{sent.command.key_id} and sent to {sent.topic}; the worker records the transition")
+        return RedirectResponse(back, status_code=303)
+
+    # -- errors and assembly --------------------------------------------------------------------
+
+    async def http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
+        headings = {400: "Bad request", 403: "Refused", 404: "Not found", 405: "Not allowed"}
+        message = exc.detail
+        if exc.status_code == 405:
+            message = "This explorer is read-only: start it with --allow-self.commands (and a command key) to decide."
+        return self.error_page(request, exc.status_code, headings.get(exc.status_code, "Error"), message)
+
+    async def store_error(self, request: Request, exc: Exception) -> Response:
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": str(exc)}, status_code=503)
+        return self.error_page(request, 503, "The self.store did not answer", str(exc))
+
+
+def create_ui_app(settings: UISettings, *, store: IncidentStore | None = None,
                publisher: CommandPublisher | None = None) -> Starlette:
     """The explorer over ``store`` (default: opened from ``settings.clickhouse``; closed when
     the app shuts down only if opened here). With ``settings.allow_commands``: the UI users of
@@ -225,236 +449,25 @@ def create_app(settings: UISettings, *, store: IncidentStore | None = None,
         publisher = None
     own_store = store is None
     store = store or IncidentStore(settings.clickhouse, database=settings.database)
-    version = _version()
-    commands = publisher is not None
-
-    def session(request: Request) -> dict[str, Any]:
-        return request.session if commands else {}
-
-    def auth_of(request: Request) -> AuthView:
-        if not commands:
-            return AuthView()
-        s = request.session
-        if "csrf" not in s:
-            s["csrf"] = secrets.token_urlsafe(32)
-        return AuthView(True, s.get("user", ""), s["csrf"], publisher.keyring.signing_key_id(), publisher.topic)
-
-    def page(request: Request, template: str, name: str, status_code: int = 200, **kw: Any) -> HTMLResponse:
-        flashes = session(request).pop("flash", []) if commands else []
-        ctx = {"links": _LINKS, "auth": auth_of(request), "page": name, "flashes": flashes, "version": version,
-               "csp": "", "in_report": False, "report_title": "", **kw}
-        return HTMLResponse(render(template, ctx), status_code=status_code)
-
-    def flash(request: Request, kind: str, text: str) -> None:
-        request.session.setdefault("flash", []).append([kind, text])
-
-    def error_page(request: Request, status_code: int, heading: str, message: str) -> HTMLResponse:
-        return page(request, "error.html", "error", status_code=status_code, status_code_=status_code,
-                    heading=heading, message=message)
-
-    # -- the incident list --------------------------------------------------------------------
-
-    def _filter(request: Request) -> tuple[IncidentFilter, dict[str, str]]:
-        since, since_ns = _time_param(request, "since")
-        until, until_ns = _time_param(request, "until")
-        limit = _param(request, "limit")
-        flt = IncidentFilter(cluster=_param(request, "cluster"), domain=_param(request, "domain"),
-                             root_cause=_param(request, "root_cause"), quality=_param(request, "quality"),
-                             status=_param(request, "status"), scope_kind=_param(request, "scope"),
-                             since_ns=since_ns, until_ns=until_ns,
-                             limit=int(limit) if limit.isdigit() else 200)
-        shown = {"cluster": flt.cluster, "domain": flt.domain, "root_cause": flt.root_cause,
-                 "quality": flt.quality, "status": flt.status, "scope": flt.scope_kind, "since": since,
-                 "until": until}
-        return flt, shown
-
-    def incident_list(request: Request) -> HTMLResponse:
-        error = ""
-        try:
-            flt, shown = _filter(request)
-        except ValueError as exc:
-            error = str(exc)
-            flt, shown = IncidentFilter(), {}
-        rows = [list_row(r) for r in store.incidents(flt)]
-        query = urlencode({k: v for k, v in shown.items() if v})
-        return page(request, "list.html", "list", status_code=400 if error else 200, rows=rows, flt=flt,
-                    facets=store.facets(), since=shown.get("since", ""), until=shown.get("until", ""),
-                    error=error, headers=LIST_HEADERS, poll_s=settings.poll_s,
-                    live_url="/api/incidents" + (f"?{query}" if query else ""))
-
-    def api_incidents(request: Request) -> JSONResponse:
-        try:
-            flt, _ = _filter(request)
-        except ValueError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        rows = [list_row(r) for r in store.incidents(flt)]
-        return JSONResponse({"count": len(rows), "refreshed": time.strftime("%H:%M:%S", time.gmtime()), "rows": rows})
-
-    # -- one verdict --------------------------------------------------------------------------
-
-    def incident(request: Request) -> HTMLResponse:
-        aid = request.path_params["attribution_id"]
-        if len(aid) > _MAX_PARAM:
-            raise HTTPException(404, "no such verdict")
-        att = store.attribution(aid)
-        if att is None:
-            raise HTTPException(404, f"no verdict {aid} in the store")
-        events = store.events(views.incident_event_ids(att))
-        observations = store.observations(views.incident_observation_ids(att))
-        members = store.attributions(att.members) if att.members else []
-        actions = store.actions(attribution_ids=[aid], incident_ids=[att.incident_id] if att.incident_id else [])
-        transitions = store.transitions([a.action_id for a in actions])
-        v = views.incident_view(att, events, observations, revisions=store.revisions(aid), actions=actions,
-                                transitions=transitions, members=members)
-        return page(request, "incident.html", "incident", v=v)
-
-    # -- fabric, node, remediation ------------------------------------------------------------
-
-    def fabric(request: Request) -> HTMLResponse:
-        error = ""
-        cluster = _param(request, "cluster")
-        try:
-            since, since_ns = _time_param(request, "since")
-            until, until_ns = _time_param(request, "until")
-        except ValueError as exc:
-            error, since, until, since_ns, until_ns = str(exc), "", "", None, None
-        f = views.fabric_view(store.fabric_verdicts(cluster, since_ns, until_ns))
-        return page(request, "fabric.html", "fabric", status_code=400 if error else 200, f=f, cluster=cluster,
-                    clusters=store.facets().clusters, since=since, until=until, error=error)
-
-    def node(request: Request) -> HTMLResponse:
-        host = _param(request, "host")
-        cluster = _param(request, "cluster")
-        if not host:
-            raise HTTPException(400, "name a node: /node?host=node-a01")
-        verdicts = store.node_verdicts(host, cluster)
-        actions = store.actions(host=host, cluster=cluster)
-        n = views.node_view(host, cluster, verdicts, actions, store.transitions([a.action_id for a in actions]),
-                            store.certifications(host, cluster), store.node_event_counts(host, cluster))
-        cause_times = {a.attribution_id: views.cause_time(a) for a in verdicts}
-        return page(request, "node.html", "node", n=n, cause_times=cause_times)
-
-    def remediations(request: Request) -> HTMLResponse:
-        state = _param(request, "state") or "active"
-        cluster = _param(request, "cluster")
-        if state == "active":
-            states: list[str] | None = list(ACTIVE)
-        elif state == "all":
-            states = None
-        elif state in _STATES:
-            states = [state]
-        else:
-            raise HTTPException(400, f"unknown state {state!r}: active, all or one of {', '.join(_STATES)}")
-        actions = store.actions(states=states, cluster=cluster)
-        transitions = store.transitions([a.action_id for a in actions])
-        vs = [views.ActionView(a, transitions.get(a.action_id, []), views.target_label(a)) for a in actions]
-        return page(request, "remediations.html", "remediations", views=vs, state=state, cluster=cluster,
-                    clusters=store.facets().clusters)
-
-    def healthz(request: Request) -> PlainTextResponse:
-        store.facets()
-        return PlainTextResponse("ok")
-
-    # -- authentication and decisions (only with commands allowed) ------------------------------
-
-    def same_origin(request: Request) -> bool:
-        origin = request.headers.get("origin")
-        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
-            return False
-        site = request.headers.get("sec-fetch-site")
-        return site is None or site in ("same-origin", "none")
-
-    async def checked_form(request: Request) -> dict[str, str]:
-        """The POSTed form after the CSRF and origin checks; HTTPException 403 otherwise."""
-        if not same_origin(request):
-            raise HTTPException(403, "cross-origin request refused")
-        form = await request.form(max_files=0, max_fields=10, max_part_size=16_384)
-        token = form.get("csrf")
-        expected = request.session.get("csrf")
-        if not isinstance(token, str) or not expected or not hmac.compare_digest(token.encode(), expected.encode()):
-            raise HTTPException(403, "missing or wrong CSRF token: reload the page and try again")
-        return {k: v for k, v in form.items() if isinstance(v, str)}
-
-    def login_form(request: Request) -> HTMLResponse:
-        return page(request, "login.html", "login", error="")
-
-    async def login(request: Request) -> Response:
-        form = await checked_form(request)
-        name, token = form.get("name", "").strip(), form.get("token", "")
-        known = users.get(name)
-        # compare against a dummy for unknown names so both paths cost the same
-        ok = hmac.compare_digest(token.encode(), known if known is not None else secrets.token_bytes(32))
-        if known is None or not ok:
-            return page(request, "login.html", "login", status_code=401, error="wrong name or token")
-        request.session.clear()
-        request.session["user"] = name
-        request.session["csrf"] = secrets.token_urlsafe(32)
-        flash(request, "ok", f"logged in as {name}")
-        return RedirectResponse("/remediations", status_code=303)
-
-    async def logout(request: Request) -> Response:
-        await checked_form(request)
-        request.session.clear()
-        return RedirectResponse("/", status_code=303)
-
-    async def decide_route(request: Request) -> Response:
-        from starlette.concurrency import run_in_threadpool
-
-        user = request.session.get("user")
-        if not user:
-            raise HTTPException(403, "log in to approve or reject: no session")
-        form = await checked_form(request)
-        action_id = request.path_params["action_id"]
-        command = form.get("command", "")
-        back = "/remediations"
-        try:
-            action = await run_in_threadpool(store.action, action_id)
-            sent = await run_in_threadpool(decide, command, action, action_id, by=user,
-                                           reason=form.get("reason", ""), publish=publisher.publish)
-        except DecisionRefused as exc:
-            flash(request, "err", f"not sent: {exc}")
-            return RedirectResponse(back, status_code=303)
-        except PublishFailed as exc:
-            flash(request, "err", f"signed but not sent: {exc}")
-            return RedirectResponse(back, status_code=303)
-        flash(request, "ok", f"{command} of {action_id} by {user}: {sent.command.command_id} signed with key "
-                             f"{sent.command.key_id} and sent to {sent.topic}; the worker records the transition")
-        return RedirectResponse(back, status_code=303)
-
-    # -- errors and assembly --------------------------------------------------------------------
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
-        headings = {400: "Bad request", 403: "Refused", 404: "Not found", 405: "Not allowed"}
-        message = exc.detail
-        if exc.status_code == 405:
-            message = "This explorer is read-only: start it with --allow-commands (and a command key) to decide."
-        return error_page(request, exc.status_code, headings.get(exc.status_code, "Error"), message)
-
-    async def store_error(request: Request, exc: Exception) -> Response:
-        if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": str(exc)}, status_code=503)
-        return error_page(request, 503, "The store did not answer", str(exc))
+    h = _Explorer(settings, store, publisher, users)
 
     routes = [
-        Route("/", incident_list),
-        Route("/api/incidents", api_incidents),
-        Route("/incidents/{attribution_id}", incident),
-        Route("/fabric", fabric),
-        Route("/node", node),
-        Route("/remediations", remediations),
-        Route("/healthz", healthz),
+        Route("/", h.incident_list),
+        Route("/api/incidents", h.api_incidents),
+        Route("/incidents/{attribution_id}", h.incident),
+        Route("/fabric", h.fabric),
+        Route("/node", h.node),
+        Route("/remediations", h.remediations),
+        Route("/healthz", h.healthz),
         Mount("/static", StaticFiles(packages=[("streams.ui", "static")]), name="static"),
     ]
     middleware = [Middleware(_SecurityHeaders)]
-    if commands:
+    if h.commands:
         routes += [
-            Route("/login", login_form, methods=["GET"]),
-            Route("/login", login, methods=["POST"]),
-            Route("/logout", logout, methods=["POST"]),
-            Route("/remediations/{action_id}/decide", decide_route, methods=["POST"]),
+            Route("/login", h.login_form, methods=["GET"]),
+            Route("/login", h.login, methods=["POST"]),
+            Route("/logout", h.logout, methods=["POST"]),
+            Route("/remediations/{action_id}/decide", h.decide_route, methods=["POST"]),
         ]
         secret = (settings.session_secret.get_secret_value() if settings.session_secret is not None
                   else secrets.token_urlsafe(48))
@@ -469,7 +482,7 @@ def create_app(settings: UISettings, *, store: IncidentStore | None = None,
             store.close()
 
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
-                    exception_handlers={HTTPException: http_error, StoreError: store_error})
+                    exception_handlers={HTTPException: h.http_error, StoreError: h.store_error})
     app.state.store = store
     app.state.settings = settings
     return app
@@ -482,6 +495,6 @@ def serve(settings: UISettings, *, log_level: str = "info") -> None:
     taken."""
     import uvicorn
 
-    app = create_app(settings)
+    app = create_ui_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level, access_log=False,
                 server_header=False, proxy_headers=False)

@@ -1,5 +1,5 @@
 """Remediation decisions from the explorer: the signed command path of ``faultstream
-remediation approve | reject`` (``streams.remediation_cli``), without the command line.
+remediation approve | reject`` (``streams.remediation.cli``), without the command line.
 
 A decision is checked against the action's latest state as ClickHouse holds it (the CLI reads
 the compacted ``remediations`` topic; the worker checks again either way), becomes a
@@ -25,7 +25,7 @@ from typing import Any
 
 from schemas.records import RemediationAction, RemediationCommand
 from streams.command_auth import Keyring, sign
-from streams.remediation_cli import ALLOWED
+from streams.remediation.cli import ALLOWED
 
 __all__ = ["DECISIONS", "MAX_REASON", "CommandPublisher", "DecisionRefused", "PublishFailed", "Sent", "decide"]
 

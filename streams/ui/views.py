@@ -593,20 +593,8 @@ def incident_view(
             cause_item = next(i for i in items if i.event_id == first.event_id)
     inferred = False
     if cause_mark is None and att.root_cause is not None:
-        # a cause inferred from a pattern (a rank that never logged the wait the others did):
-        # on the culprit's lane, when the earliest symptom began
-        lane_keys = [lane.key for lane in lanes]
-        host = att.culprits.hosts[0] if att.culprits.hosts else None
-        rank = att.culprits.ranks[0] if att.culprits.ranks else None
-        key = next((k for k in ((host, rank), (host, None)) if k in lane_keys), None)
-        if key is None and host is not None:
-            lanes.insert(0, Lane((host, None), host, culprit=True, host=host, href_params={"host": host}))
-            key = (host, None)
-        effective = [i.at for i in items if i.role == "symptom"]
-        if key is not None:
-            at = min(effective) if effective else att.window.start
-            cause_mark = Mark(key, at, "root", f"{format_ts(at)} inferred cause {att.cause_code}: {att.root_cause.text}",
-                              host=key[0], rank=key[1])
+        cause_mark = _inferred_cause(att, lanes, items)
+        if cause_mark is not None:
             marks.append(cause_mark)
             inferred = True
     if cause_mark is not None:
@@ -623,16 +611,7 @@ def incident_view(
         logged = event.at if event is not None else item.at
         began = event.began_at if event is not None and event.began_at is not None and event.began_at < event.at else None
         rows.append(EvidenceRow(item, logged, began, _lines(item, observations), item.event_id == root_id))
-
-    groups: dict[str, list[EvidenceItem]] = defaultdict(list)
-    for item in items:
-        if item.role == "symptom":
-            groups[item.type].append(item)
-    back_ids = {b.event_id for b in back_dated}
-    symptom_groups = sorted(
-        (SymptomGroup(t, len(g), sorted({i.host for i in g}), format_ranks(i.rank for i in g if i.rank is not None),
-                      sum(i.event_id in back_ids for i in g))
-         for t, g in groups.items()), key=lambda s: (-s.count, s.type))
+    symptom_groups = _symptom_groups(items, {b.event_id for b in back_dated})
 
     ordered_revisions = sorted(revisions, key=lambda a: a.revision)
     action_views = [ActionView(a, list(transitions.get(a.action_id, [])), target_label(a))
@@ -646,6 +625,37 @@ def incident_view(
         cause_item=cause_item, culprit_gpus=[gpu_label(g) for g in att.culprits.gpus], missing_events=missing,
         cause_inferred=inferred,
     )
+
+
+def _inferred_cause(att: Attribution, lanes: list, items: Sequence[EvidenceItem]) -> Mark | None:
+    """The mark of a cause inferred from a pattern (a rank that never logged the wait the
+    others did): on the culprit's lane (added when it has none), when the earliest symptom
+    began; None without a culprit host."""
+    lane_keys = [lane.key for lane in lanes]
+    host = att.culprits.hosts[0] if att.culprits.hosts else None
+    rank = att.culprits.ranks[0] if att.culprits.ranks else None
+    key = next((k for k in ((host, rank), (host, None)) if k in lane_keys), None)
+    if key is None and host is not None:
+        lanes.insert(0, Lane((host, None), host, culprit=True, host=host, href_params={"host": host}))
+        key = (host, None)
+    if key is None:
+        return None
+    effective = [i.at for i in items if i.role == "symptom"]
+    at = min(effective) if effective else att.window.start
+    return Mark(key, at, "root", f"{format_ts(at)} inferred cause {att.cause_code}: {att.root_cause.text}",
+                host=key[0], rank=key[1])
+
+
+def _symptom_groups(items: Sequence[EvidenceItem], back_ids: set[str]) -> list[SymptomGroup]:
+    """The symptom items by type (most first): count, hosts, ranks, how many were back-dated."""
+    groups: dict[str, list[EvidenceItem]] = defaultdict(list)
+    for item in items:
+        if item.role == "symptom":
+            groups[item.type].append(item)
+    return sorted(
+        (SymptomGroup(t, len(g), sorted({i.host for i in g}), format_ranks(i.rank for i in g if i.rank is not None),
+                      sum(i.event_id in back_ids for i in g))
+         for t, g in groups.items()), key=lambda s: (-s.count, s.type))
 
 
 def incident_event_ids(att: Attribution) -> list[str]:

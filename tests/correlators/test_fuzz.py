@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from correlators.config import EngineConfig
 from correlators.pipeline import Pipeline, Route, Stores
-from schemas.messages import message_json, parse_fabric_message, parse_workload_message
+from schemas.messages import PARSERS, message_json
 from schemas.records import Observation, canonical_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def real_records() -> tuple[list[dict], dict[str, list[dict]]]:
         # the head records (workload, topology), then a sample of the lines
         observations += [json.loads(canonical_json(r)) for r in records[:3] + records[3::40][:30]]
     pipeline = Pipeline(EngineConfig.default(window=WindowPolicy(idle_timeout_s=None)))
-    messages: dict[str, list[dict]] = {"workload": [], "fabric": []}
+    messages: dict[str, list[dict]] = {"workload": [], "host": [], "fabric": []}
     for data in observations:
         for effect in pipeline.ingest(Observation.model_validate(data)):
             if isinstance(effect, Route) and len(messages[effect.channel]) < 40:
@@ -168,7 +168,7 @@ def test_pipeline_refuses_a_record_without_its_spec_clearly(attributes: dict) ->
 
 
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), channel=st.sampled_from(["workload", "fabric"]))
+@given(data=st.data(), channel=st.sampled_from(["workload", "host", "fabric"]))
 def test_pipeline_apply_fails_clearly_or_gives_effects(data: Any, channel: str) -> None:
     observations, messages = real_records()
     pipeline = Pipeline(EngineConfig.default())
@@ -180,7 +180,7 @@ def test_pipeline_apply_fails_clearly_or_gives_effects(data: Any, channel: str) 
         st.binary(max_size=64).map(lambda b: b.decode("latin-1")),
     ))
     key = data.draw(st.one_of(st.just(item["key"]), st.text(max_size=12)))
-    parse = parse_workload_message if channel == "workload" else parse_fabric_message
+    parse = PARSERS[channel]
     before = snapshot(pipeline.stores)
     try:
         message = parse(raw)
@@ -246,6 +246,7 @@ def test_worker_agents_survive_fuzzed_records_and_every_sink_progresses(stream_e
         f"{prefix}.topology": garbage(topology),
         f"{prefix}.remediation-commands": garbage([command]),
         f"{app_id}-by-workload": garbage([m["value"] for m in messages["workload"]]),
+        f"{app_id}-by-host": garbage([m["value"] for m in messages["host"]]),
         f"{app_id}-by-fabric": garbage([m["value"] for m in messages["fabric"]]),
     }
     producer = Producer(with_partitioner({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 10_000_000}))
@@ -288,7 +289,7 @@ def test_worker_agents_survive_fuzzed_records_and_every_sink_progresses(stream_e
         # every record on a topic is read by its agent and either processed or dead-lettered
         ins = {agent: high_watermarks(kafka_bootstrap, topic) for agent, topic in (
             ("ingest", f"{prefix}.observations"), ("topology", f"{prefix}.topology"),
-            ("workload", f"{app_id}-by-workload"), ("fabric", f"{app_id}-by-fabric"))}
+            ("workload", f"{app_id}-by-workload"), ("host", f"{app_id}-by-host"), ("fabric", f"{app_id}-by-fabric"))}
         outs = {agent: agents(m, agent) for agent in ins}
         if ins == outs:
             break

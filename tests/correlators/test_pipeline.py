@@ -18,8 +18,9 @@ import pytest
 
 from connectors.publish import bundle_records
 from correlators.config import EngineConfig, WindowPolicy
-from correlators.pipeline import HOST, InMemoryRouter, Pipeline, Publish, Route, Stores, Tombstone, batch_events
-from correlators.windows import FabricWindow, WorkloadIndex, WorkloadWindow
+from correlators.pipeline import InMemoryRouter, Pipeline, Publish, Route, Stores, Tombstone, batch_events
+from correlators.fabric_window import FabricWindow
+from correlators.windows import WorkloadIndex, WorkloadWindow
 from schemas.bundle import WorkloadSpec
 from schemas.messages import (
     ClaimMessage,
@@ -31,6 +32,7 @@ from schemas.messages import (
     SpanMessage,
     SpecMessage,
     TopologyMessage,
+    PARSERS,
     parse_fabric_message,
     parse_workload_message,
     message_json,
@@ -59,7 +61,7 @@ def live_run(records: list[Observation], config: EngineConfig = LIVE, stores: St
     ingest = stage or pipeline
     router = InMemoryRouter(pipeline)
     now = 0.0
-    parse = {"workload": parse_workload_message, "fabric": parse_fabric_message}
+    parse = PARSERS
 
     def drain() -> None:
         while router.queue:
@@ -264,15 +266,17 @@ def test_pipeline_resent_scheduler_record_does_not_reopen_a_closed_window() -> N
 def test_events_before_their_workload_wait_in_the_host_window_and_are_claimed() -> None:
     p = Pipeline(EngineConfig.default())
     event = xid_event("node-a01", T0 + 60 * S)
-    assert p.apply("workload", f"{HOST}c1/node-a01", EventMessage(event=event)) == []
+    assert p.apply("host", "c1/node-a01", EventMessage(event=event)) == []
+    assert list(p.stores.host_events) == [f"c1/node-a01\x1f{event.event_id}"]
     span = Span.of(spec("job-1", ["node-a01"], T0, T0 + 600 * S))
-    out = p.apply("workload", f"{HOST}c1/node-a01", ClaimMessage(span=span))
+    out = p.apply("host", "c1/node-a01", ClaimMessage(span=span))
     assert [(r.key, r.message.event.event_id) for r in out if isinstance(r, Route)] == [("c1/job-1", event.event_id)]
-    assert not any(k.startswith(HOST) for k in p.stores.window_events)
+    assert not p.stores.host_events and not p.stores.window_events
+    assert p.stores.host_meta["c1/node-a01"]["claims"] == [["job-1", span.start, span.end]]
     # an event outside every claim stays
     late = xid_event("node-a01", T0 + 10_000 * S)
-    assert p.apply("workload", f"{HOST}c1/node-a01", EventMessage(event=late)) == []
-    assert [k for k in p.stores.window_events if k.startswith(HOST)] == [f"{HOST}c1/node-a01\x1f{late.event_id}"]
+    assert p.apply("host", "c1/node-a01", EventMessage(event=late)) == []
+    assert list(p.stores.host_events) == [f"c1/node-a01\x1f{late.event_id}"]
 
 
 def test_a_workload_record_claims_each_host_with_its_span_on_that_host() -> None:
@@ -285,7 +289,7 @@ def test_a_workload_record_claims_each_host_with_its_span_on_that_host() -> None
     claims = [r for r in routes if isinstance(r.message, ClaimMessage)]
     assert len(whole.nodes) >= 2 and len(claims) == len(whole.nodes)
     for host, route in zip(whole.nodes, claims):
-        assert route.key == f"{HOST}{whole.cluster}/{host}"
+        assert (route.channel, route.key) == ("host", f"{whole.cluster}/{host}")
         span = route.message.span
         assert span.nodes == [host]
         assert (span.workload_id, span.cluster, span.start, span.end) == (
@@ -352,16 +356,16 @@ def test_gpu_facts_from_telemetry_without_a_workload_id_reach_the_window() -> No
     assert run_routes(p, p.ingest(obs)) == []  # collected: a sampling round may hold more GPUs
     assert p.due_flushes(0.0) == []  # not yet held for a whole flush interval
     sent = p.due_flushes(1.0)
-    assert [(r.key, r.message.gpus) for r in sent] == [("host:c1/node-a01", {"0000:9c:00": 3})]
+    assert [(r.channel, r.key, r.message.gpus) for r in sent] == [("host", "c1/node-a01", {"0000:9c:00": 3})]
     run_routes(p, sent)
     assert p.ingest(obs) == [] and p.due_flushes(10.0) == []  # the same sample again: nothing new
     s1 = spec("job-1", ["node-a01"], T0, T0 + 600 * S)
     span = Span.of(s1)
     run_routes(p, [Route("workload", "c1/job-1", SpecMessage(spec=s1)),
-                   Route("workload", "host:c1/node-a01", ClaimMessage(span=span))])
+                   Route("host", "c1/node-a01", ClaimMessage(span=span))])
     w = p.windows["c1/job-1"]
     assert w.gpus() == {}  # no event of the job names a GPU of the host: its facts are not read
-    run_routes(p, [Route("workload", "host:c1/node-a01", EventMessage(event=xid_event("node-a01", T0 + 60 * S)))])
+    run_routes(p, [Route("host", "c1/node-a01", EventMessage(event=xid_event("node-a01", T0 + 60 * S)))])
     assert w.gpus() == {("node-a01", "0000:9c:00"): 3} and w.history() == []
 
 
@@ -372,11 +376,11 @@ def test_host_facts_go_only_to_workloads_with_an_event_naming_a_gpu_of_the_host(
     span = Span.of(s1)
     messages = [
         Route("workload", "c1/job-1", SpecMessage(spec=s1)),
-        Route("workload", "host:c1/node-a01", ClaimMessage(span=span.on("node-a01"))),
-        Route("workload", "host:c1/node-a02", ClaimMessage(span=span.on("node-a02"))),
-        Route("workload", "host:c1/node-a01", GpuMessage(host="node-a01", gpus={"0000:9c:00": 3})),
-        Route("workload", "host:c1/node-a02", GpuMessage(host="node-a02", gpus={"0000:9c:00": 5})),
-        Route("workload", "host:c1/node-a01", InterestMessage(workload_id="job-1")),
+        Route("host", "c1/node-a01", ClaimMessage(span=span.on("node-a01"))),
+        Route("host", "c1/node-a02", ClaimMessage(span=span.on("node-a02"))),
+        Route("host", "c1/node-a01", GpuMessage(host="node-a01", gpus={"0000:9c:00": 3})),
+        Route("host", "c1/node-a02", GpuMessage(host="node-a02", gpus={"0000:9c:00": 5})),
+        Route("host", "c1/node-a01", InterestMessage(workload_id="job-1")),
     ]
     for seed in range(6):
         order = messages[1:]
@@ -418,12 +422,12 @@ def test_node_history_reaches_later_jobs_in_any_order_and_not_the_jobs_own() -> 
 
     messages = [
         Route("workload", "c1/job-1", SpecMessage(spec=s1)), Route("workload", "c1/job-2", SpecMessage(spec=s2)),
-        Route("workload", "host:c1/node-a01", ClaimMessage(span=Span.of(s1))),
-        Route("workload", "host:c1/node-a01", ClaimMessage(span=Span.of(s2))),
-        Route("workload", "host:c1/node-a01", HistoryMessage(workload_id="job-1", event=first)),
-        Route("workload", "host:c1/node-a01", HistoryMessage(workload_id="job-2", event=own)),
-        Route("workload", "host:c1/node-a01", HistoryMessage(workload_id="job-2", event=own)),  # redelivered
-        Route("workload", "host:c2/node-a01", HistoryMessage(workload_id="job-9", event=other)),  # another cluster
+        Route("host", "c1/node-a01", ClaimMessage(span=Span.of(s1))),
+        Route("host", "c1/node-a01", ClaimMessage(span=Span.of(s2))),
+        Route("host", "c1/node-a01", HistoryMessage(workload_id="job-1", event=first)),
+        Route("host", "c1/node-a01", HistoryMessage(workload_id="job-2", event=own)),
+        Route("host", "c1/node-a01", HistoryMessage(workload_id="job-2", event=own)),  # redelivered
+        Route("host", "c2/node-a01", HistoryMessage(workload_id="job-9", event=other)),  # another cluster
     ]
     states = set()
     for seed in range(6):
@@ -446,12 +450,12 @@ def test_an_xid_routed_by_its_host_window_is_the_jobs_own_not_its_history() -> N
     early, later = xid_event("node-a01", T0 - 60 * S, xid=31), xid_event("node-a01", T0 + 3700 * S, xid=31)
     from schemas.messages import HistoryMessage
 
-    host = "host:c1/node-a01"
+    host = "c1/node-a01"
     messages = [
         Route("workload", "c1/job-1", SpecMessage(spec=s1)), Route("workload", "c1/job-2", SpecMessage(spec=s2)),
-        Route("workload", host, ClaimMessage(span=Span.of(s1))), Route("workload", host, ClaimMessage(span=Span.of(s2))),
-        Route("workload", host, EventMessage(event=early)), Route("workload", host, HistoryMessage(event=early)),
-        Route("workload", host, EventMessage(event=later)), Route("workload", host, HistoryMessage(event=later)),
+        Route("host", host, ClaimMessage(span=Span.of(s1))), Route("host", host, ClaimMessage(span=Span.of(s2))),
+        Route("host", host, EventMessage(event=early)), Route("host", host, HistoryMessage(event=early)),
+        Route("host", host, EventMessage(event=later)), Route("host", host, HistoryMessage(event=later)),
     ]
     for seed in range(8):
         order = messages[:2] + random.Random(seed).sample(messages[2:], len(messages) - 2)
@@ -499,6 +503,12 @@ def test_messages_round_trip_and_bad_ones_are_refused() -> None:
     assert parse_fabric_message(message_json(msg)) == msg
     with pytest.raises(ValidationError):
         parse_workload_message(b'{"kind": "flush"}')  # a fabric message on the workload channel
+    with pytest.raises(ValidationError):
+        PARSERS["host"](b'{"kind": "close"}')  # a workload message on the host channel
+    claim = ClaimMessage(span=Span.of(spec("job-1", ["node-a01"], T0, None)))
+    assert PARSERS["host"](message_json(claim)) == claim
+    with pytest.raises(ValidationError):
+        parse_workload_message(message_json(claim))  # a host message on the workload channel
     with pytest.raises(ValidationError):
         parse_fabric_message(b'{"kind": "event", "event": {"type": "gpu.xid"}}')
     with pytest.raises(ValidationError):
@@ -655,13 +665,13 @@ def test_batch_events_keeps_each_keys_order_and_gathers_only_uninterrupted_runs(
     for _ in range(200):
         effects = []
         for i in range(rnd.randrange(0, 40)):
-            key = rnd.choice(["c/job-1", "c/job-2", f"{HOST}c/node-a01"])
+            channel, key = rnd.choice([("workload", "c/job-1"), ("workload", "c/job-2"), ("host", "c/node-a01")])
             ev = xid_event("node-a01", T0 + i * S, xid=rnd.choice([13, 31, 79]))
             pick = rnd.random()
             if pick < 0.6:
-                effects.append(Route("workload", key, EventMessage(event=ev)))
+                effects.append(Route(channel, key, EventMessage(event=ev)))
             elif pick < 0.75:
-                effects.append(Route("workload", key, HistoryMessage(event=ev)))
+                effects.append(Route(channel, key, HistoryMessage(event=ev)))
             elif pick < 0.9:
                 effects.append(Route("fabric", "c", EventMessage(event=ev)))
             else:
@@ -670,7 +680,7 @@ def test_batch_events_keeps_each_keys_order_and_gathers_only_uninterrupted_runs(
         got = batch_events(effects, limit=limit)
         assert _per_key(_expand(got)) == _per_key(_expand(effects))
         # what is not a workload event stays in its relative order
-        others = lambda xs: [x for x in _expand(xs) if not (x[0] == "workload" and x[2] == "event")]  # noqa: E731
+        others = lambda xs: [x for x in _expand(xs) if not (x[0] in ("workload", "host") and x[2] == "event")]  # noqa: E731
         assert others(got) == others(effects)
         for e in got:
             if isinstance(e, Route) and isinstance(e.message, EventsMessage):
@@ -679,17 +689,18 @@ def test_batch_events_keeps_each_keys_order_and_gathers_only_uninterrupted_runs(
         assert _expand(batch_events(got, limit=limit)) == _expand(got)
         # gathered as far as the limit allows: two events of one key that follow each other
         # (no message of that key between them) are apart only when the first one's is full
-        last: dict[str, tuple[int, int]] = {}  # key -> (index in got, events there) of its last event message
+        last: dict[tuple[str, str], tuple[int, int]] = {}  # (channel, key) -> (index in got, events there) of its last event message
         for i, e in enumerate(got):
-            if not (isinstance(e, Route) and e.channel == "workload"):
+            if not (isinstance(e, Route) and e.channel in ("workload", "host")):
                 continue
+            where = (e.channel, e.key)
             if isinstance(e.message, (EventMessage, EventsMessage)):
                 n = len(e.message.events) if isinstance(e.message, EventsMessage) else 1
-                if e.key in last:
-                    assert last[e.key][1] == limit, (limit, effects)
-                last[e.key] = (i, n)
+                if where in last:
+                    assert last[where][1] == limit, (limit, effects)
+                last[where] = (i, n)
             else:
-                last.pop(e.key, None)
+                last.pop(where, None)
     with pytest.raises(ValueError, match="at least 1"):
         batch_events([], limit=0)
 
@@ -706,10 +717,10 @@ def test_an_events_message_is_its_events_one_by_one() -> None:
     def run(gathered: bool) -> tuple[list, list]:
         p = Pipeline(LIVE)
         applied = []
-        host = f"{HOST}c1/node-a01"
-        p.apply("workload", host, ClaimMessage(span=Span.of(sp)), now=1.0)
+        host = "c1/node-a01"
+        p.apply("host", host, ClaimMessage(span=Span.of(sp)), now=1.0)
         msgs = [EventsMessage(events=events)] if gathered else [EventMessage(event=e) for e in events]
-        out = [e for m in msgs for e in p.apply("workload", host, m, now=1.0)]
+        out = [e for m in msgs for e in p.apply("host", host, m, now=1.0)]
         forwarded = [r for r in out if isinstance(r, Route) and r.key == wid]
         p.apply("workload", wid, SpecMessage(spec=sp), now=1.0)
         for r in forwarded:

@@ -55,8 +55,8 @@ from schemas.records import (
 )
 from sinks.executors import DryRunExecutor, ExecutorSettings, KubernetesExecutor, SlurmExecutor, WebhookExecutor
 from streams.command_auth import CommandKeyError, CommandKeySettings, Keyring, authenticate, sign
-from streams.remediation_inputs import CommandInvalid, decode_command
-from streams.remediation_runner import RemediationRunner
+from streams.remediation.inputs import CommandInvalid, decode_command
+from streams.remediation.runner import RemediationRunner
 
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS
@@ -604,7 +604,7 @@ def test_bad_key_settings_are_clear_errors(tmp_path, monkeypatch):
 
 
 def test_the_cli_refuses_an_empty_reason_and_sending_without_a_key(monkeypatch):
-    from streams.remediation_cli import app
+    from streams.remediation.cli import app
 
     for name in ("FAULTSTREAM_COMMAND_KEYS", "FAULTSTREAM_COMMAND_KEY_FILE", "FAULTSTREAM_COMMAND_SIGNING_KEY"):
         monkeypatch.delenv(name, raising=False)
@@ -627,16 +627,16 @@ def test_the_workers_workload_records_give_the_allocation(tmp_path):
     from connectors.bundle import BundleConnector
     from connectors.publish import workload_observation
     from schemas.records import Observation
-    from streams.remediation_inputs import allocation_message
+    from streams.remediation.inputs import allocation_message
 
     conn = BundleConnector(all_bundle(tmp_path))
     record = Observation.model_validate_json(canonical_json(workload_observation(conn)))
     payload = allocation_message(record)
-    assert payload == {"kind": "workload", "cluster": "c1", "workload_id": "job-1", "nodes": ["node-a01"],
-                       "at": conn.workload.end_ns}
+    assert payload.model_dump() == {"kind": "workload", "cluster": "c1", "workload_id": "job-1",
+                                    "nodes": ["node-a01"], "at": conn.workload.end_ns}
     line = next(o for o in conn.observations() if o.kind == "log_line")
     assert allocation_message(line) is None
     runner = RemediationRunner(RemediationEngine(DRAIN, fleet_size=8), ExecutorSettings(clusters={}))
-    runner.handle_workload(payload["cluster"], payload["workload_id"], payload["nodes"], payload["at"])
+    runner.handle_workload(payload.cluster, payload.workload_id, payload.nodes, payload.at)
     out = runner.handle_attribution(one_node("node-a01", "x", T0, workload="job-1"))
     assert [(a.action, a.target.host) for a in out] == [("drain", "node-a01"), ("drain", "node-a01")]

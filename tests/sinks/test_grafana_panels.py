@@ -17,7 +17,7 @@ What is in the store (one chDB directory for the module, written the way faultst
   ends), from the pipeline in live mode (provisional revisions, then final ones), as the
   worker's ClickHouse writer stores them: the time-to-first-verdict panels read revision 1;
 * the remediation transitions the worker's remediation agent makes for those verdicts: one
-  :class:`streams.remediation_runner.RemediationRunner` per cluster (the worker shards by
+  :class:`streams.remediation.runner.RemediationRunner` per cluster (the worker shards by
   cluster) with the cluster's topology, the workloads' allocations, the packaged policy and a
   deployment breaker of 25 % (c1 has two nodes: rc15's drain of node-a02 trips it), and a
   person's commands: approvals (dry-run executions, a certification returning node-a02), a
@@ -61,8 +61,8 @@ from schemas.utc import parse_utc
 from sinks.clickhouse import ClickHouseSink
 from sinks.executors import ExecutorSettings
 from streams.codec import decode_record
-from streams.remediation_inputs import allocation_message
-from streams.remediation_runner import RemediationRunner
+from streams.remediation.inputs import allocation_message
+from streams.remediation.runner import RemediationRunner
 
 pytestmark = pytest.mark.clickhouse
 
@@ -215,7 +215,7 @@ def remediation_scenario(verdicts: list[Attribution], observations: list[Observa
     # the deployment's breaker: at most a quarter of a cluster out within 5 minutes
     guards = policy.guards.model_copy(update={"circuit_breaker": CircuitBreakerSettings(max_fraction=0.25)})
     topologies: dict[str, TopologySpec] = {}
-    allocations: list[dict[str, Any]] = []
+    allocations: list[Any] = []
     for obs in [*observations, *stream_observations]:
         if obs.kind == "topology":
             topologies[obs.cluster] = TopologySpec.model_validate(obs.attributes.get("topology"))
@@ -232,7 +232,7 @@ def remediation_scenario(verdicts: list[Attribution], observations: list[Observa
         return runners[cluster]
 
     for m in allocations:
-        runner(m["cluster"]).handle_workload(m["cluster"], m["workload_id"], m["nodes"], m["at"])
+        runner(m.cluster).handle_workload(m.cluster, m.workload_id, m.nodes, m.at)
 
     records: list[RemediationAction] = []
     letters: list[DeadLetter] = []
@@ -251,7 +251,7 @@ def remediation_scenario(verdicts: list[Attribution], observations: list[Observa
         result = runner(cmd.cluster).apply_command(cmd, at=at)
         log.append(f"{cmd.command} {cmd.action_id}: {result.outcome} {result.detail}")
         records.extend(result.records)
-        if result.outcome == "rejected":  # as streams/remediate.py dead-letters it
+        if result.outcome == "rejected":  # as streams/remediation/agent.py dead-letters it
             letters.append(DeadLetter(
                 source="agent.remediation", reason=f"command rejected: {result.detail}",
                 original=canonical_json(cmd).encode(), original_key=(cmd.action_id or "").encode(),
@@ -268,7 +268,7 @@ def remediation_scenario(verdicts: list[Attribution], observations: list[Observa
                                     CertificationTest(name="pcie", result="pass")]).with_id()
         stale: list[str] = []
         records.extend(runner(cluster).handle_certification(cert, stale))
-        for reason in stale:  # as streams/remediate.py dead-letters it
+        for reason in stale:  # as streams/remediation/agent.py dead-letters it
             letters.append(DeadLetter(
                 source="agent.remediation", reason=f"certification not applied: {reason}",
                 original=canonical_json(cert).encode(), original_key=host.encode(),

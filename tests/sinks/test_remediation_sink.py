@@ -21,7 +21,7 @@ from correlators.remediation import RemediationEngine, load_policy
 from schemas.records import Certification, CertificationTest, RemediationAction, RemediationCommand
 from sinks.clickhouse import ClickHouseSink
 from sinks.executors import ExecutorSettings
-from streams.remediation_runner import RemediationRunner
+from streams.remediation.runner import RemediationRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "examples" / "incidents" / "public-rc15-pcie-aer-xid79-multinode"

@@ -37,15 +37,16 @@ def test_a_jump_is_committed_past_only_in_topics_with_holes(tmp_path: Path) -> N
     async def gaps() -> dict[str, list[tuple[int, int]]]:
         app = create_app(WorkerSettings(data_dir=tmp_path, remediation=False, app_id="fs-t"),
                          KafkaSettings(bootstrap_servers="127.0.0.1:1"), stage="correlate")
-        assert app.faultstream_consecutive_topics == {"fs-t-by-workload", "fs-t-by-fabric"}
+        assert app.faultstream_consecutive_topics == {"fs-t-by-workload", "fs-t-by-host", "fs-t-by-fabric"}
         out = {}
-        for topic in ("fs-t-by-workload", "fs-t-by-fabric", "faultstream.topology"):
+        for topic in ("fs-t-by-workload", "fs-t-by-host", "fs-t-by-fabric", "faultstream.topology"):
             tp = TP(topic, 0)
             await app.consumer._add_gap(tp, 5, 9)
             out[topic] = sorted((iv.begin, iv.end) for iv in app.consumer._gap[tp])
         return out
 
-    assert asyncio.run(gaps()) == {"fs-t-by-workload": [], "fs-t-by-fabric": [], "faultstream.topology": [(5, 10)]}
+    assert asyncio.run(gaps()) == {"fs-t-by-workload": [], "fs-t-by-host": [], "fs-t-by-fabric": [],
+                                   "faultstream.topology": [(5, 10)]}
 
 
 def test_a_record_missing_right_after_the_commit_holds_the_commit_back(tmp_path: Path) -> None:

@@ -138,7 +138,7 @@ def test_worker_json_logs_on_a_real_broker(kafka_bootstrap, kafka_topic_factory,
         for suffix in ("observations", "events", "attributions", "remediations", "deadletter",
                        "topology", "certifications"):
             kafka_topic_factory.track(f"{prefix}.{suffix}")
-        for internal in ("by-workload", "window_meta-changelog", "window_events-changelog", "window_facts-changelog",
+        for internal in ("by-workload", "by-host", "host_meta-changelog", "host_events-changelog", "window_meta-changelog", "window_events-changelog", "window_facts-changelog",
                          "__assignor-__leader"):
             kafka_topic_factory.track(f"{app_id}-{internal}")
 

@@ -1,5 +1,5 @@
-"""Remediation driven end to end (``streams/remediate.py``, ``streams/remediation_runner.py``,
-``streams/remediation_cli.py``).
+"""Remediation driven end to end (``streams/remediation/agent.py``, ``streams/remediation/runner.py``,
+``streams/remediation/cli.py``).
 
 * The Kafka-free :class:`RemediationRunner` with the **real Slurm** (``slurm_cluster``, Slurm
   22.05 on this machine): a final GPU verdict naming the Slurm node -> a drain (policy mode
@@ -55,7 +55,7 @@ from schemas.records import (
 )
 from sinks.executors import ExecutionResult, ExecutorSettings
 from streams.command_auth import Keyring, authenticate, sign
-from streams.remediation_runner import CommandRejected, RemediationRunner
+from streams.remediation.runner import CommandRejected, RemediationRunner
 from tests.slurm_fixtures import slurm_cluster  # noqa: F401
 from tests.streams.test_stream import consume, publish, stream_env  # noqa: F401
 from transport.kafka_settings import with_partitioner

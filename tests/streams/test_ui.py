@@ -254,22 +254,22 @@ def loaded(store_url) -> Loaded:
 
 @pytest.fixture(scope="module")
 def readonly(store_url) -> Iterator[ServerThread]:
-    from streams.ui.app import create_app
+    from streams.ui.app import create_ui_app
 
     url = store_url[0]
-    with IncidentStore(url) as store, ServerThread(create_app(UISettings(clickhouse=url, poll_s=1), store=store)) as srv:
+    with IncidentStore(url) as store, ServerThread(create_ui_app(UISettings(clickhouse=url, poll_s=1), store=store)) as srv:
         yield srv
 
 
 def _command_app(url: str, store: IncidentStore, bootstrap: str, topic: str) -> Any:
-    from streams.ui.app import create_app
+    from streams.ui.app import create_ui_app
     from transport.kafka_settings import KafkaSettings
 
     publisher = CommandPublisher(Keyring({"ops-1": COMMAND_SECRET.encode()}),
                                  KafkaSettings(bootstrap_servers=bootstrap, security_protocol="PLAINTEXT"),
                                  topic, timeout_s=3)
     settings = UISettings(clickhouse=url, allow_commands=True, tokens={"alice": UI_TOKEN})
-    return create_app(settings, store=store, publisher=publisher)
+    return create_ui_app(settings, store=store, publisher=publisher)
 
 
 @pytest.fixture(scope="module")

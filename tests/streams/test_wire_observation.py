@@ -71,7 +71,7 @@ def exact(value: Any) -> Any:
 
 
 def state(pipeline: Pipeline) -> Any:
-    return copy.deepcopy((pipeline._gpus_new, pipeline._gpus_sent, pipeline._gpus_still))
+    return copy.deepcopy((pipeline.gpu_tables.new, pipeline.gpu_tables.sent, pipeline.gpu_tables.unchanged))
 
 
 def same_record(raw: bytes, pipeline: Pipeline = PIPELINE) -> WireObservation | None:

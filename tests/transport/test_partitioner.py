@@ -6,7 +6,7 @@ session's real broker:
 
 * ``record-producer``: :class:`transport.kafka.RecordProducer` (librdkafka), the producer of
   the connectors (``connectors.registry.make_producer``) and of the CLI
-  (``streams.remediation_cli``);
+  (``streams.remediation.cli``);
 * ``worker``: ``aiokafka.AIOKafkaProducer`` with the partitioner of the worker's own Faust
   producer (``streams.app.create_app(...).producer.partitioner``; Faust builds its aiokafka
   producer with that object);

@@ -9,7 +9,7 @@
   decoded) as the remediation agent's ``workload`` message (the nodes a verdict about that
   workload may target).
 
-Used by :mod:`streams.remediate` (the Faust agents).
+Used by :mod:`streams.remediation.agent` (the Faust agents).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from schemas.deadletter import reason_of
+from schemas.messages import AllocationMessage
 from schemas.records import SCHEMA_VERSION, RemediationCommand
 from streams.command_auth import CommandAuthError, Keyring, authenticate
 
@@ -64,11 +65,11 @@ def decode_command(raw: bytes, keyring: Keyring, now_ns: int, *, max_age_s: floa
     return cmd
 
 
-def allocation_message(obs: Any) -> dict[str, Any] | None:
-    """The remediation agent's ``workload`` message for an observation that is a scheduler
-    workload record (``kind`` ``scheduler_event``, ``format`` ``workload_yaml``):
-    ``{"kind": "workload", "cluster", "workload_id", "nodes", "at"}`` (``at``: its end, else
-    its start, UTC ns); None for any other observation. Raises ``ValidationError`` for a
+def allocation_message(obs: Any) -> AllocationMessage | None:
+    """The remediation agent's :class:`~schemas.messages.AllocationMessage` for an observation
+    that is a scheduler workload record (``kind`` ``scheduler_event``, ``format``
+    ``workload_yaml``): cluster, workload id, nodes and ``at`` (its end, else its start, UTC
+    ns); None for any other observation. Raises ``ValidationError`` for a
     workload record whose spec does not validate."""
     if obs.kind != "scheduler_event" or obs.format != "workload_yaml":
         return None
@@ -78,5 +79,5 @@ def allocation_message(obs: Any) -> dict[str, Any] | None:
     cluster = spec.cluster or obs.cluster
     if not cluster:
         return None
-    return {"kind": "workload", "cluster": cluster, "workload_id": spec.workload_id, "nodes": sorted(spec.nodes),
-            "at": spec.end_ns if spec.end_ns is not None else spec.start_ns}
+    return AllocationMessage(cluster=cluster, workload_id=spec.workload_id, nodes=sorted(spec.nodes),
+                             at=spec.end_ns if spec.end_ns is not None else spec.start_ns)

@@ -7,7 +7,7 @@ feed the engine; :meth:`RemediationRunner.run_due` starts every executable actio
 cluster's executor, records the result and returns certified nodes to service (``resume``).
 The same steps exist split in three (:meth:`~RemediationRunner.start_due`,
 :meth:`~RemediationRunner.run_job`, :meth:`~RemediationRunner.finish_job`) so the stream
-(:mod:`streams.remediate`) runs the executor in a thread and records its result later, in
+(:mod:`streams.remediation.agent`) runs the executor in a thread and records its result later, in
 stream context. :meth:`~RemediationRunner.to_state` / :meth:`~RemediationRunner.from_state`
 round-trip everything (JSON-native) through the worker's changelogged table.
 
@@ -197,7 +197,7 @@ class RemediationRunner:
         ``partition``, ``offset``, ``original``). The decision time is ``at`` (when this worker
         received it, UTC ns) or the runner's clock -- never the command's own ``at``, which is
         only the sender's claim (checked for freshness at the edge,
-        :func:`streams.remediation_inputs.decode_command`).
+        :func:`streams.remediation.inputs.decode_command`).
         Authentication happens before: this method trusts ``cmd``."""
         if not cmd.command_id:
             cmd = cmd.model_copy().with_id()

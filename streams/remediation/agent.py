@@ -3,11 +3,11 @@ in and publish guarded actions and their lifecycle.
 
 Three modules, so the logic is tested without Kafka:
 
-* :mod:`streams.remediation_runner` -- :class:`~streams.remediation_runner.RemediationRunner`,
+* :mod:`streams.remediation.runner` -- :class:`~streams.remediation.runner.RemediationRunner`,
   Kafka-free: one :class:`correlators.remediation.RemediationEngine` (the pure engine:
   proposals, guards, lifecycle) plus the executors of :class:`sinks.executors.ExecutorSettings`
   and a clock.
-* :mod:`streams.remediation_inputs` -- decoding and authentication of the records the agents
+* :mod:`streams.remediation.inputs` -- decoding and authentication of the records the agents
   read (commands, scheduler workload records); a failure names the dead-letter reason.
 * this module -- :func:`attach_remediation`, the Faust agents, table and timer around one
   runner per cluster; :class:`RemediationSettings`; the internal topic
@@ -18,10 +18,11 @@ Data flow in the worker::
     <prefix>.attributions (every verdict, any scope)   -- agent remediation_attributions --\\
     <prefix>.remediation-commands (approve/reject/...) -- agent remediation_commands ------+
     <prefix>.certifications (NVCRE, dcgmi diag, ...)   -- agent remediation_certifications -+
-    scheduler workload records (the ingest stage)      -- {"kind": "workload"} ------------+
-    timer (every tick_interval_s)                      -- {"kind": "tick"} ----------------+
-    executor threads                                   -- {"kind": "executed"/"resumed"} --/
-        -> <app_id>-by-cluster-remediation (internal, key = cluster, JSON {"kind": ...})
+    scheduler workload records (the ingest stage)      -- AllocationMessage ---------------+
+    timer (every tick_interval_s)                      -- TickMessage ---------------------+
+    executor threads                                   -- ExecutedMessage (executed/resumed) /
+        -> <app_id>-by-cluster-remediation (internal, key = cluster, a typed
+           schemas.messages.RemediationMessage, one handler per type)
         -> agent remediation: one RemediationRunner per cluster; state in the changelogged
            table ``remediation_state`` (key cluster -> runner state); the failure domains and
            node count come from the worker's global ``topology`` table (cluster -> latest
@@ -83,16 +84,27 @@ from typing import Any, Awaitable, Callable
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from correlators.keyed import Execute, Publish
 from correlators.remediation import Policy, RemediationEngine, load_policy
 from correlators.remediation.guards import GuardSettings
 from schemas.bundle import TopologySpec
-from schemas.records import Attribution, Certification, RemediationAction, RemediationCommand, canonical_json
+from schemas.messages import (
+    CertificationInMessage,
+    CommandInMessage,
+    ExecutedMessage,
+    TickMessage,
+    VerdictInMessage,
+    message_json,
+    parse_remediation_message,
+)
+from schemas.records import Attribution, Certification, RemediationAction, canonical_json
 from schemas.wire import encode_record
-from sinks.executors import ExecutionResult, ExecutorSettings
+from sinks.executors import ExecutorSettings
 from streams.command_auth import CommandKeySettings
 from schemas.deadletter import reason_of
-from streams.remediation_inputs import CommandInvalid, decode_command
-from streams.remediation_runner import RemediationRunner
+from streams.remediation.inputs import CommandInvalid, decode_command
+from streams.remediation.machine import RemediationMachine
+from streams.remediation.runner import RemediationRunner
 
 __all__ = [
     "RemediationSettings",
@@ -182,7 +194,7 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
     """Add the remediation agents, table and timer to the Faust ``app`` (see the module
     docstring); nothing when ``settings.remediation`` is false. The scheduler's workload
     records (the allocation a verdict may target) reach the agent on its internal topic from
-    the batch ingest stage (:func:`streams.remediation_inputs.allocation_message`).
+    the batch ingest stage (:func:`streams.remediation.inputs.allocation_message`).
 
     ``settings``: the worker's ``WorkerSettings``; ``attributions_topic``: the app's topic
     object of ``<prefix>.attributions``; ``dead_letter(source, reason, original, message)``:
@@ -204,181 +216,196 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
     else:
         log.info("remediation: command keys %s, max age %g s", keyring.ids(), auth.max_age_s)
     policy = load_policy(rsettings.policy)
-    guard_settings = rsettings.guard_settings(policy)
     executors = ExecutorSettings()
-    enabled = executors.enabled()
     log.info("remediation: policy %s@%s, executors %s", policy.policy_id, policy.version,
-             enabled or "dry-run for every cluster")
-
+             executors.enabled() or "dry-run for every cluster")
     registry = metrics.registry
-    m_records = Counter("faultstream_remediation_records_total", "remediation transitions published",
-                        ["state"], registry=registry)
-    m_commands = Counter("faultstream_remediation_commands_total", "remediation commands by outcome",
-                         ["outcome"], registry=registry)
-    m_executions = Counter("faultstream_remediation_executions_total", "executor calls by result",
-                           ["executor", "call", "ok"], registry=registry)
-
+    counters = {
+        "records": Counter("faultstream_remediation_records_total", "remediation transitions published",
+                           ["state"], registry=registry),
+        "commands": Counter("faultstream_remediation_commands_total", "remediation commands by outcome",
+                            ["outcome"], registry=registry),
+        "executions": Counter("faultstream_remediation_executions_total", "executor calls by result",
+                              ["executor", "call", "ok"], registry=registry),
+    }
     raw = {"value_serializer": "raw", "key_serializer": "raw"}
-    commands_in = app.topic(settings.topic("remediation-commands"), **raw)
-    certifications_in = app.topic(settings.topic("certifications"), **raw)
-    remediations_out = app.topic(settings.topic("remediations"), **raw)
     by_cluster = app.topic(remediation_topic_name(settings.app_id), internal=True,
                            partitions=settings.partitions, **raw)
     json_schema = faust.Schema(key_type=str, value_type=None, key_serializer="json", value_serializer="json")
-    state_table = app.Table(TABLE, default=None, partitions=settings.partitions, schema=json_schema)
+    runners = Runners(app.Table(TABLE, default=None, partitions=settings.partitions, schema=json_schema),
+                      getattr(app, "faultstream_topology", None), policy, executors, rsettings)
 
-    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="remediation")
-    runners: dict[str, RemediationRunner] = {}
-    written: dict[str, str] = {}  # cluster -> canonical JSON of the state last written
-    running: set[tuple[str, str]] = set()  # (cluster, action_id) executing or resuming here
-    tasks: set[asyncio.Task] = set()
+    async def route(cluster: str, message: Any) -> None:
+        """Send a typed remediation message (schemas.messages.RemediationMessage) to the cluster's engine."""
+        await by_cluster.send(key=cluster.encode(), value=message_json(message))
 
-    async def route(cluster: str, payload: dict[str, Any]) -> None:
-        await by_cluster.send(key=cluster.encode(), value=json.dumps(payload, sort_keys=True).encode())
+    pool = ExecutorPool(route, counters["executions"])
+    out = app.topic(settings.topic("remediations"), **raw)
+    _attach_engine(app, by_cluster, runners, pool, out, dead_letter, counters, rsettings)
+    _attach_feeders(app, route, attributions_topic, app.topic(settings.topic("remediation-commands"), **raw),
+                    app.topic(settings.topic("certifications"), **raw), keyring, auth, dead_letter,
+                    counters["commands"])
 
-    topologies = getattr(app, "faultstream_topology", None)  # GlobalTable cluster -> TopologySpec data
-    topology_seen: dict[str, str] = {}  # cluster -> canonical JSON of the topology its engine has
+    @app.timer(interval=rsettings.tick_interval_s)
+    async def remediation_tick() -> None:
+        if app.rebalancing or not app.tables.recovery.completed.is_set():
+            return
+        try:
+            for cluster in runners.waiting_on_the_clock():
+                await route(cluster, TickMessage())
+        except Exception:  # noqa: BLE001 -- a timer must never take the worker down
+            log.exception("remediation tick failed")
 
-    def topology_data(cluster: str) -> Any:
-        return topologies.get(cluster) if topologies is not None else None
+    @app.on_partitions_revoked.connect
+    async def on_revoked(app: Any, revoked: set, **kwargs: Any) -> None:
+        # another worker may own these clusters now: reload from the table when they come back
+        runners.forget()
 
-    def topology_of(cluster: str) -> TopologySpec | None:
-        data = topology_data(cluster)
-        topology_seen[cluster] = json.dumps(data, sort_keys=True)
+
+class Runners:
+    """The runner of each cluster this worker applies messages for: a cache of the
+    changelogged ``table`` (cluster -> runner state), rebuilt when the cluster's topology in
+    ``topologies`` (the worker's global table; None: none) changed since it was built."""
+
+    def __init__(self, table: Any, topologies: Any, policy: Policy, executors: ExecutorSettings,
+                 rsettings: RemediationSettings) -> None:
+        self.table = table
+        self.topologies = topologies
+        self.policy = policy
+        self.executors = executors
+        self.rsettings = rsettings
+        self.guard_settings = rsettings.guard_settings(policy)
+        self.runners: dict[str, RemediationRunner] = {}
+        self.written: dict[str, str] = {}  # cluster -> canonical JSON of the state last written
+        self.topology_seen: dict[str, str] = {}  # cluster -> canonical JSON of the topology its engine has
+
+    def _topology_data(self, cluster: str) -> Any:
+        return self.topologies.get(cluster) if self.topologies is not None else None
+
+    def _topology_of(self, cluster: str) -> TopologySpec | None:
+        data = self._topology_data(cluster)
+        self.topology_seen[cluster] = json.dumps(data, sort_keys=True)
         return TopologySpec.model_validate(data) if data else None
 
-    def refresh_topology(cluster: str, runner: RemediationRunner) -> RemediationRunner:
-        """Rebuild the cluster's engine when its topology changed since it was built."""
-        if json.dumps(topology_data(cluster), sort_keys=True) == topology_seen.get(cluster):
-            return runner
-        runners[cluster] = RemediationRunner.from_state(
-            runner.to_state(), policy, executors, topology=topology_of(cluster), fleet_size=rsettings.fleet_size,
-            fleet_nodes=rsettings.fleet_nodes, settings=guard_settings, command_wait_s=rsettings.command_wait_s)
-        return runners[cluster]
+    def _kwargs(self, cluster: str) -> dict[str, Any]:
+        r = self.rsettings
+        return dict(topology=self._topology_of(cluster), fleet_size=r.fleet_size, fleet_nodes=r.fleet_nodes,
+                    settings=self.guard_settings, command_wait_s=r.command_wait_s)
 
-    def runner_for(cluster: str) -> RemediationRunner:
-        runner = runners.get(cluster)
+    def refresh(self, cluster: str, runner: RemediationRunner) -> RemediationRunner:
+        """Rebuild the cluster's engine when its topology changed since it was built."""
+        if json.dumps(self._topology_data(cluster), sort_keys=True) == self.topology_seen.get(cluster):
+            return runner
+        self.runners[cluster] = RemediationRunner.from_state(runner.to_state(), self.policy, self.executors,
+                                                             **self._kwargs(cluster))
+        return self.runners[cluster]
+
+    def get(self, cluster: str) -> RemediationRunner:
+        """The cluster's runner (from the cache, else the table, else new)."""
+        runner = self.runners.get(cluster)
         if runner is None:
-            state = state_table.get(cluster)
-            kwargs = dict(topology=topology_of(cluster), fleet_size=rsettings.fleet_size,
-                          fleet_nodes=rsettings.fleet_nodes, settings=guard_settings,
-                          command_wait_s=rsettings.command_wait_s)
+            state = self.table.get(cluster)
+            kwargs = self._kwargs(cluster)
             if state:
-                runner = RemediationRunner.from_state(state, policy, executors, **kwargs)
-                written[cluster] = canonical_json(state)
+                runner = RemediationRunner.from_state(state, self.policy, self.executors, **kwargs)
+                self.written[cluster] = canonical_json(state)
             else:
                 runner = RemediationRunner(
-                    RemediationEngine(policy, topology=kwargs["topology"], fleet_size=rsettings.fleet_size,
-                                      fleet_nodes=rsettings.fleet_nodes, settings=guard_settings),
-                    executors, command_wait_s=rsettings.command_wait_s)
-            runners[cluster] = runner
+                    RemediationEngine(self.policy, topology=kwargs["topology"], fleet_size=kwargs["fleet_size"],
+                                      fleet_nodes=kwargs["fleet_nodes"], settings=self.guard_settings),
+                    self.executors, command_wait_s=kwargs["command_wait_s"])
+            self.runners[cluster] = runner
         return runner
 
-    def save(cluster: str, runner: RemediationRunner) -> None:
+    def save(self, cluster: str, runner: RemediationRunner) -> None:
+        """Write the runner's state to the table when it changed."""
         state = runner.to_state()
         text = canonical_json(state)
-        if written.get(cluster) != text:
-            state_table[cluster] = state
-            written[cluster] = text
+        if self.written.get(cluster) != text:
+            self.table[cluster] = state
+            self.written[cluster] = text
 
-    async def publish(records: list[RemediationAction]) -> None:
-        for record in records:
-            m_records.labels(record.state).inc()
-            value, headers = encode_record(record)
-            await remediations_out.send(key=record.action_id.encode(), value=value, headers=headers)
-            log.info("remediation %s %s %s seq %d -> %s%s", record.action_id, record.action,
-                     record.target.host or record.target.port or ",".join(record.target.hosts),
-                     record.sequence, record.state, f" ({record.result})" if record.result else "")
+    def forget(self, cluster: str | None = None) -> None:
+        """Drop the cache of ``cluster`` (None: of every cluster); it is reloaded from the table."""
+        if cluster is None:
+            self.runners.clear()
+            self.written.clear()
+        else:
+            self.runners.pop(cluster, None)
+            self.written.pop(cluster, None)
 
-    def origin_of(message: Any, original: bytes) -> dict[str, Any]:
-        key = message.key
-        return {"topic": message.topic, "partition": message.partition, "offset": message.offset,
-                "key": bytes(key).decode("utf-8", "replace") if key else None,
-                "original": original.decode("utf-8", "replace")}
+    def waiting_on_the_clock(self) -> list[str]:
+        """The clusters whose engine may change with time alone (not loaded here, or busy)."""
+        clusters = set(self.table.keys()) | set(self.runners)
+        return [c for c in sorted(clusters) if c not in self.runners or self.runners[c].busy()]
 
-    def in_thread(cluster: str, action_id: str, kind: str, call: Callable[[], ExecutionResult]) -> None:
-        """Run an executor call in the pool; report its result on the keyed topic."""
-        running.add((cluster, action_id))
+
+class ExecutorPool:
+    """Executor calls in a thread pool, each result sent back to its cluster's engine
+    (``route``) as an :class:`~schemas.messages.ExecutedMessage`; ``running`` holds the
+    ``(cluster, action_id)`` calls in flight; ``executions``: the counter of calls by result."""
+
+    def __init__(self, route: Callable[[str, Any], Awaitable[None]], executions: Any) -> None:
+        self.route = route
+        self.executions = executions
+        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="remediation")
+        self.running: set[tuple[str, str]] = set()
+        self.tasks: set[asyncio.Task] = set()
+
+    def start(self, effect: Execute) -> None:
+        """Run an ``Execute`` effect's job (``executed``: the action; ``resumed``: a node's resume)."""
+        call = RemediationRunner.run_job if effect.kind == "executed" else RemediationRunner.run_resume
+        cluster, action_id, kind, job = effect.key, effect.job.action_id, effect.kind, effect.job
+        self.running.add((cluster, action_id))
 
         async def go() -> None:
             try:
-                loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(pool, call)
-                m_executions.labels(result.executor, kind, str(result.ok).lower()).inc()
-                await route(cluster, {"kind": kind, "action_id": action_id, "at": time.time_ns(),
-                                      "result": result.model_dump(mode="json")})
+                result = await asyncio.get_running_loop().run_in_executor(self.pool, call, job)
+                self.executions.labels(result.executor, kind, str(result.ok).lower()).inc()
+                await self.route(cluster, ExecutedMessage(kind=kind, action_id=action_id, at=time.time_ns(),
+                                                          result=result.model_dump(mode="json")))
             except BaseException:
                 # the report is lost (worker stopping, broker gone): the action leaves ``running``,
                 # so the tick records a lost execution after lost_after_s; a resume is re-run
-                running.discard((cluster, action_id))
+                self.running.discard((cluster, action_id))
                 log.exception("executor report of %s (%s) not sent", action_id, kind)
                 raise
 
         task = asyncio.ensure_future(go())
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
-    def start_work(cluster: str, runner: RemediationRunner) -> list[RemediationAction]:
-        """Start due executions and resumes in threads; returns the ``executing`` records."""
-        records, jobs = runner.start_due()
-        for job in jobs:
-            in_thread(cluster, job.action_id, "executed", lambda job=job: RemediationRunner.run_job(job))
-        mine = {aid for c, aid in running if c == cluster}
-        for rjob in runner.due_resumes(mine):
-            in_thread(cluster, rjob.action_id, "resumed", lambda rjob=rjob: RemediationRunner.run_resume(rjob))
-        return records
 
-    async def apply(cluster: str, payload: dict[str, Any], message: Any, original: bytes) -> list[RemediationAction]:
-        kind = payload.get("kind")
-        runner = runner_for(cluster)
-        if kind == "attribution":
-            runner = refresh_topology(cluster, runner)
-            return runner.handle_attribution(Attribution.model_validate(payload["attribution"]))
-        if kind == "command":
-            cmd = RemediationCommand.model_validate(payload["command"])
-            # decided at this worker's time of receipt, never the command's own "at"
-            result = runner.apply_command(cmd, origin=payload.get("origin"), at=int(payload["received_at"]))
-            m_commands.labels(result.outcome).inc()
-            if result.outcome == "rejected":
-                o = payload.get("origin") or {}
-                await dead_letter("agent.remediation", f"command rejected: {result.detail}",
-                                  (o.get("original") or original.decode("utf-8", "replace")).encode(),
+def _attach_engine(app: Any, by_cluster: Any, runners: Runners, pool: ExecutorPool, out: Any,
+                   dead_letter: DeadLetterFn, counters: dict[str, Any], rsettings: RemediationSettings) -> None:
+    """The agent of the by-cluster topic: each message through the cluster's
+    :class:`~streams.remediation.machine.RemediationMachine`, its state saved, then its effects:
+    dead letters, executor calls started, transitions published on ``out``."""
+
+    async def publish(records: list[RemediationAction]) -> None:
+        for record in records:
+            counters["records"].labels(record.state).inc()
+            value, headers = encode_record(record)
+            await out.send(key=record.action_id.encode(), value=value, headers=headers)
+            log.info("remediation %s %s %s seq %d -> %s%s", record.action_id, record.action,
+                     record.target.host or record.target.port or ",".join(record.target.hosts),
+                     record.sequence, record.state, f" ({record.result})" if record.result else "")
+
+    async def run(effects: list[Any], message: Any, original: bytes) -> None:
+        records: list[RemediationAction] = []
+        for effect in effects:
+            if isinstance(effect, Publish):
+                records.append(effect.record)
+            elif isinstance(effect, Execute):
+                pool.start(effect)
+            elif effect.origin is not None:
+                o = effect.origin
+                await dead_letter(effect.source, effect.reason, effect.original,
                                   SimpleNamespace(key=(o.get("key") or "").encode() or None, topic=o.get("topic"),
                                                   partition=o.get("partition"), offset=o.get("offset")))
-            elif result.outcome != "applied":
-                log.info("command %s: %s", cmd.command_id, result.detail)
-            return result.records
-        if kind == "workload":
-            return runner.handle_workload(cluster, str(payload["workload_id"]), list(payload["nodes"]),
-                                          int(payload["at"]))
-        if kind == "certification":
-            cert = Certification.model_validate(payload["certification"])
-            stale: list[str] = []
-            records = runner.handle_certification(cert, stale)
-            for reason in stale:
-                await dead_letter("agent.remediation", f"certification not applied: {reason}",
-                                  canonical_json(cert).encode(), message)
-            return records
-        if kind == "executed":
-            running.discard((cluster, payload["action_id"]))
-            result = ExecutionResult.model_validate(payload["result"])
-            return runner.finish_job(payload["action_id"], result, at=int(payload["at"]))
-        if kind == "resumed":
-            running.discard((cluster, payload["action_id"]))
-            return runner.finish_resume(payload["action_id"], ExecutionResult.model_validate(payload["result"]))
-        if kind == "tick":
-            now = time.time_ns()
-            out = runner.tick(now)
-            mine = {aid for c, aid in running if c == cluster}
-            out += runner.fail_lost(mine, rsettings.lost_after_s, now)
-            for cmd, o, reason in runner.expire_parked(now):
-                m_commands.labels("unknown_action").inc()
-                await dead_letter("agent.remediation", reason,
-                                  (o.get("original") or canonical_json(cmd)).encode(),
-                                  SimpleNamespace(key=(o.get("key") or "").encode() or None, topic=o.get("topic"),
-                                                  partition=o.get("partition"), offset=o.get("offset")))
-            return out
-        raise ValueError(f"unknown remediation message kind {kind!r}")
+            else:
+                await dead_letter(effect.source, effect.reason, effect.original or original, message)
+        await publish(records)
 
     @app.agent(by_cluster)
     async def remediation(stream: Any) -> None:
@@ -387,20 +414,33 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
             original: bytes = item.value or b""
             cluster = (item.key or b"").decode("utf-8", "replace")
             try:
-                payload = json.loads(original)
-                records = await apply(cluster, payload, item.message, original)
-                runner = runner_for(cluster)
-                records += start_work(cluster, runner)
-                save(cluster, runner)
-                await publish(records)
+                machine = RemediationMachine(cluster, runners.get(cluster), running=pool.running,
+                                             lost_after_s=rsettings.lost_after_s,
+                                             refresh=lambda runner, c=cluster: runners.refresh(c, runner),
+                                             count=lambda outcome: counters["commands"].labels(outcome).inc())
+                effects = machine.apply(parse_remediation_message(original), original=original)
+                runners.save(cluster, machine.runner)
+                await run(effects, item.message, original)
             except Exception as exc:  # noqa: BLE001 -- one bad record never stops the agent
                 log.exception("remediation record for cluster %r failed", cluster)
-                runners.pop(cluster, None)  # reload the last good state from the table
-                written.pop(cluster, None)
+                runners.forget(cluster)  # reload the last good state from the table
                 await dead_letter("agent.remediation", f"processing error: {type(exc).__name__}: {reason_of(exc)}",
                                   original, item.message)
 
-    # -- feeders: decode, validate, re-key by cluster ----------------------------------------------
+
+def origin_of(message: Any, original: bytes) -> dict[str, Any]:
+    """Where a record was read, and its text (kept with a command for its dead letter)."""
+    key = message.key
+    return {"topic": message.topic, "partition": message.partition, "offset": message.offset,
+            "key": bytes(key).decode("utf-8", "replace") if key else None,
+            "original": original.decode("utf-8", "replace")}
+
+
+def _attach_feeders(app: Any, route: Callable[[str, Any], Awaitable[None]], attributions_topic: Any,
+                    commands_in: Any, certifications_in: Any, keyring: Any, auth: CommandKeySettings,
+                    dead_letter: DeadLetterFn, m_commands: Any) -> None:
+    """The agents that decode, validate and re-key by cluster: verdicts, commands
+    (authenticated) and certifications; a bad record is dead-lettered with the reason."""
 
     @app.agent(attributions_topic)
     async def remediation_attributions(stream: Any) -> None:
@@ -413,7 +453,7 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
             except (ValueError, ValidationError) as exc:
                 await dead_letter("agent.remediation", f"invalid attribution: {reason_of(exc)}", original, item.message)
                 continue
-            await route(att.scope.cluster, {"kind": "attribution", "attribution": json.loads(original)})
+            await route(att.scope.cluster, VerdictInMessage(attribution=att))
 
     @app.agent(commands_in)
     async def remediation_commands(stream: Any) -> None:
@@ -431,8 +471,8 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
                 await dead_letter("agent.remediation", str(exc), original, item.message)
                 continue
             log.info("command %s (%s by %s, key %s) accepted", cmd.command_id, cmd.command, cmd.by, cmd.key_id)
-            await route(cmd.cluster, {"kind": "command", "command": cmd.model_dump(mode="json"), "received_at": now,
-                                      "origin": origin_of(item.message, original)})
+            await route(cmd.cluster, CommandInMessage(command=cmd, received_at=now,
+                                                      origin=origin_of(item.message, original)))
 
     @app.agent(certifications_in)
     async def remediation_certifications(stream: Any) -> None:
@@ -457,24 +497,4 @@ def attach_remediation(app: Any, settings: Any, *, attributions_topic: Any, dead
                 await dead_letter("agent.remediation", f"invalid certification: {reason_of(exc)}", original,
                                   item.message)
                 continue
-            await route(cert.cluster, {"kind": "certification", "certification": json.loads(original)})
-
-    @app.timer(interval=rsettings.tick_interval_s)
-    async def remediation_tick() -> None:
-        if app.rebalancing or not app.tables.recovery.completed.is_set():
-            return
-        try:
-            clusters = set(state_table.keys()) | set(runners)
-            for cluster in sorted(clusters):
-                runner = runners.get(cluster)
-                if runner is not None and not runner.busy():
-                    continue  # nothing waits on the clock (pruning happens on the next input)
-                await route(cluster, {"kind": "tick"})
-        except Exception:  # noqa: BLE001 -- a timer must never take the worker down
-            log.exception("remediation tick failed")
-
-    @app.on_partitions_revoked.connect
-    async def on_revoked(app: Any, revoked: set, **kwargs: Any) -> None:
-        # another worker may own these clusters now: reload from the table when they come back
-        runners.clear()
-        written.clear()
+            await route(cert.cluster, CertificationInMessage(certification=cert))
