@@ -120,10 +120,11 @@ import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Literal
+from typing import Generator, Annotated, Any, Iterable, Literal
 
 import typer
 
+from connectors.command import Shared, connector
 from schemas.records import Certification, CertificationTest, CoverageEntry
 
 __all__ = [
@@ -783,42 +784,29 @@ class CertificationFiles:
 # -- CLI ----------------------------------------------------------------------------------------
 
 
+@connector(interval=None, topic="certifications", errors=(CertificationError,))
 def connect_certifications_cli(
+    opts: Shared,
     files: Annotated[list[Path], typer.Argument(help="result files (dcgmi diag table or -j JSON, nccl-tests output, NVCRE report JSON)")],
     cluster: Annotated[str, typer.Option(help="cluster of the host(s): the worker's remediation is per cluster")],
     host: Annotated[str | None, typer.Option(help="the certified host (required except for NVCRE reports, which name their nodes; for those it selects one)")] = None,
     format: Annotated[str, typer.Option("--format", help="auto, dcgm-text, dcgm-json, nvcre or nccl-tests")] = "auto",
     finished_at: Annotated[str | None, typer.Option("--finished-at", help="when the run finished, ISO 8601 (default: an NVCRE envelope's generatedAt, else the file's mtime)")] = None,
     min_busbw: Annotated[float | None, typer.Option("--min-busbw", min=0.0, help="nccl-tests: minimum average bus bandwidth, GB/s")] = None,
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's certifications topic, <prefix>.certifications)")] = None,
-) -> None:
+) -> Generator[CertificationFiles, Any, None]:
     """Publish certification results (DCGM diag, nccl-tests, NVCRE) as Certification records, key = host.
 
     Every file is parsed before anything is sent: an unreadable or malformed file exits 2 with one line on stderr and publishes nothing."""
-    from connectors.registry import cli_fail, make_producer
-    from connectors.runner import run
-    from schemas.topics import catalogue
-    from transport.kafka import KafkaProducerError
-
     if format != "auto" and format not in FORMATS:
-        cli_fail(f"--format must be auto, {', '.join(FORMATS)}; got {format!r}")
+        raise CertificationError(f"--format must be auto, {', '.join(FORMATS)}; got {format!r}")
     try:
         explicit = iso_to_ns(finished_at) if finished_at else None
     except CertificationError as exc:
-        cli_fail(f"--finished-at: {exc}")
+        raise CertificationError(f"--finished-at: {exc}") from None
     source = CertificationFiles(files, cluster=cluster, host=host, fmt=format, finished_at_ns=explicit,
                                 min_busbw_gbps=min_busbw)
-    try:
-        records = source.read()
-    except CertificationError as exc:
-        cli_fail(str(exc))
-    name = topic or catalogue()["certifications"].name
-    try:
-        with make_producer(bootstrap, name) as producer:
-            run(source, producer, topic=name)
-    except KafkaProducerError as exc:
-        cli_fail(str(exc))
+    records = source.read()
+    yield source
     failed = sum(not c.passed for c in records)
     typer.echo(f"published {len(records)} certifications ({len(records) - failed} passed, {failed} failed) "
-               f"of {len(files)} files to {name}", err=True)
+               f"of {len(files)} files to {opts.topic}", err=True)

@@ -20,10 +20,12 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Generator, TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from connectors.command import Shared, connector
+from connectors.registry import cli_fail
 from connectors.counter_readers import (
     COUNTER_BATCH_BYTES,
     COUNTER_SUFFIX,
@@ -88,11 +90,6 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- live connector
-
-
-def _sleep(seconds: float) -> None:
-    """Pause between polls (a module function so tests can replace it)."""
-    time.sleep(seconds)
 
 
 class CountersConnector:
@@ -194,48 +191,26 @@ class CountersConnector:
                               unparsed=len(self.errors), detail="; ".join(self.errors[:5]))]
 
 
+@connector(interval=10.0, cursor=None)
 def connect_counters_cli(
+    opts: Shared,
     cluster: Annotated[str, typer.Option(help="cluster name (the fabric correlator works per cluster)")],
     sysfs_root: Annotated[Path, typer.Option(help="sysfs mount to poll (reads class/infiniband/*/ports/*/counters and hw_counters)")] = Path("/sys"),
     perfquery: Annotated[Path | None, typer.Option(help="read this perfquery output once instead of sysfs")] = None,
     ibqueryerrors: Annotated[Path | None, typer.Option(help="read this ibqueryerrors output once instead of sysfs")] = None,
-    interval: Annotated[float, typer.Option(help="seconds between polls")] = 10.0,
-    once: Annotated[bool, typer.Option("--once", help="one poll (two, --interval apart, when the first only primes the deltas), then exit")] = False,
     node: Annotated[str | None, typer.Option(help="node name (default: this machine's hostname)")] = None,
-    state: Annotated[Path | None, typer.Option(help="file keeping the last counter values, so a restart loses no delta")] = None,
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic)")] = None,
-) -> None:
-    """Publish fabric port counter deltas (kind fabric_counter, key = node): poll sysfs every --interval seconds, or read a perfquery/ibqueryerrors file once (deltas against the --state of the previous run). A port's first sample only primes its deltas."""
-    from connectors.cursor import CursorError, CursorStore
-    from connectors.registry import cli_fail, make_producer
-    from connectors.runner import run
-    from schemas.topics import catalogue
-    from transport.kafka import KafkaProducerError
-
-    if interval <= 0:
-        cli_fail("--interval must be > 0")
+) -> Generator[CountersConnector, Any, None]:
+    """Publish fabric port counter deltas (kind fabric_counter, key = node): poll sysfs (with --follow every --interval seconds; --once: one poll, two --interval apart when the first only primes the deltas), or read a perfquery/ibqueryerrors file once. A port's first sample only primes its deltas; --cursor keeps the last counter values, so a restart (or the next file) loses no delta."""
     if perfquery is None and ibqueryerrors is None and not (sysfs_root / "class" / "infiniband").is_dir():
-        cli_fail(f"{sysfs_root}: no class/infiniband directory (is this the sysfs mount of a host with RDMA devices?)")
-    topic = topic or catalogue()["observations"].name
-    try:
-        conn = CountersConnector(
-            node=node or socket.gethostname(), sysfs_root=sysfs_root, perfquery=perfquery,
-            ibqueryerrors=ibqueryerrors, cluster=cluster,
-            cursor=CursorStore(state) if state is not None else None)
-    except (CursorError, ValueError) as exc:
-        cli_fail(str(exc))
-    one_shot = once or conn.mode != "sysfs"
-    try:
-        with make_producer(bootstrap, topic) as producer:
-            run(conn, producer, topic=topic, cursor=conn.cursor, follow=not one_shot, poll_s=interval,
-                wait=lambda seconds: _sleep(seconds))
-    except KafkaProducerError as exc:
-        cli_fail(str(exc))
-    except KeyboardInterrupt:
-        pass
+        raise ValueError(f"{sysfs_root}: no class/infiniband directory (is this the sysfs mount of a host with RDMA devices?)")
+    conn = CountersConnector(
+        node=node or socket.gethostname(), sysfs_root=sysfs_root, perfquery=perfquery,
+        ibqueryerrors=ibqueryerrors, cluster=cluster, cursor=opts.cursor_store())
+    if conn.mode != "sysfs" and opts.follow:
+        raise ValueError("--follow polls sysfs: a perfquery or ibqueryerrors file is read once")
+    yield conn
     (cov,) = conn.coverage()
     typer.echo(f"published {conn.published} counter deltas from {conn.samples} port samples "
-               f"({conn.polls} polls, {cov.unparsed} unreadable inputs) to {topic}", err=True)
+               f"({conn.polls} polls, {cov.unparsed} unreadable inputs) to {opts.topic}", err=True)
     if conn.samples == 0:
         cli_fail(f"no counters read ({conn.mode}): " + ("; ".join(conn.errors[:3]) or "no ports found"), code=1)

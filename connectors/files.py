@@ -80,10 +80,12 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Callable, Iterator, Sequence
+from typing import Generator, TYPE_CHECKING, Annotated, Any, BinaryIO, Callable, Iterator, Sequence
 
 import typer
 
+from connectors.command import Shared, connector
+from connectors.runner import publish
 from connectors.bundle import _TEXT_BYTES, BINARY_CONTROL_SHARE, NUL_MARK, cut_body, rank_of_prefix
 from connectors.prefilter import EdgePrefilter, EdgeTotals
 from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, record_span
@@ -98,7 +100,6 @@ from schemas.records import (
     Position,
     Source,
 )
-from schemas.topics import catalogue
 
 if TYPE_CHECKING:  # pragma: no cover
     from connectors.cursor import CursorStore
@@ -887,9 +888,10 @@ class FilesConnector:
 REPORT_S = 60.0
 
 
+@connector(interval=0.5, cursor=".state/cursors/files.json")
 def connect_files_cli(
+    opts: Shared,
     paths: Annotated[list[Path], typer.Argument(help="log files to tail (need not exist yet)")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep following (tail -F)")] = False,
     host: Annotated[str | None, typer.Option(help="host the files belong to (default: this machine)")] = None,
     host_from_path: Annotated[str | None, typer.Option(help="regex with a (?P<host>...) group, searched in each path")] = None,
     aggregator: Annotated[bool, typer.Option(
@@ -898,9 +900,6 @@ def connect_files_cli(
                              "Without it every record is the file's host's, whatever its text names")] = False,
     cluster: Annotated[str, typer.Option(help="cluster name")] = "",
     workload: Annotated[str | None, typer.Option(help="workload id to attach")] = None,
-    cursor: Annotated[Path, typer.Option(help="cursor file (position per file)")] = Path(".state/cursors/files.json"),
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic, FAULTSTREAM_TOPIC_PREFIX applied)")] = None,
     prefilter: Annotated[bool | None, typer.Option(
         "--prefilter/--no-prefilter",
         help="publish only the records the rule pack could turn into an event (a rule keyword or an "
@@ -912,23 +911,18 @@ def connect_files_cli(
         help="also publish one coverage record per file (records read, published, dropped at the edge), "
              "so a worker's verdict reports each file's exact record count. Default: on with the prefilter "
              "(which needs it), off otherwise")] = None,
-) -> None:
+) -> Generator[FilesConnector, Any, None]:
     """Publish log files' records to Kafka (key = host) from the saved cursor; --follow tails them like tail -F.
 
-    With --follow a failed delivery (broker unreachable, flush timed out) is logged as a warning and the same batch is sent again from the saved cursor until it is delivered or the process is stopped (SIGTERM, Ctrl-C); the cursor never moves past undelivered records. Without --follow a Kafka error exits 2 with one line on stderr.
+    With --follow a failed delivery (broker unreachable, flush timed out) is logged as a warning and the same batch is sent again from the saved cursor until it is delivered or the process is stopped (SIGTERM, Ctrl-C); the cursor never moves past undelivered records. With --once (the default) a Kafka error exits 2 with one line on stderr.
 
     Edge prefilter (--prefilter): whole records (a traceback, an NCCL error block) are kept or dropped by the rule pack's own keyword matcher, after their time and line number are read, so the published records, their ids and the events the workers extract are those of an unfiltered run; the dropped ones are counted in the coverage records, whose record counts equal an unfiltered run's. At the end (and with --follow every minute while it changes) the bytes read, published and the share saved are printed."""
-    topic = topic or catalogue()["observations"].name
-    from connectors.cursor import CursorError, CursorStore
-    from connectors.registry import cli_fail, make_producer
-    from connectors.runner import publish, run, stop_on_sigterm
-    from transport.kafka import KafkaProducerError
-
+    follow = opts.follow
     if host and host_from_path:
-        cli_fail("give --host or --host-from-path, not both")
+        raise ValueError("give --host or --host-from-path, not both")
     use_prefilter = follow if prefilter is None else prefilter
     if use_prefilter and coverage is False:
-        cli_fail("--prefilter needs the coverage records (they count what it drops): drop --no-coverage")
+        raise ValueError("--prefilter needs the coverage records (they count what it drops): drop --no-coverage")
     last_report = [time.monotonic(), EdgeTotals()]
 
     def report() -> None:
@@ -938,30 +932,20 @@ def connect_files_cli(
                 typer.echo(f"prefilter: {totals.summary()}", err=True)
                 last_report[:] = [time.monotonic(), totals]
 
-    try:
-        conn = FilesConnector(paths, host=host, host_from_path=host_from_path, cluster=cluster,
-                              workload_id=workload, cursor=CursorStore(cursor), follow=follow,
-                              prefilter=use_prefilter, publish_coverage=coverage, on_checkpoint=report,
-                              aggregator=aggregator)
-    except (CursorError, re.error, ValueError) as exc:
-        cli_fail(str(exc))
-    try:
-        with make_producer(bootstrap, topic) as producer, stop_on_sigterm() as stop:
-            try:
-                n = run(conn, producer, topic=topic, cursor=conn.cursor, follow=follow, poll_s=conn.poll_s,
-                        stop=stop, retry=follow)
-            except KeyboardInterrupt:
-                n = conn.records - conn.dropped
-            if follow and conn.publish_coverage:
-                # the coverage of the last records read (follow mode sends it every coverage_s)
-                try:
-                    n += publish(conn.coverage_records(), producer, topic=topic, flush_timeout=10.0)
-                except KafkaProducerError as exc:
-                    typer.echo(f"last coverage records not delivered: {exc}", err=True)
-    except KafkaProducerError as exc:
-        cli_fail(str(exc))
-    finally:
-        conn.close()
+    conn = FilesConnector(paths, host=host, host_from_path=host_from_path, cluster=cluster,
+                          workload_id=workload, cursor=opts.cursor_store(), follow=follow, poll_s=opts.interval_s,
+                          prefilter=use_prefilter, publish_coverage=coverage, on_checkpoint=report,
+                          aggregator=aggregator)
+    done = yield conn
+    from transport.kafka import KafkaProducerError
+
+    n = done.sent
+    if follow and conn.publish_coverage:
+        # the coverage of the last records read (follow mode sends it every coverage_s)
+        try:
+            n += publish(conn.coverage_records(), done.producer, topic=opts.topic, flush_timeout=10.0)
+        except KafkaProducerError as exc:
+            typer.echo(f"last coverage records not delivered: {exc}", err=True)
     for path, offset, size, published in conn.unterminated():
         if published:
             typer.echo(f"{path}: the last line (byte {offset}, {size} bytes) has no newline: published as it is",
@@ -971,6 +955,6 @@ def connect_files_cli(
                        "yet: the cursor stays before it and the next run reads it again", err=True)
     logs = conn.totals().records_published
     extra = f" ({logs} log records, {n - logs} coverage records)" if conn.publish_coverage else ""
-    typer.echo(f"published {n} records{extra} from {len(paths)} files to {topic}", err=True)
+    typer.echo(f"published {n} records{extra} from {len(paths)} files to {opts.topic}", err=True)
     if conn.prefilter is not None:
         typer.echo(f"prefilter: {conn.totals().summary()}", err=True)

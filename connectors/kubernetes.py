@@ -103,6 +103,7 @@ from typing import Annotated, Any
 
 import typer
 
+from connectors.command import Shared, connector
 from connectors.bundle import SCHEDULER_HOST
 from connectors.cursor import CursorStore
 from connectors.files import FilesConnector
@@ -117,7 +118,6 @@ from schemas.records import (
     Position,
     Source,
 )
-from schemas.topics import catalogue
 
 __all__ = ["KubernetesConnector", "KubernetesError", "connect_kubernetes_cli", "pod_rank", "pod_workload"]
 
@@ -988,30 +988,21 @@ class KubernetesConnector:
 # ---- CLI: faultstream connect kubernetes ----------------------------------------------------------
 
 
+@connector(interval=5.0, cursor=".state/cursors/kubernetes-{cluster}.json", errors=(KubernetesError,))
 def connect_kubernetes_cli(
+    opts: Shared,
     cluster: Annotated[str, typer.Argument(help="cluster name (Source.instance and cluster of the records)")],
     kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig file (default: KUBECONFIG, ~/.kube/config, or the in-cluster service account)")] = None,
     context: Annotated[str | None, typer.Option(help="kubeconfig context (default: the current one)")] = None,
     namespace: Annotated[list[str] | None, typer.Option("--namespace", "-n", help="watch only this namespace (repeatable; default: all)")] = None,
-    logs: Annotated[bool, typer.Option("--logs/--no-logs", help="stream the workload pods' logs")] = True,
-    poll_s: Annotated[float, typer.Option("--poll-s", min=0.1, help="seconds between polls")] = 5.0,
-    cursor: Annotated[Path | None, typer.Option(help="cursor file (default: .state/cursors/kubernetes-<cluster>.json; pod logs spool beside it)")] = None,
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic, FAULTSTREAM_TOPIC_PREFIX applied)")] = None,
-    once: Annotated[bool, typer.Option("--once", help="poll once, publish, commit the cursor and exit")] = False,
-) -> None:
+    logs: Annotated[bool, typer.Option("--logs/--no-logs", help="stream the workload pods' logs (they spool beside the cursor)")] = True,
+) -> KubernetesConnector:
     """Publish Kubernetes/Kueue workload state transitions (Workloads, Job/JobSet/PyTorchJob pods, node placement, ranks, OOMKilled/Evicted/Preempted), node conditions, events and pod logs to Kafka, key = host; the cursor (resourceVersions, log sinceTimes) is saved only after delivery.
 
-    Without --once it polls every --poll-s seconds until interrupted (Ctrl-C or SIGTERM); a failed poll or delivery is logged and retried at the next poll with the same record ids. With --once an API, cursor or Kafka error exits 2 with one line on stderr (the cursor is left as it was)."""
+    With --follow it polls every --interval seconds until interrupted (Ctrl-C or SIGTERM); a failed poll or delivery is logged and retried at the next poll with the same record ids. With --once (the default) an API, cursor or Kafka error exits 2 with one line on stderr (the cursor is left as it was)."""
     from kubernetes import config
     from kubernetes.config.config_exception import ConfigException
 
-    from connectors.cursor import CursorError
-    from connectors.registry import cli_fail, make_producer
-    from connectors.runner import run, stop_on_sigterm
-    from transport.kafka import KafkaProducerError
-
-    topic = topic or catalogue()["observations"].name
     try:
         if kubeconfig is not None or os.environ.get("KUBECONFIG") or Path("~/.kube/config").expanduser().exists():
             api_client = config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None, context=context)
@@ -1021,14 +1012,6 @@ def connect_kubernetes_cli(
 
             api_client = k8s.ApiClient()
     except (ConfigException, OSError, ValueError) as exc:
-        cli_fail(f"kubernetes configuration: {exc}")
-    path = cursor if cursor is not None else Path(".state/cursors") / f"kubernetes-{cluster}.json"
-    try:
-        conn = KubernetesConnector(cluster, api_client=api_client, cursor=CursorStore(path), namespaces=namespace,
-                                   logs=logs, follow=not once, poll_s=poll_s)
-        with make_producer(bootstrap, topic) as producer, stop_on_sigterm() as stop:
-            sent = run(conn, producer, topic=topic, cursor=conn.cursor, follow=not once, poll_s=poll_s,
-                       stop=stop, retry=not once)
-    except (KubernetesError, CursorError, KafkaProducerError, OSError) as exc:
-        cli_fail(str(exc))
-    typer.echo(f"published {sent} records of Kubernetes cluster {cluster} to {topic}", err=True)
+        raise KubernetesError(f"kubernetes configuration: {exc}") from None
+    return KubernetesConnector(cluster, api_client=api_client, cursor=opts.cursor_store(), namespaces=namespace,
+                               logs=logs, follow=opts.follow, poll_s=opts.interval_s)

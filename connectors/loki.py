@@ -57,12 +57,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Generator, TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from connectors.command import Shared, connector
 from connectors.bundle import NUL_MARK, cut_body, rank_of_prefix
 from connectors.timefmt import LineClock, TimeContext
 from schemas.records import (
@@ -72,7 +73,6 @@ from schemas.records import (
     Position,
     Source,
 )
-from schemas.topics import catalogue
 from schemas.utc import parse_utc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -463,11 +463,11 @@ def _time_ns(text: str) -> int:
     return int(text) if _NS_DIGITS.match(text) else parse_utc(text)
 
 
+@connector(interval=10.0, cursor=".state/cursors/loki.json", errors=(LokiError,), first_pass_strict=True)
 def connect_loki_cli(
+    opts: Shared,
     url: Annotated[str, typer.Argument(help="Loki base URL, e.g. http://loki-gateway:3100")],
     query: Annotated[str, typer.Argument(help='LogQL log query, e.g. \'{namespace="training"} |= "NVRM"\'')],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep querying every --poll-s seconds")] = False,
-    poll_s: Annotated[float, typer.Option("--poll-s", min=0.1, help="seconds between polls with --follow")] = 10.0,
     host_label: Annotated[list[str] | None, typer.Option("--host-label", help="stream label naming the host; repeat to try several in order (default: host, hostname, node, node_name, nodename, kubernetes_node_name)")] = None,
     pod_label: Annotated[list[str] | None, typer.Option("--pod-label", help="stream label naming the pod (repeatable)")] = None,
     container_label: Annotated[list[str] | None, typer.Option("--container-label", help="stream label naming the container (repeatable)")] = None,
@@ -482,44 +482,21 @@ def connect_loki_cli(
     token_file: Annotated[Path | None, typer.Option("--token-file", help="file holding a bearer token for Loki")] = None,
     cluster: Annotated[str, typer.Option(help="cluster name")] = "",
     workload: Annotated[str | None, typer.Option(help="workload id to attach")] = None,
-    cursor: Annotated[Path, typer.Option(help="cursor file (position of the query)")] = Path(".state/cursors/loki.json"),
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic, FAULTSTREAM_TOPIC_PREFIX applied)")] = None,
-) -> None:
+) -> Generator[LokiConnector, Any, None]:
     """Publish the lines of a LogQL query to Kafka (key = host) from the saved cursor; --follow keeps querying.
 
-    Pages through /loki/api/v1/query_range (direction=forward) with a nanosecond cursor that neither repeats nor skips an entry across pages and restarts. Stream labels give the host (and pod, container, namespace); each line becomes the log_line Observation the files connector makes for it. HTTP 429/5xx and connection errors are retried with back-off; a rejected query (HTTP 400) or any error of the first pass exits 2 with one line on stderr. With --follow, later failures are logged and retried from the saved cursor."""
-    topic = topic or catalogue()["observations"].name
-    from connectors.cursor import CursorError, CursorStore
-    from connectors.registry import cli_fail, make_producer
-    from connectors.runner import run, stop_on_sigterm
-    from transport.kafka import KafkaProducerError
-
+    Pages through /loki/api/v1/query_range (direction=forward) with a nanosecond cursor that neither repeats nor skips an entry across pages and restarts. Stream labels give the host (and pod, container, namespace); each line becomes the log_line Observation the files connector makes for it. HTTP 429/5xx and connection errors are retried with back-off; a rejected query (HTTP 400) or any error of the first pass exits 2 with one line on stderr, with --follow too. With --follow, later failures are logged and retried from the saved cursor; with --until it stops there."""
     defaults = LabelMap()
     labels = LabelMap(host=tuple(host_label or defaults.host), pod=tuple(pod_label or defaults.pod),
                       container=tuple(container_label or defaults.container),
                       namespace=tuple(namespace_label or defaults.namespace))
-    try:
-        start_ns = _time_ns(start) if start else None
-        until_ns = _time_ns(until) if until else None
-        token = token_file.read_text(encoding="utf-8").strip() if token_file else None
-        conn = LokiConnector(url, query, cursor=CursorStore(cursor), labels=labels, cluster=cluster,
-                             workload_id=workload, limit=limit, max_limit=max(limit, max_limit), lag_s=lag_s,
-                             since_s=since, start_ns=start_ns, until_ns=until_ns, tenant=tenant, token=token)
-    except (CursorError, LokiError, ValueError, OSError) as exc:
-        cli_fail(str(exc))
-    sent = 0
-    try:
-        with make_producer(bootstrap, topic) as producer, stop_on_sigterm() as stop:
-            # the first pass (catching up to now) fails fast: a bad URL, query or token exits 2
-            sent = run(conn, producer, topic=topic, cursor=conn.cursor)
-            if follow and until_ns is None and not stop.is_set():
-                sent += run(conn, producer, topic=topic, cursor=conn.cursor, follow=True, poll_s=poll_s,
-                            stop=stop, retry=True)
-    except (LokiError, KafkaProducerError, OSError) as exc:
-        cli_fail(str(exc))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        conn.close()
-    typer.echo(f"published {sent} records from Loki {url} to {topic}", err=True)
+    start_ns = _time_ns(start) if start else None
+    until_ns = _time_ns(until) if until else None
+    if until_ns is not None:
+        opts.follow = False
+    token = token_file.read_text(encoding="utf-8").strip() if token_file else None
+    conn = LokiConnector(url, query, cursor=opts.cursor_store(), labels=labels, cluster=cluster,
+                         workload_id=workload, limit=limit, max_limit=max(limit, max_limit), lag_s=lag_s,
+                         since_s=since, start_ns=start_ns, until_ns=until_ns, tenant=tenant, token=token)
+    done = yield conn
+    typer.echo(f"published {done.sent} records from Loki {url} to {opts.topic}", err=True)

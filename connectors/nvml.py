@@ -54,10 +54,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import Generator, TYPE_CHECKING, Annotated, Any, Protocol
 
 import typer
 
+from connectors.command import Shared, connector
 from connectors.telemetry import parse_nvml_json
 from connectors.timefmt import TimeContext
 from correlators.ids import normalise_pci
@@ -70,7 +71,6 @@ from schemas.records import (
     Position,
     Source,
 )
-from schemas.topics import catalogue
 from schemas.utc import parse_utc
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -399,6 +399,8 @@ class NvmlConnector:
         self.workload_id = workload_id
         self.interval_s = interval_s
         self.follow = follow
+        #: seconds the runner waits between polls: a following poll waits for XID events itself
+        self.wait_s = 0.05
         self.heartbeat_s = heartbeat_s
         self._clock = clock
         self.versions = readings.versions()
@@ -528,47 +530,24 @@ class NvmlConnector:
 
 # -- CLI ------------------------------------------------------------------------------------
 
+@connector(interval=10.0, cursor=".state/cursors/nvml.json", errors=(NvmlUnavailable,))
 def connect_nvml_cli(
-    once: Annotated[bool, typer.Option("--once", help="read the GPUs once, publish, save the cursor and exit")] = False,
-    poll_s: Annotated[float, typer.Option("--poll-s", min=0.5, help="seconds between two readings of the GPUs")] = 10.0,
+    opts: Shared,
     heartbeat_s: Annotated[float, typer.Option("--heartbeat-s", min=0.0, help="publish an unchanged reading again after this many seconds (0: never)")] = 300.0,
     xid_events: Annotated[bool, typer.Option("--xid-events/--no-xid-events", help="publish NVML XID critical error events (turn off when the kernel log of this node is read too, so an XID is not counted twice)")] = True,
     host: Annotated[str | None, typer.Option(help="node name (default: this machine's)")] = None,
     cluster: Annotated[str, typer.Option(help="cluster name")] = "",
     workload: Annotated[str | None, typer.Option(help="workload id to attach")] = None,
-    cursor: Annotated[Path, typer.Option(help="cursor file (last published readings)")] = Path(".state/cursors/nvml.json"),
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic, FAULTSTREAM_TOPIC_PREFIX applied)")] = None,
-) -> None:
+) -> Generator[NvmlConnector, Any, None]:
     """Node agent: poll this machine's GPUs through NVML and publish ECC counts, remapped rows, clocks event reasons, PCIe replays and XID events (key = host).
 
-    Readings carry the metric names of the nvidia-smi parsers; a GPU's reading is published when a fault counter or flag changed (and every --heartbeat-s). XID critical error events are published as they arrive, in the driver's Xid line form. Without an NVIDIA driver (or GPU) it exits 2 with one line on stderr, before connecting to Kafka. Without --once a failed delivery is logged and retried with the same records."""
-    topic = topic or catalogue()["observations"].name
-    from connectors.cursor import CursorError, CursorStore
-    from connectors.registry import cli_fail, make_producer
-    from connectors.runner import run, stop_on_sigterm
-    from transport.kafka import KafkaProducerError
-
+    Readings carry the metric names of the nvidia-smi parsers; a GPU's reading is published when a fault counter or flag changed (and every --heartbeat-s). XID critical error events are published as they arrive, in the driver's Xid line form; with --follow a poll waits for them until the next reading (every --interval seconds) is due. Without an NVIDIA driver (or GPU) it exits 2 with one line on stderr, before connecting to Kafka. With --follow a failed delivery is logged and retried with the same records."""
+    readings = PynvmlReadings(xid_events=xid_events)
     try:
-        readings = PynvmlReadings(xid_events=xid_events)
-    except NvmlUnavailable as exc:
-        cli_fail(str(exc))
-    try:
-        conn = NvmlConnector(readings, cursor=CursorStore(cursor), host=host, cluster=cluster, workload_id=workload,
-                             interval_s=poll_s, follow=not once, heartbeat_s=heartbeat_s)
-    except (CursorError, OSError) as exc:
+        conn = NvmlConnector(readings, cursor=opts.cursor_store(), host=host, cluster=cluster, workload_id=workload,
+                             interval_s=opts.interval_s, follow=opts.follow, heartbeat_s=heartbeat_s)
+    except BaseException:
         readings.close()
-        cli_fail(str(exc))
-    sent = 0
-    try:
-        with make_producer(bootstrap, topic) as producer, stop_on_sigterm() as stop:
-            # in follow mode the poll itself waits for XID events until the next reading is due
-            sent = run(conn, producer, topic=topic, cursor=conn.cursor, follow=not once, poll_s=0.05,
-                       stop=stop, retry=not once)
-    except (KafkaProducerError, OSError) as exc:
-        cli_fail(str(exc))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        conn.close()
-    typer.echo(f"published {sent} records of {len(conn.devices)} GPUs on {conn.host} to {topic}", err=True)
+        raise
+    done = yield conn
+    typer.echo(f"published {done.sent} records of {len(conn.devices)} GPUs on {conn.host} to {opts.topic}", err=True)

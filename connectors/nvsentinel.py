@@ -65,14 +65,16 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Generator, TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from connectors.command import Shared, connector
+from correlators.remediation.policy import PolicyError
 from correlators.ids import normalise_pci
 from correlators.remediation.policy import SEVERITY, Policy, load_policy, verdict_facts
 from schemas.deadletter import DeadLetter, reason_of
@@ -93,7 +95,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from confluent_kafka import Message
 
     from connectors.cursor import CursorStore
-    from transport.kafka import RecordProducer
 
 __all__ = [
     "HEALTH_TOPIC",
@@ -106,7 +107,6 @@ __all__ = [
     "HealthEventError",
     "HealthEventFiles",
     "HealthEventTopic",
-    "RoutedProducer",
     "VerdictBridge",
     "health_event_values",
     "is_final",
@@ -966,108 +966,57 @@ class VerdictBridge:
         self.reader.close()
 
 
-class RoutedProducer:
-    """A :class:`transport.kafka.RecordProducer` that sends records of some types to their own
-    topic (``routes``: model class -> topic), the rest where the caller says: the runner's one
-    topic carries the observations (or HealthEvents), dead letters go to the dead-letter topic,
-    both confirmed by the same flush."""
-
-    def __init__(self, producer: RecordProducer, routes: dict[type, str]) -> None:
-        self.producer = producer
-        self.routes = dict(routes)
-
-    def send(self, key: str, record: BaseModel, *, topic: str | None = None) -> None:
-        """Enqueue ``record`` (see :meth:`transport.kafka.RecordProducer.send`)."""
-        self.producer.send(key, record, topic=self.routes.get(type(record), topic))
-
-    def flush(self, timeout: float = 60.0) -> int:
-        """Flush the producer (raises :class:`transport.kafka.DeliveryError` on failures)."""
-        return self.producer.flush(timeout)
-
-
 # -- CLI -------------------------------------------------------------------------------------------
 
+@connector(interval=2.0, cursor=".state/cursors/nvsentinel.json", errors=(KafkaReadError, PolicyError))
 def connect_nvsentinel_cli(
+    opts: Shared,
     files: Annotated[list[Path] | None, typer.Argument(help="files of NVSentinel HealthEvents (JSON Lines, arrays, event-exporter CloudEvents)")] = None,
     from_topic: Annotated[str | None, typer.Option("--from-topic", help="read HealthEvents from this Kafka topic instead of files")] = None,
     publish_verdicts: Annotated[bool, typer.Option("--publish-verdicts", help="bridge: publish final verdicts of the attributions topic as HealthEvents")] = False,
     attributions_topic: Annotated[str | None, typer.Option(help="with --publish-verdicts: verdicts to read (default: the catalogue's attributions topic)")] = None,
     health_topic: Annotated[str | None, typer.Option(help=f"with --publish-verdicts: HealthEvent topic (default: <prefix>.{HEALTH_TOPIC})")] = None,
     group: Annotated[str | None, typer.Option(help="Kafka consumer group (default: faultstream-nvsentinel-in / faultstream-nvsentinel-verdicts)")] = None,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep reading (else read what is there and stop)")] = False,
-    poll_s: Annotated[float, typer.Option("--poll-s", min=0.1, help="seconds between polls with --follow")] = 2.0,
     cluster: Annotated[str, typer.Option(help="cluster name of the observations (default: the event exporter's, else empty)")] = "",
     workload: Annotated[str | None, typer.Option(help="workload id to attach to the observations")] = None,
-    cursor: Annotated[Path, typer.Option(help="cursor file of the files read")] = Path(".state/cursors/nvsentinel.json"),
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str | None, typer.Option(help="observations topic (default: the catalogue's, FAULTSTREAM_TOPIC_PREFIX applied)")] = None,
     deadletter_topic: Annotated[str | None, typer.Option(help="dead-letter topic (default: the catalogue's)")] = None,
     reboot_action: Annotated[str, typer.Option(help="RecommendedAction of a reboot: RESTART_BM or RESTART_VM")] = "RESTART_BM",
     store_only: Annotated[bool, typer.Option("--store-only", help="publish with processingStrategy STORE_ONLY (NVSentinel records, never acts)")] = False,
     scope: Annotated[list[str] | None, typer.Option("--scope", help="verdict scopes to publish (repeatable; default: workload)")] = None,
     policy: Annotated[Path | None, typer.Option(help="remediation policy deciding recommendedAction (default: the packaged one)")] = None,
     assign_timeout_s: Annotated[float, typer.Option("--assign-timeout-s", min=0.1, help="give up when no partition of the topic is assigned within this many seconds")] = 30.0,
-) -> None:
+) -> Generator[Any, Any, None]:
     """NVSentinel interop: read its HealthEvents as observations, or (--publish-verdicts) publish final verdicts as HealthEvents.
 
-    Reading (files, or --from-topic): every HealthEvent becomes a health_event observation (host = nodeName, the GPU from entitiesImpacted) on the observations topic; input that is no HealthEvent goes to the dead-letter topic with the reason. Files resume from the saved cursor; a topic from the consumer group's committed offsets, committed only after delivery.
+    Reading (files, or --from-topic): every HealthEvent becomes a health_event observation (host = nodeName, the GPU from entitiesImpacted) on the observations topic (--topic); input that is no HealthEvent goes to the dead-letter topic with the reason. Files resume from the saved cursor (--cursor); a topic from the consumer group's committed offsets, committed only after delivery.
 
-    --publish-verdicts: every final verdict (final: true or status: final) of a workload with culprit hosts becomes one HealthEvent per culprit host on the HealthEvent topic (key = host): checkName Faultstream<Domain>, errorCode the root-cause code, recommendedAction from the remediation policy, isFatal when that is not NONE, generatedTimestamp the verdict's decided_at. NVSentinel's platform connector only takes gRPC on its node socket; forwarding the topic to it is the deployment's part.
+    --publish-verdicts: every final verdict (final: true or status: final) of a workload with culprit hosts becomes one HealthEvent per culprit host on the HealthEvent topic (--health-topic, key = host): checkName Faultstream<Domain>, errorCode the root-cause code, recommendedAction from the remediation policy, isFatal when that is not NONE, generatedTimestamp the verdict's decided_at. NVSentinel's platform connector only takes gRPC on its node socket; forwarding the topic to it is the deployment's part.
 
-    Without --follow any error exits 2 with one line on stderr; with --follow a failed poll or delivery is logged and retried."""
-    from connectors.cursor import CursorError, CursorStore
-    from connectors.registry import cli_fail, make_producer
-    from connectors.runner import run, stop_on_sigterm
-    from correlators.remediation.policy import PolicyError
-    from transport.kafka import KafkaProducerError
-    from transport.kafka_settings import KafkaSettingsError, kafka_settings
-
+    With --once (the default) any error exits 2 with one line on stderr; with --follow a failed poll or delivery is logged and retried."""
     modes = [bool(files), from_topic is not None, publish_verdicts]
     if sum(modes) != 1:
-        cli_fail("give HealthEvent files, --from-topic TOPIC or --publish-verdicts (exactly one)")
+        raise ValueError("give HealthEvent files, --from-topic TOPIC or --publish-verdicts (exactly one)")
     if reboot_action not in ("RESTART_BM", "RESTART_VM"):
-        cli_fail(f"--reboot-action {reboot_action!r}: RESTART_BM or RESTART_VM")
+        raise ValueError(f"--reboot-action {reboot_action!r}: RESTART_BM or RESTART_VM")
     cat = catalogue()
-    dl_topic = deadletter_topic or cat["deadletter"].name
-    try:
-        config = kafka_settings(bootstrap).confluent_config() if not files else {}
-    except KafkaSettingsError as exc:
-        cli_fail(str(exc))
+    opts.routes[DeadLetter] = deadletter_topic or cat["deadletter"].name
+    config = opts.kafka.confluent_config() if not files else {}
     source: Any
-    try:
-        if publish_verdicts:
-            out_topic = health_topic or topic_name(HEALTH_TOPIC)
-            options = BridgeOptions(reboot_action=reboot_action,
-                                    processing_strategy="STORE_ONLY" if store_only else "EXECUTE_REMEDIATION",
-                                    scopes=tuple(scope or ("workload",)))
-            source = VerdictBridge(config, attributions_topic or cat["attributions"].name,
-                                   group=group or "faultstream-nvsentinel-verdicts",
-                                   policy=load_policy(policy), options=options, assign_timeout_s=assign_timeout_s)
-            what = f"HealthEvents from {source.reader.topic}"
-        else:
-            out_topic = topic or cat["observations"].name
-            if from_topic is not None:
-                source = HealthEventTopic(config, from_topic, group=group or "faultstream-nvsentinel-in",
-                                          cluster=cluster, workload_id=workload, assign_timeout_s=assign_timeout_s)
-                what = f"observations from {from_topic}"
-            else:
-                source = HealthEventFiles(files or [], cursor=CursorStore(cursor), cluster=cluster, workload_id=workload)
-                what = f"observations from {len(files or [])} files"
-    except (CursorError, PolicyError, OSError) as exc:
-        cli_fail(str(exc))
-    sent = 0
-    try:
-        with make_producer(bootstrap, out_topic) as producer, stop_on_sigterm() as stop:
-            routed = RoutedProducer(producer, {DeadLetter: dl_topic})
-            try:
-                sent = run(source, routed, topic=out_topic, cursor=source.cursor, follow=follow, poll_s=poll_s,  # type: ignore[arg-type]
-                           stop=stop, retry=follow)
-            except KeyboardInterrupt:
-                pass
-    except (KafkaReadError, KafkaProducerError, OSError) as exc:
-        cli_fail(str(exc))
-    finally:
-        close: Callable[[], None] | None = getattr(source, "close", None)
-        if close is not None:
-            close()
-    typer.echo(f"published {sent} records ({what}) to {out_topic}", err=True)
+    if publish_verdicts:
+        opts.topic = health_topic or topic_name(HEALTH_TOPIC)
+        options = BridgeOptions(reboot_action=reboot_action,
+                                processing_strategy="STORE_ONLY" if store_only else "EXECUTE_REMEDIATION",
+                                scopes=tuple(scope or ("workload",)))
+        source = VerdictBridge(config, attributions_topic or cat["attributions"].name,
+                               group=group or "faultstream-nvsentinel-verdicts",
+                               policy=load_policy(policy), options=options, assign_timeout_s=assign_timeout_s)
+        what = f"HealthEvents from {source.reader.topic}"
+    elif from_topic is not None:
+        source = HealthEventTopic(config, from_topic, group=group or "faultstream-nvsentinel-in",
+                                  cluster=cluster, workload_id=workload, assign_timeout_s=assign_timeout_s)
+        what = f"observations from {from_topic}"
+    else:
+        source = HealthEventFiles(files or [], cursor=opts.cursor_store(), cluster=cluster, workload_id=workload)
+        what = f"observations from {len(files or [])} files"
+    done = yield source
+    typer.echo(f"published {done.sent} records ({what}) to {opts.topic}", err=True)

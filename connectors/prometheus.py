@@ -93,13 +93,14 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, Mapping, Sequence
+from typing import Generator, TYPE_CHECKING, Annotated, Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import typer
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from connectors.command import Shared, connector
 from connectors.counter_readers import delta_observation
 from connectors.counter_series import CounterDelta, CounterSample, DeltaTracker
 from connectors.telemetry import CLOCK_EVENT_REASON_BITS as NVML_CLOCK_EVENT_BITS
@@ -721,7 +722,9 @@ class PrometheusConnector:
 # ----------------------------------------------------------------------------- CLI
 
 
+@connector(interval="step", cursor=".state/cursors/prometheus-{cluster}.json", errors=(PrometheusError,))
 def connect_prometheus_cli(
+    opts: Shared,
     url: Annotated[str, typer.Argument(help="Prometheus base URL (http://prometheus:9090; a path prefix such as /prometheus is kept)")],
     cluster: Annotated[str, typer.Option(help="cluster name (Observation.cluster)")],
     step: Annotated[float, typer.Option(min=0.001, help="seconds between evaluation instants (query_range step)")] = 30.0,
@@ -736,44 +739,21 @@ def connect_prometheus_cli(
     retries: Annotated[int, typer.Option(min=1, help="attempts per query when Prometheus is unreachable or answers 429/5xx")] = 5,
     backoff: Annotated[float, typer.Option(min=0.0, help="seconds before the second attempt (doubling, at most 30 s)")] = 1.0,
     bearer_token_file: Annotated[Path | None, typer.Option(help="file holding a bearer token for Prometheus")] = None,
-    poll_s: Annotated[float | None, typer.Option("--poll-s", min=0.1, help="seconds between polls (default: --step)")] = None,
-    cursor: Annotated[Path | None, typer.Option(help="cursor file (default: .state/cursors/prometheus-<cluster>.json)")] = None,
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic)")] = None,
-    once: Annotated[bool, typer.Option("--once", help="read up to now - --delay, publish, save the cursor and exit")] = False,
-) -> None:
+) -> Generator[PrometheusConnector, Any, None]:
     """Publish DCGM exporter telemetry (kind telemetry) and node exporter InfiniBand counter deltas (kind fabric_counter) read from Prometheus with query_range, key = host; the cursor is saved only after delivery.
 
-    Without --once it polls every --poll-s seconds until interrupted (Ctrl-C or SIGTERM); an unreachable Prometheus is retried (--retries, --backoff) and a failed poll or delivery is tried again at the next poll with the same record ids. With --once a Prometheus, cursor or Kafka error exits 2 with one line on stderr (the cursor is left as it was)."""
-    from connectors.cursor import CursorError, CursorStore
-    from connectors.registry import cli_fail, make_producer
-    from connectors.runner import run, stop_on_sigterm
-    from schemas.topics import catalogue
-    from transport.kafka import KafkaProducerError
-
-    topic = topic or catalogue()["observations"].name
+    With --once (the default) it reads up to now - --delay, publishes, saves the cursor and exits; a Prometheus, cursor or Kafka error exits 2 with one line on stderr (the cursor is left as it was). With --follow it polls every --interval seconds (default: --step) until interrupted (Ctrl-C or SIGTERM); an unreachable Prometheus is retried (--retries, --backoff) and a failed poll or delivery is tried again at the next poll with the same record ids."""
     token = None
     if bearer_token_file is not None:
         try:
             token = bearer_token_file.read_text("utf-8").strip()
         except OSError as exc:
-            cli_fail(f"{bearer_token_file}: cannot read the bearer token: {exc.strerror or exc}")
-    path = cursor if cursor is not None else Path(".state/cursors") / f"prometheus-{cluster}.json"
-    try:
-        conn = PrometheusConnector(
-            url, cluster=cluster, cursor=CursorStore(path), step_s=step, delay_s=delay,
-            lookback_s=lookback, history_s=history, max_points=max_points,
-            host_labels=tuple(host_label) if host_label else DEFAULT_HOST_LABELS, match=match,
-            all_deltas=all_deltas, timeout_s=timeout, attempts=retries, backoff_s=backoff,
-            bearer_token=token)
-    except (CursorError, PrometheusError, ValueError) as exc:
-        cli_fail(str(exc))
-    try:
-        with make_producer(bootstrap, topic) as producer, stop_on_sigterm() as stop:
-            sent = run(conn, producer, topic=topic, cursor=conn.cursor, follow=not once,
-                       poll_s=poll_s if poll_s is not None else step, stop=stop, retry=not once)
-    except (PrometheusError, CursorError, KafkaProducerError, OSError) as exc:
-        cli_fail(str(exc))
-    finally:
-        conn.close()
-    typer.echo(f"published {sent} records from Prometheus {conn.instance} to {topic}", err=True)
+            raise PrometheusError(f"{bearer_token_file}: cannot read the bearer token: {exc.strerror or exc}") from None
+    conn = PrometheusConnector(
+        url, cluster=cluster, cursor=opts.cursor_store(), step_s=step, delay_s=delay,
+        lookback_s=lookback, history_s=history, max_points=max_points,
+        host_labels=tuple(host_label) if host_label else DEFAULT_HOST_LABELS, match=match,
+        all_deltas=all_deltas, timeout_s=timeout, attempts=retries, backoff_s=backoff,
+        bearer_token=token)
+    done = yield conn
+    typer.echo(f"published {done.sent} records from Prometheus {conn.instance} to {opts.topic}", err=True)

@@ -6,7 +6,8 @@
 * :func:`bundle_records` -- an incident bundle as the stream should see it: the scheduler's
   view (``workload.yaml``, then ``workloads/*.yaml``) first, ``topology.yaml`` second (if present), then every record of
   ``BundleConnector(path, keywords=None)`` in event-time order.
-* :func:`publish_bundle` -- publish those records, optionally paced at ``speed`` x real time.
+* :class:`BundleSource` -- those records as a source read once, optionally paced at ``speed`` x
+  real time; :func:`publish_bundle` publishes them through a producer.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Generator, Iterable
 
 import typer
 
-from connectors.bundle import SCHEDULER_HOST, BundleConnector
-from connectors.runner import publish
+from connectors.bundle import SCHEDULER_HOST, BundleConnector, BundleError
+from connectors.command import Shared, connector
+from connectors.runner import publish, run
 from schemas.bundle import WorkloadSpec
 from schemas.records import TIME_QUALITY_EXACT, Observation, Position, Source
-from schemas.topics import catalogue
 
 if TYPE_CHECKING:  # pragma: no cover
     from transport.kafka import RecordProducer
@@ -121,57 +122,79 @@ def bundle_records(path: str | Path, *, keywords: Iterable[str] | None = None) -
     return head + body + coverage_observations(conn), conn
 
 
-def paced(records: list[Observation], speed: float, *, wait: Callable[[float], Any] = time.sleep,
-          skip: int = 0) -> Iterator[Observation]:
-    """Yield ``records`` (sorted by event time after the head records) paced at ``speed`` x
-    real time: the record at event time ``t`` is yielded ``(t - t0) / speed`` seconds after
-    the first, ``t0`` the first record's time. ``speed <= 0``: no pauses. ``wait(seconds)``
-    sleeps (pass the producer's ``poll`` to serve delivery reports while waiting)."""
-    if speed <= 0 or not records:
-        yield from records
-        return
-    t0 = records[0].observed_at
-    start = time.monotonic()
-    for obs in records:
-        due = start + max(0, obs.observed_at - t0) / 1e9 / speed
-        delay = due - time.monotonic()
-        while delay > 0:
-            wait(delay)
-            delay = due - time.monotonic()
-        yield obs
+class BundleSource:
+    """An incident bundle as a :class:`connectors.source.Source` read once: the records of
+    :func:`bundle_records` in that order, paced at ``speed`` x real time (0: all in one poll).
+    Paced, each poll sleeps until the next record is due and returns the records due by then
+    (``pending`` until the last). No cursor: a bundle is published whole. ``sent``: records
+    returned so far. Raises :class:`connectors.bundle.BundleError` for an unreadable bundle."""
+
+    def __init__(self, path: str | Path, *, speed: float = 0.0, sleep: Callable[[float], Any] = time.sleep) -> None:
+        self.records, self.conn = bundle_records(path)
+        self.speed = speed
+        self.sent = 0
+        self._sleep = sleep
+        self._start: float | None = None
+
+    @property
+    def pending(self) -> bool:
+        """True while records are left."""
+        return self.sent < len(self.records)
+
+    def _due(self, obs: Observation) -> float:
+        assert self._start is not None
+        return self._start + max(0, obs.observed_at - self.records[0].observed_at) / 1e9 / self.speed
+
+    def poll(self) -> list[Observation]:
+        """The next records: all of them unpaced, else those due when the next one is."""
+        if not self.pending:
+            return []
+        if self.speed <= 0:
+            batch = self.records[self.sent:]
+        else:
+            if self._start is None:
+                self._start = time.monotonic()
+            due = self._due(self.records[self.sent])
+            while (delay := due - time.monotonic()) > 0:
+                self._sleep(delay)
+            end = self.sent
+            while end < len(self.records) and self._due(self.records[end]) <= time.monotonic():
+                end += 1
+            batch = self.records[self.sent:end]
+        self.sent += len(batch)
+        return batch
+
+    def checkpoint(self) -> dict[str, Any]:
+        """``{}``: a bundle keeps no position."""
+        return {}
+
+    def coverage(self):  # noqa: ANN201 -- list[CoverageEntry]
+        """The bundle reader's coverage (:meth:`connectors.bundle.BundleConnector.coverage`)."""
+        return self.conn.coverage()
 
 
 def publish_bundle(path: str | Path, producer: "RecordProducer", *, speed: float = 0.0,
                    topic: str | None = None) -> tuple[int, BundleConnector]:
     """Publish the bundle at ``path`` (see :func:`bundle_records`) through ``producer``,
-    paced at ``speed`` x real time (0 = as fast as possible), then flush. Returns the number of
-    records sent and the connector (coverage). Raises ``BundleError``, ``DeliveryError``,
-    ``BackPressureTimeout``."""
-    records, conn = bundle_records(path)
-    n = publish(paced(records, speed, wait=producer.poll), producer, topic=topic)
-    return n, conn
+    paced at ``speed`` x real time (0 = as fast as possible; the producer serves its delivery
+    reports while it waits), flushing each batch. Returns the number of records sent and the
+    connector (coverage). Raises ``BundleError``, ``DeliveryError``, ``BackPressureTimeout``."""
+    source = BundleSource(path, speed=speed, sleep=producer.poll)
+    return run(source, producer, topic=topic), source.conn
 
 
 # -- CLI ------------------------------------------------------------------------------------
 
 
+@connector(interval=None, errors=(BundleError,))
 def connect_bundle_cli(
+    opts: Shared,
     bundle: Annotated[Path, typer.Argument(help="incident bundle directory (BUNDLE.md v1)")],
     speed: Annotated[float, typer.Option(min=0.0, help="replay at N x real time (0 = as fast as possible)")] = 0.0,
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic, FAULTSTREAM_TOPIC_PREFIX applied)")] = None,
-) -> None:
+) -> Generator[BundleSource, Any, None]:
     """Publish an incident bundle's records to Kafka in event-time order (workload.yaml first)."""
-    topic = topic or catalogue()["observations"].name
-    from connectors.bundle import BundleError
-    from connectors.registry import cli_fail, make_producer
-    from transport.kafka import KafkaProducerError
-
-    try:
-        with make_producer(bootstrap, topic) as producer:
-            n, conn = publish_bundle(bundle, producer, speed=speed)
-    except (BundleError, KafkaProducerError) as exc:
-        cli_fail(str(exc))
-    failed = [c for c in conn.coverage() if c.status == "failed"]
-    typer.echo(f"published {n} records of {bundle} to {topic}"
+    source = BundleSource(bundle, speed=speed)
+    yield source
+    failed = [c for c in source.coverage() if c.status == "failed"]
+    typer.echo(f"published {source.sent} records of {bundle} to {opts.topic}"
                + (f" ({len(failed)} files could not be read)" if failed else ""), err=True)

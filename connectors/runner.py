@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from connectors.cursor import CursorStore
     from transport.kafka import RecordProducer
 
-__all__ = ["publish", "run", "stop_on_sigterm"]
+__all__ = ["publish", "run", "stop_on_sigterm", "RoutedProducer"]
 
 log = logging.getLogger("faultstream.connector")
 
@@ -166,3 +166,22 @@ def stop_on_sigterm() -> Iterator[threading.Event]:
         yield stop
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class RoutedProducer:
+    """A :class:`transport.kafka.RecordProducer` that sends records of some types to their own
+    topic (``routes``: model class -> topic), the rest where the caller says: the runner's one
+    topic carries the observations (or HealthEvents), dead letters go to the dead-letter topic,
+    both confirmed by the same flush."""
+
+    def __init__(self, producer: "RecordProducer", routes: dict[type, str]) -> None:
+        self.producer = producer
+        self.routes = dict(routes)
+
+    def send(self, key: str, record: BaseModel, *, topic: str | None = None) -> None:
+        """Enqueue ``record`` (see :meth:`transport.kafka.RecordProducer.send`)."""
+        self.producer.send(key, record, topic=self.routes.get(type(record), topic))
+
+    def flush(self, timeout: float = 60.0) -> int:
+        """Flush the producer (raises :class:`transport.kafka.DeliveryError` on failures)."""
+        return self.producer.flush(timeout)

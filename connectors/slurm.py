@@ -67,16 +67,15 @@ import logging
 import re
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Any, Iterable
 
 import typer
 
+from connectors.command import Shared, connector
 from connectors.bundle import SCHEDULER_HOST
 from connectors.cursor import CursorStore
 from correlators.hostlist import expand_hostlist
 from schemas.records import TIME_QUALITY_SECONDS, TIME_QUALITY_TRANSPORT, CoverageEntry, Observation, Source
-from schemas.topics import catalogue
 from transport.slurm import SlurmClient, SlurmError, parse_scontrol_nodes
 
 __all__ = ["SlurmConnector", "SlurmError", "expand_hostlist", "parse_scontrol_nodes", "connect_slurm_cli"]
@@ -470,29 +469,12 @@ class SlurmConnector:
 # ---- CLI: faultstream connect slurm ---------------------------------------------------------------
 
 
+@connector(interval=10.0, cursor=".state/cursors/slurm-{cluster}.json", errors=(SlurmError,))
 def connect_slurm_cli(
+    opts: Shared,
     cluster: Annotated[str, typer.Argument(help="cluster name (Slurm ClusterName; Source.instance of the records)")],
-    poll_s: Annotated[float, typer.Option("--poll-s", min=0.1, help="seconds between polls")] = 10.0,
-    cursor: Annotated[Path | None, typer.Option(help="cursor file (default: .state/cursors/slurm-<cluster>.json)")] = None,
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's observations topic, FAULTSTREAM_TOPIC_PREFIX applied)")] = None,
-    once: Annotated[bool, typer.Option("--once", help="poll once, publish, commit the cursor and exit")] = False,
-) -> None:
+) -> SlurmConnector:
     """Publish Slurm job/step state transitions and node DOWN/DRAIN changes (sacct --json, scontrol show node) to Kafka, key = host; the cursor is saved only after delivery.
 
-    Without --once it polls every --poll-s seconds until interrupted (Ctrl-C or SIGTERM); a failed poll or delivery is logged and retried at the next poll with the same record ids. With --once a Slurm, cursor or Kafka error exits 2 with one line on stderr (the cursor is left as it was)."""
-    topic = topic or catalogue()["observations"].name
-    from connectors.cursor import CursorError
-    from connectors.registry import cli_fail, make_producer
-    from connectors.runner import run, stop_on_sigterm
-    from transport.kafka import KafkaProducerError
-
-    path = cursor if cursor is not None else Path(".state/cursors") / f"slurm-{cluster}.json"
-    conn = SlurmConnector(cluster, cursor=CursorStore(path), poll_s=poll_s)
-    try:
-        with make_producer(bootstrap, topic) as producer, stop_on_sigterm() as stop:
-            sent = run(conn, producer, topic=topic, cursor=conn.cursor, follow=not once, poll_s=poll_s,
-                       stop=stop, retry=not once)
-    except (SlurmError, CursorError, KafkaProducerError, OSError) as exc:
-        cli_fail(str(exc))
-    typer.echo(f"published {sent} records of Slurm cluster {cluster} to {topic}", err=True)
+    With --follow it polls every --interval seconds until interrupted (Ctrl-C or SIGTERM); a failed poll or delivery is logged and retried at the next poll with the same record ids. With --once (the default) a Slurm, cursor or Kafka error exits 2 with one line on stderr (the cursor is left as it was)."""
+    return SlurmConnector(cluster, cursor=opts.cursor_store(), poll_s=opts.interval_s)

@@ -33,6 +33,11 @@ Optional (the runner uses them when present):
     Forget what the polls since the last saved checkpoint found, so the next poll returns those
     records again (same deterministic ids). A runner that retries after a failed delivery needs
     it; without it a failure ends the run.
+``wait_s: float``
+    Seconds the runner waits between two polls, instead of ``--interval``: a source whose
+    poll itself waits for what comes (NVML's XID event wait) sets a short one.
+``close() -> None``
+    Release what the source holds (connections, NVML); called once when the command ends.
 ``key(record) -> str``
     The Kafka key of a record (default: ``record.host``); the topology source keys by cluster.
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterable, Iterator, Mapping
+from typing import Generator, Annotated, Any, Callable, Iterable, Iterator, Mapping
 
 import typer
 import yaml
 
+from connectors.command import Shared, connector
 from connectors.topology_parsers import (
     ParseReport,
     TopologyError,
@@ -154,7 +155,9 @@ def _summary(spec: TopologySpec) -> str:
             f"{len(spec.domains)} domains")
 
 
+@connector(interval=None, topic="topology", errors=(TopologyError,))
 def connect_topology_cli(
+    opts: Shared,
     cluster: Annotated[str, typer.Option("--cluster", help="cluster name: the record's key and source instance")],
     ibnetdiscover: Annotated[list[Path] | None, typer.Option(
         "--ibnetdiscover", metavar="FILE", dir_okay=False,
@@ -170,54 +173,41 @@ def connect_topology_cli(
     node_name_map: Annotated[Path | None, typer.Option(
         "--node-name-map", metavar="FILE", dir_okay=False,
         help="ibnetdiscover node name map (<guid> \"<name>\") to name hosts and switches")] = None,
-    bootstrap: Annotated[str | None, typer.Option(help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")] = None,
-    topic: Annotated[str | None, typer.Option(help="topic to publish to (default: the catalogue's topology topic)")] = None,
     print_only: Annotated[bool, typer.Option("--print", help="print the merged topology as YAML and publish nothing")] = False,
     delete: Annotated[bool, typer.Option("--delete", help="delete the cluster's topology: publish a tombstone for its key (no sources)")] = False,
-) -> None:
+) -> Generator[TopologyConnector | None, Any, None]:
     """Publish a cluster's fabric topology (ibnetdiscover, lldpctl -f json, hosts files, topology.yaml) as one record, key = cluster, on the compacted topology topic.
 
     The sources are merged (a cable or address claimed differently by two sources is an error); with --print the merged topology.yaml is printed on stdout instead; with --delete a tombstone for the cluster's key ends its topology (the worker forgets it, compaction removes it). Bad input or a Kafka error exits 2 with one line on stderr."""
-    from connectors.registry import cli_fail, make_producer
-    from connectors.runner import run
-    from schemas.topics import catalogue
-    from transport.kafka import KafkaProducerError
-
-    target = topic or catalogue()["topology"].name
     if delete:
         if ibnetdiscover or lldp or hosts or topology_yaml or print_only:
-            cli_fail("--delete takes no sources and no --print")
+            raise ValueError("--delete takes no sources and no --print")
         if not cluster.strip():
-            cli_fail("--delete needs a non-empty --cluster")
-        try:
-            with make_producer(bootstrap, target) as producer:
-                producer.send_tombstone(cluster, "Observation")
-                producer.flush()
-        except KafkaProducerError as exc:
-            cli_fail(str(exc))
-        typer.echo(f"deleted the topology of {cluster}: tombstone published to {target}", err=True)
+            raise ValueError("--delete needs a non-empty --cluster")
+        with opts.producer() as producer:
+            producer.send_tombstone(cluster, "Observation")
+            producer.flush()
+        typer.echo(f"deleted the topology of {cluster}: tombstone published to {opts.topic}", err=True)
+        yield None
         return
 
     pairs: list[tuple[str, str]] = []
     for item in lldp or []:
         host, sep, path = item.partition("=")
         if not sep or not host.strip() or not path.strip():
-            cli_fail(f"--lldp {item!r}: expected HOST=FILE")
+            raise ValueError(f"--lldp {item!r}: expected HOST=FILE")
         pairs.append((host.strip(), path.strip()))
     if not (ibnetdiscover or pairs or hosts or topology_yaml):
-        cli_fail("give at least one of --ibnetdiscover, --lldp, --hosts, --topology-yaml")
+        raise ValueError("give at least one of --ibnetdiscover, --lldp, --hosts, --topology-yaml")
     names = None
     if node_name_map is not None:
         try:
             names = parse_node_name_map(_read_text(node_name_map))
         except TopologyError as exc:
-            cli_fail(str(exc.in_source(str(node_name_map))))
+            raise exc.in_source(str(node_name_map)) from None
     conn = TopologyConnector(cluster, ibnetdiscover=ibnetdiscover or [], lldp=pairs, hosts=hosts or [],
                              topology_yaml=topology_yaml or [], host_names=names)
-    try:
-        spec = conn.read()
-    except TopologyError as exc:
-        cli_fail(str(exc))
+    spec = conn.read()
     for path, report in conn.reports:
         if report.skipped:
             first = report.skipped[0]
@@ -228,13 +218,10 @@ def connect_topology_cli(
     if print_only:
         typer.echo(yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False), nl=False)
         typer.echo(f"topology of {cluster}: {_summary(spec)}", err=True)
+        yield None
         return
     if not spec.links and not spec.hosts:
-        cli_fail("the sources give no cables and no host addresses; nothing published "
-                 "(an empty record would replace the cluster's topology)")
-    try:
-        with make_producer(bootstrap, target) as producer:
-            run(conn, producer, topic=target)
-    except KafkaProducerError as exc:
-        cli_fail(str(exc))
-    typer.echo(f"published the topology of {cluster} ({_summary(spec)}) to {target}", err=True)
+        raise ValueError("the sources give no cables and no host addresses; nothing published "
+                         "(an empty record would replace the cluster's topology)")
+    yield conn
+    typer.echo(f"published the topology of {cluster} ({_summary(spec)}) to {opts.topic}", err=True)

@@ -20,9 +20,14 @@ checkout). Tests that need it fail -- never skip -- when it is missing.
 Markers (``pyproject.toml``), set here from what a test uses: ``kafka`` (the broker fixtures),
 ``slurm`` (the single-node Slurm), ``k8s`` (the loopback Kubernetes control plane of
 ``tests/k8s_fixtures.py``), ``clickhouse`` (the embedded chDB engine, by module:
-:data:`CLICKHOUSE_MODULES`); ``prometheus`` and ``browser`` are on the tests themselves. The
-fast inner loop is
-``pytest -m "not kafka and not slurm and not k8s and not browser and not prometheus"``.
+:data:`CLICKHOUSE_MODULES`); ``prometheus``, ``browser`` and ``slow`` (more than 2 s on 2 cores)
+are on the tests themselves. Every test with none of :data:`SERVICE_MARKERS` and not ``slow``
+is marked ``unit``: ``python3 -m pytest -m unit`` is the inner loop (no service, no set-up
+script, under two minutes on 2 cores).
+
+Set-up (``tests/setup_fixtures.py``): the fixtures of the services run the project's
+idempotent set-up scripts once per run, with progress on the terminal; the daemons a run
+started are stopped when it ends (:func:`pytest_sessionfinish`).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ def real_fixtures() -> Path:
 
 
 # Real services: a Kafka broker and a single-node Slurm, started by the fixtures when needed.
+from tests import setup_fixtures  # noqa: E402
 from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: E402,F401
 from tests.slurm_fixtures import slurm_cluster  # noqa: E402,F401
 from tests.k8s_fixtures import k8s_cluster  # noqa: E402,F401
@@ -61,8 +67,24 @@ _SERVICE_FIXTURES = {"kafka_bootstrap": "kafka", "kafka_config": "kafka", "kafka
                      "slurm_cluster": "slurm", "k8s_cluster": "k8s"}
 
 
+#: markers of the tests that need a real service (a server, a daemon, a browser, built tools):
+#: a test with none of them and not ``slow`` is a ``unit`` test
+SERVICE_MARKERS = ("kafka", "slurm", "k8s", "browser", "prometheus")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Set-up progress goes to this run's terminal."""
+    setup_fixtures.configure(config)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Stop the daemons this run started that outlive their fixtures (the single-node Slurm)."""
+    setup_fixtures.stop_started_daemons()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with the real services it needs (see the module docstring)."""
+    """Mark each test with the real services it needs, and ``unit`` when it needs none and is
+    not ``slow`` (see the module docstring)."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         for fixture, marker in _SERVICE_FIXTURES.items():
@@ -70,3 +92,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(marker)
         if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in CLICKHOUSE_MODULES:
             item.add_marker("clickhouse")
+        if not any(item.get_closest_marker(m) for m in (*SERVICE_MARKERS, "slow")):
+            item.add_marker("unit")

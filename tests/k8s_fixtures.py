@@ -7,6 +7,8 @@ Import into a test module (or ``tests/conftest.py``)::
 
 ``k8s_cluster`` (session): a :class:`KubeCluster`. Start-up, in this order:
 
+* ``deploy/kubernetes/setup.sh`` (:func:`tests.setup_fixtures.ensure`): etcd installed and the
+  binaries built where missing, cached under ``.state/kubernetes``;
 * etcd (Debian ``etcd-server``, ``/usr/bin/etcd``) on a free loopback port, data in a temporary
   directory;
 * kube-apiserver (built by ``deploy/kubernetes/setup.sh`` into ``.state/kubernetes/bin``) on a
@@ -52,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.setup_fixtures import ensure
 
 REPO = Path(__file__).resolve().parents[1]
 #: the binaries setup.sh built: ``$FAULTSTREAM_K8S_STATE/bin`` (the variable setup.sh reads too),
@@ -279,6 +283,7 @@ def _kubeconfig(server: str, ca: Path, token: str) -> str:
 
 
 def _binaries() -> dict[str, str]:
+    ensure("kubernetes")  # etcd and the Go builds (deploy/kubernetes/setup.sh), cached under .state/
     found: dict[str, str] = {}
     missing = []
     for name in ("kube-apiserver", "kube-controller-manager", "kubectl", "kwok"):

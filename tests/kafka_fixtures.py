@@ -14,7 +14,9 @@ Fixtures:
   2. testcontainers' ``KafkaContainer`` (KRaft) when a Docker engine answers a ping
      (image from ``FAULTSTREAM_TEST_KAFKA_IMAGE``, default ``confluentinc/cp-kafka:7.6.0``);
   3. the local broker of ``deploy/kafka/broker.py`` on a free port, with a fresh data dir that
-     is deleted again when the session ends (about 5-7 s to start).
+     is deleted again when the session ends (about 5-7 s to start); ``deploy/kafka/setup.sh``
+     first installs Java 17 and Maven where missing and resolves the jars
+     (:func:`tests.setup_fixtures.ensure`).
 
   If none of them gives a broker, the fixture FAILS (it never skips) with the reason.
 * ``kafka_config`` (session): the confluent_kafka configuration dict for that broker
@@ -38,6 +40,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+
+from tests.setup_fixtures import ensure
 
 REPO = Path(__file__).resolve().parents[1]
 _BROKER_PY = REPO / "deploy" / "kafka" / "broker.py"
@@ -129,6 +133,7 @@ def _open_broker() -> tuple[str, Callable[[], None]]:
             pytest.fail(f"the Kafka container at {bootstrap} does not answer: {error}", pytrace=False)
         return bootstrap, container.stop
 
+    ensure("kafka")  # Java, Maven and the broker's jars (deploy/kafka/setup.sh)
     local = _local_broker_module()
     try:
         broker = local.start(None, fresh=True, ephemeral=True, timeout_s=90.0)

@@ -6,24 +6,23 @@ Import into ``tests/conftest.py``::
 
 ``slurm_cluster`` (session): a :class:`SlurmCluster` (cluster name, node name) of a Slurm that
 answers ``sinfo`` with its node idle and ``sacct`` (accounting through slurmdbd + MariaDB).
-When Slurm is not answering yet, ``deploy/slurm/setup.sh`` starts it (installs the Debian
-packages if missing, about 1-2 s when installed, 30-60 s with the install); the log goes to
-``.state/slurm-setup.log``. If it cannot start, the fixture FAILS (never skips) with the tail
-of that log. Slurm is left running after the session (``deploy/slurm/stop.sh`` stops it).
+When Slurm is not answering yet, ``deploy/slurm/setup.sh`` starts it through
+:func:`tests.setup_fixtures.start_slurm` (installs the Debian packages if missing, about 1-2 s
+when installed, 30-60 s with the install; progress on the terminal, log in
+``.state/setup/slurm.log``) and the run stops it again when it ends (``deploy/slurm/stop.sh``);
+a Slurm that was already answering is used and left running. If it cannot start, the fixture
+FAILS (never skips) with the tail of that log.
 """
 
 from __future__ import annotations
 
 import subprocess
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SETUP = REPO / "deploy" / "slurm" / "setup.sh"
-SETUP_LOG = REPO / ".state" / "slurm-setup.log"
+from tests.setup_fixtures import start_slurm
+
 CLUSTER = "fs-test"
 
 
@@ -54,20 +53,9 @@ def _answering() -> str | None:
 def slurm_cluster() -> SlurmCluster:
     node = _answering()
     if node is None:
-        SETUP_LOG.parent.mkdir(parents=True, exist_ok=True)
-        t0 = time.monotonic()
-        with SETUP_LOG.open("w") as log:
-            try:
-                rc = subprocess.run(["bash", str(SETUP)], stdout=log, stderr=subprocess.STDOUT,
-                                    timeout=900).returncode
-            except subprocess.TimeoutExpired:
-                rc = "timeout (900 s)"
-        tail = "\n".join(SETUP_LOG.read_text(errors="replace").splitlines()[-40:])
-        if rc != 0:
-            pytest.fail(f"deploy/slurm/setup.sh failed ({rc}) after {time.monotonic() - t0:.0f} s; "
-                        f"log tail ({SETUP_LOG}):\n{tail}", pytrace=False)
+        start_slurm()
         node = _answering()
         if node is None:
-            pytest.fail(f"Slurm started by deploy/slurm/setup.sh does not answer sinfo/sacct; "
-                        f"log tail ({SETUP_LOG}):\n{tail}", pytrace=False)
+            pytest.fail("Slurm started by deploy/slurm/setup.sh does not answer sinfo/sacct; "
+                        "its log: .state/setup/slurm.log, the daemons': /var/log/slurm", pytrace=False)
     return SlurmCluster(name=CLUSTER, node=node)

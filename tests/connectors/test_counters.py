@@ -555,20 +555,23 @@ def test_cli_connect_counters_once_and_restart_from_state(tmp_path, kafka_bootst
         "mlx5_1/ports/1/counters/symbol_error": 0, "mlx5_1/ports/1/hw_counters/local_ack_timeout_err": 5,
     })
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip() or kafka_bootstrap
-    slept: list[float] = []
+    polls: list[int] = []
+    poll = counters_mod.CountersConnector.poll
 
-    def tick(seconds: float) -> None:  # between the two polls of --once: the counters move
-        slept.append(seconds)
-        fake_sysfs(root, {"mlx5_0/ports/1/counters/symbol_error": 28, "mlx5_0/ports/1/counters/port_xmit_data": 5000,
-                          "mlx5_1/ports/1/hw_counters/local_ack_timeout_err": 5})
+    def moving(self):  # between the two polls of --once the counters move
+        polls.append(self.polls)
+        if self.polls == 1:
+            fake_sysfs(root, {"mlx5_0/ports/1/counters/symbol_error": 28, "mlx5_0/ports/1/counters/port_xmit_data": 5000,
+                              "mlx5_1/ports/1/hw_counters/local_ack_timeout_err": 5})
+        return poll(self)
 
-    monkeypatch.setattr(counters_mod, "_sleep", tick)
+    monkeypatch.setattr(counters_mod.CountersConnector, "poll", moving)
     state = tmp_path / "state.json"
     args = ["connect", "counters", "--sysfs-root", str(root), "--node", "node-a01", "--cluster", "c1",
-            "--once", "--interval", "7", "--state", str(state), "--bootstrap", bootstrap, "--topic", topic]
+            "--once", "--interval", "0.2", "--cursor", str(state), "--bootstrap", bootstrap, "--topic", topic]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
-    assert slept == [7.0] and "published 2 counter deltas from 4 port samples (2 polls" in first.output
+    assert polls == [0, 1] and "published 2 counter deltas from 4 port samples (2 polls" in first.output
     got = consume(kafka_config, topic, 2)
     by_port = {v["attributes"]["port"]: (k, v) for k, v in got}
     assert set(by_port) == {"mlx5_0/1", "mlx5_1/1"}
@@ -583,10 +586,10 @@ def test_cli_connect_counters_once_and_restart_from_state(tmp_path, kafka_bootst
 
     # the connector is stopped; the link takes errors; a restart computes the delta from the state
     fake_sysfs(root, {"mlx5_0/ports/1/counters/symbol_error": 40, "mlx5_0/ports/1/counters/link_downed": 2})
-    slept.clear()
+    polls.clear()
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0, again.output
-    assert slept == [] and "(1 polls" in again.output  # deltas on the first poll: nothing to prime
+    assert polls == [0] and "(1 polls" in again.output  # deltas on the first poll: nothing to prime
     got = consume(kafka_config, topic, 4)
     (k, o) = [(k, v) for k, v in got if v["attributes"]["port"] == "mlx5_0/1" and v["metric"].get("symbol_error") == 12.0][0]
     assert o["metric"]["symbol_error"] == 12.0 and "link_downed" not in o["metric"]  # new counter: primes only

@@ -51,6 +51,7 @@ from connectors.runner import run
 from correlators.rules import load_rule_pack
 from schemas.records import Observation
 from transport.kafka import DeliveryError, FailedDelivery
+from tests.setup_fixtures import ensure
 
 pytestmark = pytest.mark.prometheus
 
@@ -252,16 +253,12 @@ class PrometheusServer:
 
 
 def prometheus_binary() -> str:
-    """The prometheus binary; runs ``deploy/prometheus/setup.sh`` when none is on PATH and
-    fails the test (never skips) when that does not give one."""
+    """The prometheus binary, installed by ``deploy/prometheus/setup.sh`` where missing
+    (:func:`tests.setup_fixtures.ensure`); fails the test (never skips) when there is none."""
+    ensure("prometheus")
     found = shutil.which("prometheus")
-    if found:
-        return found
-    proc = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=600)
-    found = shutil.which("prometheus")
-    if proc.returncode != 0 or not found:
-        pytest.fail(f"Prometheus is not installed and {SETUP} could not install it (exit {proc.returncode}):\n"
-                    f"{(proc.stdout + proc.stderr)[-3000:]}", pytrace=False)
+    if not found:
+        pytest.fail(f"{SETUP} succeeded but no prometheus binary is on PATH", pytrace=False)
     return found
 
 

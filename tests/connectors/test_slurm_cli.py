@@ -129,7 +129,7 @@ def test_connect_slurm_polls_until_stopped(slurm_cluster, kafka_bootstrap, kafka
     cursor = tmp_path / "slurm.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "streams.cli", "connect", "slurm", slurm_cluster.name,
-         "--poll-s", "0.5", "--cursor", str(cursor), "--bootstrap", kafka_bootstrap, "--topic", topic],
+         "--follow", "--interval", "0.5", "--cursor", str(cursor), "--bootstrap", kafka_bootstrap, "--topic", topic],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
     try:
         job = sbatch("--wrap", "sleep 1; exit 7")

@@ -53,6 +53,23 @@ def wait_until(cond, timeout: float = 60.0, what: str = "condition") -> None:
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
+def runs(job: str, program: str) -> bool:
+    """True when a process of ``job`` on this node (``scontrol listpids``) runs ``program``
+    (the first word of its ``/proc/<pid>/cmdline``)."""
+    out = subprocess.run(["scontrol", "listpids", job], capture_output=True, text=True, check=False).stdout
+    for line in out.splitlines()[1:]:
+        pid = line.split()[0] if line.split() else ""
+        if not pid.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].decode(errors="replace") == program:
+            return True
+    return False
+
+
 def wait_terminal(*jobs: str, timeout: float = 90.0) -> None:
     wait_until(lambda: all(sacct_state(j) in TERMINAL for j in jobs), timeout,
                f"jobs {jobs} to finish in sacct")
@@ -99,14 +116,23 @@ def test_job_transitions_real_slurm(slurm_cluster, tmp_path):
     fail = sbatch("--wrap", "exit 3")
     killed = sbatch("--wrap", "kill -9 $$")
     mpi = sbatch("-N1", "-n2", "--wrap", "srun -n2 true; srun -n2 sh -c 'exit 5'")
-    sleeper = sbatch("--wrap", "sleep 120")
-    wait_until(lambda: sacct_state(sleeper) == "RUNNING", 60, "the sleeper to run")
-    time.sleep(1)  # its batch step starts
+    # The sleeper is cancelled once its program runs. sacct says RUNNING as soon as the job is
+    # allocated, before slurmstepd has started the batch script; a cancel while the step is set
+    # up (or while its shell is between two commands) is recorded on Slurm 22.05 as the batch
+    # step FAILED 15:0, not CANCELLED. The script execs sleep: once a process of the job
+    # (scontrol listpids) is that sleep, the cancel's SIGTERM ends the program itself.
+    sleeper = sbatch("--wrap", "exec sleep 120")
+    wait_until(lambda: runs(sleeper, "sleep"), 90, "the sleeper's sleep to run")
     subprocess.run(["scancel", sleeper], check=True)
     wait_terminal(ok, fail, killed, mpi, sleeper)
 
     jobs = (ok, fail, killed, mpi, sleeper)
-    obs = poll_until(conn, lambda got: all(set(job_states(got, j)) & TERMINAL for j in jobs))
+    # every record asserted below: the jobs' final states and the steps' (sacct may show a
+    # job's end before its steps')
+    steps = {f"{killed}.batch": "CANCELLED", f"{fail}.batch": "FAILED", f"{mpi}.0": "COMPLETED",
+             f"{mpi}.1": "FAILED", f"{sleeper}.batch": "CANCELLED"}
+    obs = poll_until(conn, lambda got: all(set(job_states(got, j)) & TERMINAL for j in jobs)
+                     and all(state in job_states(got, step) for step, state in steps.items()), timeout=90)
 
     ids = [o.observation_id for o in obs]
     assert len(ids) == len(set(ids)), "an observation was emitted twice"

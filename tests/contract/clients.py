@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from tests.transport.test_partitioner import java_binary, java_tools_classpath
+from tests.setup_fixtures import ensure
 
 REPO = Path(__file__).resolve().parents[2]
 CONTRACT = REPO / "deploy" / "contract"
@@ -206,14 +207,7 @@ def install_node_packages() -> None:
     consumer into ``.state/contract``; quick when the lock files did not change). Fails the
     test with the script's output when it fails."""
     node_binary()
-    try:
-        proc = subprocess.run(["bash", str(CONTRACT / "setup.sh")], capture_output=True, text=True, timeout=900,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.fail(f"deploy/contract/setup.sh did not run: {exc}", pytrace=False)
-    if proc.returncode != 0:
-        pytest.fail(f"deploy/contract/setup.sh exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}",
-                    pytrace=False)
+    ensure("contract")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.k8s_fixtures import BIN, REPO, KubeCluster, wait_for
+from tests.setup_fixtures import ensure
 
 pytestmark = pytest.mark.k8s
 
@@ -78,6 +79,7 @@ EXECUTOR_RULES = [
 
 
 def _binary(name: str, setup: str) -> str:
+    ensure("helm" if name == "helm" else "kubernetes")
     path = BIN / name
     if not (path.is_file() and os.access(path, os.X_OK)):
         pytest.fail(f"{path} is missing: build it with `{setup}`", pytrace=False)

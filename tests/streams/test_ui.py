@@ -43,6 +43,7 @@ from streams.replay import ReplayResult, replay_bundle
 from streams.ui.commands import CommandPublisher
 from streams.ui.queries import IncidentStore
 from streams.ui.settings import UISettings
+from tests.setup_fixtures import ensure
 
 pytestmark = [pytest.mark.browser, pytest.mark.clickhouse]
 
@@ -69,7 +70,9 @@ COMMAND_SECRET = "s" * 48
 
 
 def launch_chromium(playwright: Any) -> Any:
-    """Debian's Chromium through Playwright; a clear test failure when it cannot start."""
+    """Debian's Chromium through Playwright (installed by ``deploy/ui/setup-chromium.sh`` where
+    missing, :func:`tests.setup_fixtures.ensure`); a clear test failure when it cannot start."""
+    ensure("chromium")
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: run deploy/ui/setup-chromium.sh (apt-get install chromium)",
                     pytrace=False)
