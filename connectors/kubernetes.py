@@ -99,7 +99,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Generator
 
 import typer
 
@@ -996,7 +996,7 @@ def connect_kubernetes_cli(
     context: Annotated[str | None, typer.Option(help="kubeconfig context (default: the current one)")] = None,
     namespace: Annotated[list[str] | None, typer.Option("--namespace", "-n", help="watch only this namespace (repeatable; default: all)")] = None,
     logs: Annotated[bool, typer.Option("--logs/--no-logs", help="stream the workload pods' logs (they spool beside the cursor)")] = True,
-) -> KubernetesConnector:
+) -> Generator[KubernetesConnector, Any, None]:
     """Publish Kubernetes/Kueue workload state transitions (Workloads, Job/JobSet/PyTorchJob pods, node placement, ranks, OOMKilled/Evicted/Preempted), node conditions, events and pod logs to Kafka, key = host; the cursor (resourceVersions, log sinceTimes) is saved only after delivery.
 
     With --follow it polls every --interval seconds until interrupted (Ctrl-C or SIGTERM); a failed poll or delivery is logged and retried at the next poll with the same record ids. With --once (the default) an API, cursor or Kafka error exits 2 with one line on stderr (the cursor is left as it was)."""
@@ -1013,5 +1013,6 @@ def connect_kubernetes_cli(
             api_client = k8s.ApiClient()
     except (ConfigException, OSError, ValueError) as exc:
         raise KubernetesError(f"kubernetes configuration: {exc}") from None
-    return KubernetesConnector(cluster, api_client=api_client, cursor=opts.cursor_store(), namespaces=namespace,
-                               logs=logs, follow=opts.follow, poll_s=opts.interval_s)
+    done = yield KubernetesConnector(cluster, api_client=api_client, cursor=opts.cursor_store(), namespaces=namespace,
+                                     logs=logs, follow=opts.follow, poll_s=opts.interval_s)
+    typer.echo(f"published {done.sent} records of Kubernetes cluster {cluster} to {opts.topic}", err=True)

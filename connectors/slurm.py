@@ -67,7 +67,7 @@ import logging
 import re
 import time
 from datetime import datetime
-from typing import Annotated, Any, Iterable
+from typing import Annotated, Any, Generator, Iterable
 
 import typer
 
@@ -473,8 +473,9 @@ class SlurmConnector:
 def connect_slurm_cli(
     opts: Shared,
     cluster: Annotated[str, typer.Argument(help="cluster name (Slurm ClusterName; Source.instance of the records)")],
-) -> SlurmConnector:
+) -> Generator[SlurmConnector, Any, None]:
     """Publish Slurm job/step state transitions and node DOWN/DRAIN changes (sacct --json, scontrol show node) to Kafka, key = host; the cursor is saved only after delivery.
 
     With --follow it polls every --interval seconds until interrupted (Ctrl-C or SIGTERM); a failed poll or delivery is logged and retried at the next poll with the same record ids. With --once (the default) a Slurm, cursor or Kafka error exits 2 with one line on stderr (the cursor is left as it was)."""
-    return SlurmConnector(cluster, cursor=opts.cursor_store(), poll_s=opts.interval_s)
+    done = yield SlurmConnector(cluster, cursor=opts.cursor_store(), poll_s=opts.interval_s)
+    typer.echo(f"published {done.sent} records of Slurm cluster {cluster} to {opts.topic}", err=True)
