@@ -233,6 +233,10 @@ def _column_ranges() -> dict[str, dict[str, tuple[int, int]]]:
     return out
 
 
+#: ``CREATE TABLE ... <table> AS ...<source>`` of ddl.sql: a table made with another's columns.
+_COPY_TABLE_RE = re.compile(r"CREATE TABLE IF NOT EXISTS \{database\}\.(?P<table>\w+)\s+AS\s+\{database\}\.(?P<source>\w+)")
+
+
 _OBS_FILTERS = frozenset({"workload_ids", "cluster", "hosts", "start_ns", "end_ns", "kinds", "formats"})
 
 
@@ -801,6 +805,33 @@ class ClickHouseSink:
                 self._retry(lambda sql=sql: self._client.command(sql), "apply the DDL")
                 if body.startswith("CREATE DATABASE"):
                     self._retire_old_remediations()
+                copy = _COPY_TABLE_RE.match(body)
+                if copy:
+                    self._add_source_columns(copy["table"], copy["source"])
+
+    def _add_source_columns(self, table: str, source: str) -> None:
+        """Give ``table`` (made ``AS source``) the columns ``source`` gained after ``table`` was
+        created (the ``ALTER ... ADD COLUMN`` statements of ddl.sql only name ``source``), each
+        with its type, default and codec, in ``source``'s order."""
+        def columns(name: str) -> list[tuple[str, str, str, str, str]]:
+            return self._retry(lambda: self._client.query(
+                "SELECT name, type, default_kind, default_expression, compression_codec "
+                "FROM system.columns WHERE database = {db:String} AND table = {t:String} ORDER BY position",
+                parameters={"db": self.database, "t": name}).result_rows, f"inspect the {name} table")
+
+        have = {row[0] for row in columns(table)}
+        previous = None
+        for name, type_, default_kind, default_expr, codec in columns(source):
+            if name not in have:
+                spec = f"`{name}` {type_}"
+                if default_kind:
+                    spec += f" {default_kind} {default_expr}"
+                if codec:
+                    spec += f" {codec}"
+                spec += f" AFTER `{previous}`" if previous else " FIRST"
+                sql = f"ALTER TABLE {self.database}.{table} ADD COLUMN IF NOT EXISTS {spec}"
+                self._retry(lambda sql=sql: self._client.command(sql), f"add {name} to {table}")
+            previous = name
 
     @property
     def client(self) -> Any:

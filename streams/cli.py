@@ -288,9 +288,11 @@ def _store_replay(result: Any, clickhouse: str) -> tuple[str | None, str | None]
         sink.close()
         return clickhouse, None
     except SinkError as exc:
-        return None, (f"ClickHouse: {str(exc).splitlines()[0][:300]} -- the verdicts were not stored "
-                      "(an embedded store is held by one process at a time: use --no-store or another "
-                      "--clickhouse chdb://DIR)")
+        message = str(exc).splitlines()[0][:300]
+        held = any(word in str(exc) for word in ("cannot open the chDB engine", "one engine per process"))
+        hint = ("an embedded store is held by one process at a time: use --no-store or another "
+                "--clickhouse chdb://DIR" if held else "use --no-store to print the verdicts only")
+        return None, f"ClickHouse: {message} -- the verdicts were not stored ({hint})"
 
 
 def _print_verdicts(verdicts: list) -> Console:

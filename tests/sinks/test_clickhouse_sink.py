@@ -17,6 +17,7 @@ from schemas.records import (
     Affected,
     Alternative,
     Attribution,
+    Cost,
     CoverageEntry,
     Culprits,
     Event,
@@ -477,6 +478,28 @@ def test_ddl_is_idempotent(chdb_dir: Path) -> None:
             "SELECT engine FROM system.tables WHERE database = 'ddl_twice'"
         ).result_rows}
         assert engines == {"ReplacingMergeTree"}
+
+
+def test_a_store_made_before_the_goodput_columns_takes_them_on_open(chdb_dir: Path) -> None:
+    """A store whose ``attributions`` and ``attribution_revisions`` lack the columns added since
+    (the verdict's goodput cost) gains them when a sink opens it, and stores verdicts again."""
+    db = "before_goodput"
+    new_columns = ("goodput_lost_fraction", "gpu_hours_lost_per_hour")
+    with ClickHouseSink(f"chdb://{chdb_dir}", database=db) as old:
+        for table in ("attributions", "attribution_revisions"):
+            old.client.command(f"ALTER TABLE {db}.{table} " + ", ".join(f"DROP COLUMN {c}" for c in new_columns))
+    degraded = attribution().model_copy(update={"cost": Cost(
+        lost_from=T0, lost_until=T0 + 3600 * SEC, lost_s=3600.0, gpus=16, nodes=2, verdict_after_s=30.0,
+        jobs_hit=1, nodes_hit=2, goodput_lost_fraction=0.25, gpu_hours_lost_per_hour=4.0)})
+    with ClickHouseSink(f"chdb://{chdb_dir}", database=db) as sink:
+        assert sink.write_attributions([degraded]) == 1
+        for table in ("attributions", "attribution_revisions"):
+            columns = [r[0] for r in sink.client.query(
+                f"SELECT name FROM system.columns WHERE database = '{db}' AND table = '{table}' ORDER BY position"
+            ).result_rows]
+            assert columns[columns.index("nodes_hit") + 1:columns.index("nodes_hit") + 3] == list(new_columns)
+            row = sink.client.query(f"SELECT goodput_lost_fraction, gpu_hours_lost_per_hour FROM {db}.{table}").result_rows
+            assert row == [(0.25, 4.0)]
 
 
 def test_observation_records_one_per_id_any_of_and_pushed_down_prefilter(sink: ClickHouseSink) -> None:
