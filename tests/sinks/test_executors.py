@@ -79,9 +79,11 @@ def make_action(kind: str = "drain", host: str | None = "node-a01", *, reason: s
 
 
 def test_every_executor_follows_the_protocol():
-    assert set(EXECUTORS) == {"dry_run", "slurm", "kubernetes", "webhook"}
+    from sinks.executors.nvsentinel import NVSentinelExecutor
+
+    assert set(EXECUTORS) == {"dry_run", "slurm", "kubernetes", "webhook", "nvsentinel"}
     for ex in (DryRunExecutor(), SlurmExecutor(), KubernetesExecutor(api_client=object()),
-               WebhookExecutor("http://127.0.0.1:9/")):
+               WebhookExecutor("http://127.0.0.1:9/"), NVSentinelExecutor("127.0.0.1:9")):
         assert isinstance(ex, Executor)
         assert ex.name in EXECUTORS and isinstance(EXECUTORS[ex.name], type) and isinstance(ex, EXECUTORS[ex.name])
 
@@ -814,7 +816,7 @@ def test_settings_per_cluster_entries(monkeypatch):
 @pytest.mark.parametrize("entry, message", [
     ({"kind": "slurm", "bogus": 1}, "slurm executor options ['bogus']: got an unexpected keyword argument 'bogus'"),
     ({"kind": "webhook"}, "webhook executor options []: missing a required argument: 'url'"),
-    ({"kind": "ansible"}, "Input should be 'dry_run', 'slurm', 'kubernetes' or 'webhook'"),
+    ({"kind": "ansible"}, "Input should be 'dry_run', 'slurm', 'kubernetes', 'webhook' or 'nvsentinel'"),
 ])
 def test_settings_errors_at_load(monkeypatch, entry, message):
     monkeypatch.setenv("FAULTSTREAM_EXECUTOR_CLUSTERS", json.dumps({"c1": entry}))
