@@ -2,7 +2,7 @@
 
 * :class:`DryRunExecutor` -- logs what it would do (the default for every cluster);
 * :class:`SlurmExecutor` -- ``scontrol`` drain / reboot / resume;
-* :class:`KubernetesExecutor` -- cordon, taint, drain through the Eviction API, resume;
+* :class:`KubernetesExecutor` -- cordon, taint, drain through the Eviction API, a node condition, resume;
 * :class:`WebhookExecutor` -- POSTs the action's canonical JSON to an HTTP endpoint;
 * :class:`NVSentinelExecutor` -- sends a HealthEvent to NVSentinel's platform connector (gRPC),
   whose quarantine, drain and remediation modules act.

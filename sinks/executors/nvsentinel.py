@@ -45,14 +45,22 @@ from transport.nvsentinel import ACTION_MAP, DEFAULT_SOCKET, MAX_MESSAGE, Platfo
 from correlators.remediation.targets import node_name_problem, shown
 from schemas.records import RemediationAction
 from schemas.utc import format_utc
-from sinks.executors.base import REFUSED, UNSUPPORTED, ExecutionResult, action_host, target_problem
+from sinks.executors.base import (
+    REFUSED,
+    REMEDIATION_CHECK,
+    UNSUPPORTED,
+    ExecutionResult,
+    action_host,
+    target_problem,
+)
 
 __all__ = ["CHECK_NAME", "NVSentinelExecutor", "action_health_event", "resume_health_event"]
 
 log = logging.getLogger("faultstream.executor.nvsentinel")
 
-#: ``checkName`` of faultstream's remediation events: the node condition NVSentinel sets.
-CHECK_NAME = "FaultstreamRemediation"
+#: ``checkName`` of faultstream's remediation events: the node condition NVSentinel sets
+#: (:data:`sinks.executors.base.REMEDIATION_CHECK`, the one the kubernetes executor sets too).
+CHECK_NAME = REMEDIATION_CHECK
 AGENT = "faultstream"
 _UNSUPPORTED = frozenset({"disable_port"})
 

@@ -20,7 +20,7 @@ An entry is ``{"kind": <kind>, "dry_run": <bool>, <option>: <value>, ...}``:
 * every other key is a keyword option of the executor's constructor, checked when the settings
   load (an unknown option or a missing ``url`` is a clear error, not a late surprise):
   ``slurm``: ``scontrol``, ``timeout_s``, ``attempts``, ``retry_wait_s``, ``retry_max_wait_s``;
-  ``kubernetes``: ``taint_only``, ``taint_key``, ``drain_timeout_s``, ``attempts``, ...
+  ``kubernetes``: ``taint_only``, ``taint_key``, ``node_condition``, ``drain_timeout_s``, ``attempts``, ...
   (the client configuration comes from ``KUBECONFIG`` or the in-cluster service account);
   ``webhook``: ``url`` (required), ``headers``, ``timeout_s``, ``attempts``, ``verify``, ...;
   ``nvsentinel``: ``target`` (the platform connector's gRPC address, default
