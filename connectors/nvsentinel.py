@@ -1001,12 +1001,17 @@ class HealthEventReceiver:
 
     ``listen``: address to bind (``unix:///run/faultstream/nvsentinel.sock``, ``0.0.0.0:50051``,
     ``127.0.0.1:0`` for a free port; :attr:`address` is the bound one after :meth:`start`).
-    ``cluster`` / ``workload_id``: set on every observation."""
+    ``cluster`` / ``workload_id``: set on every observation. ``block_s``: how long a poll waits
+    for a first call (seconds); the runner polls again at once (:attr:`wait_s` 0), so a call is
+    delivered and answered as soon as it arrives, not at the next interval."""
 
     pending = False
+    #: seconds the runner waits between polls: a poll itself waits for calls (``block_s``)
+    wait_s = 0.0
 
     def __init__(self, listen: str, *, cluster: str = "", workload_id: str | None = None,
-                 ack_timeout_s: float = 30.0, max_workers: int = 4) -> None:
+                 ack_timeout_s: float = 30.0, max_workers: int = 4, block_s: float = 0.5) -> None:
+        self.block_s = block_s
         self.listen = self.address = listen
         self.cluster = cluster
         self.workload_id = workload_id
@@ -1046,9 +1051,16 @@ class HealthEventReceiver:
         return f"{len(records)} records not delivered to Kafka within {self.ack_timeout_s:g} s; retry"
 
     def poll(self) -> list[BaseModel]:
-        """The records of the calls received since the last poll, in arrival order."""
+        """The records of the calls received since the last poll, in arrival order; waits up to
+        ``block_s`` seconds for a first call when none is waiting."""
         with self._lock:
             batches, self._requeued = self._requeued, []
+        if not batches:
+            try:
+                batches.append(self._queue.get(timeout=self.block_s))
+            except queue.Empty:
+                return []
+        with self._lock:
             while True:
                 try:
                     batches.append(self._queue.get_nowait())
@@ -1144,7 +1156,7 @@ def connect_nvsentinel_cli(
 ) -> Generator[Any, Any, None]:
     """NVSentinel interop: read its HealthEvents as observations, or (--publish-verdicts) publish final verdicts as HealthEvents.
 
-    Reading (files, --from-topic, or --listen): every HealthEvent becomes a health_event observation (host = nodeName, the GPU from entitiesImpacted) on the observations topic (--topic); input that is no HealthEvent goes to the dead-letter topic with the reason. Files resume from the saved cursor (--cursor); a topic from the consumer group's committed offsets, committed only after delivery. --listen serves NVSentinel's PlatformConnector gRPC service (HealthEventOccurredV1) so its monitors can send to faultstream directly; a call is answered once its events are on Kafka; it runs until Ctrl-C or SIGTERM.
+    Reading (files, --from-topic, or --listen): every HealthEvent becomes a health_event observation (host = nodeName, the GPU from entitiesImpacted) on the observations topic (--topic); input that is no HealthEvent goes to the dead-letter topic with the reason. Files resume from the saved cursor (--cursor); a topic from the consumer group's committed offsets, committed only after delivery. --listen serves NVSentinel's PlatformConnector gRPC service (HealthEventOccurredV1) so its monitors can send to faultstream directly; a call is answered as soon as its events are on Kafka (--interval does not apply); it runs until Ctrl-C or SIGTERM.
 
     --publish-verdicts: every final verdict (final: true or status: final) of a workload with culprit hosts becomes one HealthEvent per culprit host on the HealthEvent topic (--health-topic, key = host): checkName Faultstream<Domain>, errorCode the root-cause code, recommendedAction from the remediation policy, isFatal when that is not NONE, generatedTimestamp the verdict's decided_at. With --platform-connector they go over gRPC to NVSentinel's platform connector instead (its quarantine, drain and remediation act on them).
 

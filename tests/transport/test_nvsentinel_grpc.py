@@ -221,7 +221,7 @@ def test_cli_verdicts_reach_the_platform_connector_and_its_events_become_observa
     sock = tmp_path / "nvsentinel.sock"
     proc = subprocess.Popen([sys.executable, "-c", "from streams.cli import app; app()", "connect", "nvsentinel",
                              "--listen", f"unix://{sock}", "--topic", obs, "--deadletter-topic", dl, "--cluster", "c1",
-                             "--bootstrap", kafka_bootstrap, "--interval", "0.1"],
+                             "--bootstrap", kafka_bootstrap],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(600):
