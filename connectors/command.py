@@ -81,7 +81,11 @@ class Shared:
     once); ``cursor``: the cursor file (None: the source keeps no position); ``topic``: the
     topic records go to (a build function may change it, e.g. a bridge's output topic);
     ``routes``: record class -> topic for records that go elsewhere (dead letters), confirmed
-    by the same flush; ``bootstrap``: the ``--bootstrap`` value (None: the environment's)."""
+    by the same flush; ``bootstrap``: the ``--bootstrap`` value (None: the environment's);
+    ``through``: None, or a function given the Kafka producer (dead letters already routed)
+    that returns what the records are sent through instead (``send``/``flush`` like
+    :class:`transport.kafka.RecordProducer`; e.g. a gRPC client that keeps dead letters on
+    Kafka), set by a build function whose records leave by another interface."""
 
     follow: bool
     interval_s: float | None
@@ -89,6 +93,7 @@ class Shared:
     topic: str
     bootstrap: str | None = None
     routes: dict[type, str] = field(default_factory=dict)
+    through: Callable[[Any], Any] | None = None
     _kafka: "KafkaSettings | None" = field(default=None, repr=False)
 
     @property
@@ -234,6 +239,8 @@ def _execute(build: Callable[..., Any], opts: Shared, own: dict[str, Any], *,
     try:
         with opts.producer() as producer, stop_on_sigterm() as stop:
             target = RoutedProducer(producer, opts.routes) if opts.routes else producer
+            if opts.through is not None:
+                target = opts.through(target)
             pace = getattr(source, "wait_s", None)
             common = dict(topic=opts.topic, cursor=getattr(source, "cursor", None), stop=stop,
                           poll_s=pace if pace is not None else (opts.interval_s or 1.0))

@@ -53,9 +53,12 @@ own rule), ``isHealthy`` false, ``entitiesImpacted`` the culprit GPUs (``GPU`` i
 same bytes.
 
 NVSentinel's platform connector takes HealthEvents over gRPC only
-(``PlatformConnector/HealthEventOccurredV1`` on a Unix socket, ``unix:///var/run/nvsentinel.sock``);
-it has no HTTP endpoint, so nothing here posts to it: a forwarder from the topic to that socket
-is the deployment's part.
+(``PlatformConnector/HealthEventOccurredV1`` on a Unix socket, ``unix:///var/run/nvsentinel.sock``):
+:mod:`transport.nvsentinel` speaks that interface both ways (the bridge's
+``--platform-connector`` sends verdicts' events there through :class:`PlatformConnectorProducer`,
+``--listen`` receives monitors' events in :class:`HealthEventReceiver`),
+and :class:`sinks.executors.nvsentinel.NVSentinelExecutor` turns remediation actions into events
+for it.
 """
 
 from __future__ import annotations
@@ -63,7 +66,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import re
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -90,6 +95,13 @@ from schemas.records import (
 )
 from schemas.topics import catalogue, topic_name
 from schemas.utc import format_utc, parse_utc
+from transport.nvsentinel import (
+    ACTION_MAP,
+    MAX_MESSAGE,
+    PlatformConnectorClient,
+    PlatformConnectorError,
+    serve,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from confluent_kafka import Message
@@ -97,7 +109,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from connectors.cursor import CursorStore
 
 __all__ = [
+    "ACTION_MAP",
     "HEALTH_TOPIC",
+    "MAX_MESSAGE",
     "LEGACY_ACTION_NAMES",
     "PROCESSING_STRATEGIES",
     "RECOMMENDED_ACTIONS",
@@ -106,6 +120,8 @@ __all__ = [
     "HealthEvent",
     "HealthEventError",
     "HealthEventFiles",
+    "HealthEventReceiver",
+    "PlatformConnectorProducer",
     "HealthEventTopic",
     "VerdictBridge",
     "health_event_values",
@@ -138,8 +154,6 @@ PROCESSING_STRATEGIES: dict[str, int] = {"UNSPECIFIED": 0, "EXECUTE_REMEDIATION"
 _STRATEGY_NAMES = {v: k for k, v in PROCESSING_STRATEGIES.items()}
 #: Logical name of the topic the verdict bridge publishes to (``<prefix>.nvsentinel-health-events``).
 HEALTH_TOPIC = "nvsentinel-health-events"
-#: Longest ``message`` the bridge writes (characters).
-MAX_MESSAGE = 1024
 
 _FIELDS = ("version", "agent", "componentClass", "checkName", "isFatal", "isHealthy", "message",
            "recommendedAction", "errorCode", "entitiesImpacted", "metadata", "generatedTimestamp", "nodeName",
@@ -776,21 +790,6 @@ class BridgeOptions:
     agent: str = "faultstream"
 
 
-#: Policy action kind -> RecommendedAction (``reboot`` follows ``BridgeOptions.reboot_action``;
-#: ``drain``/``cordon`` are what NVSentinel itself does for a fatal event, so they decide only
-#: when nothing else is asked for).
-ACTION_MAP: dict[str, str] = {
-    "notify": "NONE",
-    "recertify": "RUN_DCGMEUD",
-    "cordon": "CONTACT_SUPPORT",
-    "drain": "CONTACT_SUPPORT",
-    "disable_port": "CONTACT_SUPPORT",
-    "reset_gpu": "COMPONENT_RESET",
-    "reboot": "RESTART_BM",
-    "swap_hot_spare": "CONTACT_SUPPORT",
-    "reprovision": "REPLACE_VM",
-    "rma": "CONTACT_SUPPORT",
-}
 _COMPONENT = {"gpu_hardware": "GPU", "gpu_software": "GPU", "fabric": "NIC"}
 _XID_CODE = re.compile(r"^(?:gpu|app)\.xid\.(\d+)$")
 
@@ -805,7 +804,7 @@ def is_final(data: dict[str, Any]) -> bool:
 
 def recommended_action(att: Attribution, policy: Policy, options: BridgeOptions = BridgeOptions()) -> tuple[str, str | None]:
     """(RecommendedAction name, the policy rule id or None) for a verdict: the action of
-    faultstream's remediation policy rule for it (:data:`ACTION_MAP`, the most severe of the
+    faultstream's remediation policy rule for it (:data:`transport.nvsentinel.ACTION_MAP`, the most severe of the
     rule's actions other than drain/cordon, else drain/cordon's), ``NONE`` for an ``ambiguous`` or
     ``insufficient`` verdict (never quarantine on weak evidence) and when no rule matches."""
     if att.quality in ("ambiguous", "insufficient") or att.root_cause is None:
@@ -966,9 +965,175 @@ class VerdictBridge:
         self.reader.close()
 
 
+# -- the platform connector's gRPC interface -------------------------------------------------------
+
+@dataclass
+class _Batch:
+    """The records of one received call and the event its handler waits on."""
+
+    records: list[BaseModel]
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class _Acks:
+    """The receiver's cursor: saving it (after the runner's flush) answers the calls whose records
+    were just delivered."""
+
+    def __init__(self, receiver: "HealthEventReceiver") -> None:
+        self.receiver = receiver
+
+    def save(self, state: dict[str, Any]) -> None:
+        """Acknowledge every batch polled so far (``state`` is only informational)."""
+        self.receiver.acknowledge()
+
+
+class HealthEventReceiver:
+    """HealthEvents in over NVSentinel's own interface: a ``datamodels.PlatformConnector`` gRPC
+    server (:func:`transport.nvsentinel.serve`) whose events become ``health_event`` Observations
+    (:func:`to_observation`, the same mapping as files and topics); a
+    :class:`connectors.source.Source` for :func:`connectors.runner.run`.
+
+    An event that is not a usable HealthEvent becomes a dead letter (reason, the event's protobuf
+    bytes). A call returns only once its records are on Kafka: the runner saves :attr:`cursor`
+    after its flush, which acknowledges the batches polled; a call not acknowledged within
+    ``ack_timeout_s`` seconds fails ``UNAVAILABLE`` so the sender retries (same ids, duplicates
+    collapse downstream). A call with no usable record returns at once.
+
+    ``listen``: address to bind (``unix:///run/faultstream/nvsentinel.sock``, ``0.0.0.0:50051``,
+    ``127.0.0.1:0`` for a free port; :attr:`address` is the bound one after :meth:`start`).
+    ``cluster`` / ``workload_id``: set on every observation. ``block_s``: how long a poll waits
+    for a first call (seconds); the runner polls again at once (:attr:`wait_s` 0), so a call is
+    delivered and answered as soon as it arrives, not at the next interval."""
+
+    pending = False
+    #: seconds the runner waits between polls: a poll itself waits for calls (``block_s``)
+    wait_s = 0.0
+
+    def __init__(self, listen: str, *, cluster: str = "", workload_id: str | None = None,
+                 ack_timeout_s: float = 30.0, max_workers: int = 4, block_s: float = 0.5) -> None:
+        self.block_s = block_s
+        self.listen = self.address = listen
+        self.cluster = cluster
+        self.workload_id = workload_id
+        self.ack_timeout_s = ack_timeout_s
+        self.max_workers = max_workers
+        self.cursor = _Acks(self)
+        self.stats = _Counts()
+        self.calls = 0  #: calls received
+        self.batches = 0  #: batches polled (the checkpoint)
+        self.timeouts = 0  #: calls answered UNAVAILABLE: delivery took longer than ack_timeout_s
+        self._queue: queue.SimpleQueue[_Batch] = queue.SimpleQueue()
+        self._inflight: list[_Batch] = []
+        self._requeued: list[_Batch] = []
+        self._lock = threading.Lock()
+        self._server: Any = None
+
+    def start(self) -> str:
+        """Bind and serve; returns the bound address. Raises
+        :class:`transport.nvsentinel.PlatformConnectorError` when the address cannot be bound."""
+        self._server, self.address = serve(self.listen, self._handle, max_workers=self.max_workers)
+        return self.address
+
+    def _handle(self, events: list[tuple[dict[str, Any], bytes]]) -> str | None:
+        self.calls += 1
+        now = time.time_ns()
+        records: list[BaseModel] = []
+        for obj, raw in events:
+            records += _records_of(obj, raw, instance=f"grpc:{self.address}", transport_ns=now, cluster=self.cluster,
+                                   workload_id=self.workload_id, position=Position(), stats=self.stats)
+        if not records:
+            return None
+        batch = _Batch(records)
+        self._queue.put(batch)
+        if batch.done.wait(self.ack_timeout_s):
+            return None
+        self.timeouts += 1
+        return f"{len(records)} records not delivered to Kafka within {self.ack_timeout_s:g} s; retry"
+
+    def poll(self) -> list[BaseModel]:
+        """The records of the calls received since the last poll, in arrival order; waits up to
+        ``block_s`` seconds for a first call when none is waiting."""
+        with self._lock:
+            batches, self._requeued = self._requeued, []
+        if not batches:
+            try:
+                batches.append(self._queue.get(timeout=self.block_s))
+            except queue.Empty:
+                return []
+        with self._lock:
+            while True:
+                try:
+                    batches.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            self._inflight += batches
+            self.batches += len(batches)
+        return [r for b in batches for r in b.records]
+
+    def checkpoint(self) -> dict[str, Any]:
+        """``{"batches": n}``, the calls polled so far: it changes with every non-empty poll, so
+        the runner saves :attr:`cursor` (the acknowledgement) after each delivered batch."""
+        return {"batches": self.batches}
+
+    def acknowledge(self) -> None:
+        """Answer the calls of every batch polled so far (their records are delivered)."""
+        with self._lock:
+            done, self._inflight = self._inflight, []
+        for b in done:
+            b.done.set()
+
+    def rewind(self) -> None:
+        """Hand the unacknowledged batches to the next poll again (a failed delivery)."""
+        with self._lock:
+            self.batches -= len(self._inflight)
+            self._requeued = self._inflight + self._requeued
+            self._inflight = []
+
+    def coverage(self) -> list[CoverageEntry]:
+        """One entry for the server: events read, dead letters, calls, delivery timeouts."""
+        return [CoverageEntry(source=f"grpc:{self.address}", status="present" if self.stats.events else "empty",
+                              records=self.stats.events, unparsed=self.stats.dead,
+                              detail=f"{self.calls} HealthEventOccurredV1 calls, {self.timeouts} not acknowledged in time")]
+
+    def close(self, grace_s: float = 2.0) -> None:
+        """Stop serving (calls in progress get ``grace_s`` seconds)."""
+        if self._server is not None:
+            self._server.stop(grace_s).wait()
+            self._server = None
+
+
+class PlatformConnectorProducer:
+    """Stands in for the Kafka producer of :func:`connectors.runner.run` when the bridge sends its
+    HealthEvents to NVSentinel's platform connector (``--platform-connector``): :meth:`send`
+    buffers HealthEvents and hands any other record (a dead letter) to ``kafka`` for
+    ``deadletter_topic``; :meth:`flush` sends the buffered events in one ``HealthEventOccurredV1``
+    call, then flushes ``kafka``. Raises :class:`transport.nvsentinel.PlatformConnectorError`
+    when the call fails (the runner rewinds; the events come again)."""
+
+    def __init__(self, client: PlatformConnectorClient, kafka: Any, *, deadletter_topic: str) -> None:
+        self.client = client
+        self.kafka = kafka
+        self.deadletter_topic = deadletter_topic
+        self._events: list[HealthEvent] = []
+        self.sent = 0  #: HealthEvents the platform connector accepted
+
+    def send(self, key: str, record: BaseModel, *, topic: str | None = None) -> None:
+        """Buffer a HealthEvent; send any other record to the dead-letter topic."""
+        if isinstance(record, HealthEvent):
+            self._events.append(record)
+        else:
+            self.kafka.send(key, record, topic=self.deadletter_topic)
+
+    def flush(self, timeout: float = 60.0) -> int:
+        """Send the buffered HealthEvents, then flush Kafka (its return value)."""
+        events, self._events = self._events, []
+        self.sent += self.client.send([e.model_dump(mode="json", exclude_none=True) for e in events])
+        return self.kafka.flush(timeout)
+
+
 # -- CLI -------------------------------------------------------------------------------------------
 
-@connector(interval=2.0, cursor=".state/cursors/nvsentinel.json", errors=(KafkaReadError, PolicyError))
+@connector(interval=2.0, cursor=".state/cursors/nvsentinel.json", errors=(KafkaReadError, PolicyError, PlatformConnectorError))
 def connect_nvsentinel_cli(
     opts: Shared,
     files: Annotated[list[Path] | None, typer.Argument(help="files of NVSentinel HealthEvents (JSON Lines, arrays, event-exporter CloudEvents)")] = None,
@@ -985,22 +1150,27 @@ def connect_nvsentinel_cli(
     scope: Annotated[list[str] | None, typer.Option("--scope", help="verdict scopes to publish (repeatable; default: workload)")] = None,
     policy: Annotated[Path | None, typer.Option(help="remediation policy deciding recommendedAction (default: the packaged one)")] = None,
     assign_timeout_s: Annotated[float, typer.Option("--assign-timeout-s", min=0.1, help="give up when no partition of the topic is assigned within this many seconds")] = 30.0,
+    listen: Annotated[str | None, typer.Option("--listen", help="serve NVSentinel's PlatformConnector gRPC service on this address (unix:///run/faultstream/nvsentinel.sock, 0.0.0.0:50051) and publish the HealthEvents it receives; always follows")] = None,
+    platform_connector: Annotated[str | None, typer.Option("--platform-connector", help="with --publish-verdicts: send the HealthEvents over gRPC to NVSentinel's platform connector at this address (unix:///var/run/nvsentinel.sock) instead of the Kafka topic")] = None,
+    ack_timeout_s: Annotated[float, typer.Option("--ack-timeout-s", min=0.1, help="with --listen: a call fails UNAVAILABLE (the sender retries) when its events are not on Kafka within this many seconds")] = 30.0,
 ) -> Generator[Any, Any, None]:
     """NVSentinel interop: read its HealthEvents as observations, or (--publish-verdicts) publish final verdicts as HealthEvents.
 
-    Reading (files, or --from-topic): every HealthEvent becomes a health_event observation (host = nodeName, the GPU from entitiesImpacted) on the observations topic (--topic); input that is no HealthEvent goes to the dead-letter topic with the reason. Files resume from the saved cursor (--cursor); a topic from the consumer group's committed offsets, committed only after delivery.
+    Reading (files, --from-topic, or --listen): every HealthEvent becomes a health_event observation (host = nodeName, the GPU from entitiesImpacted) on the observations topic (--topic); input that is no HealthEvent goes to the dead-letter topic with the reason. Files resume from the saved cursor (--cursor); a topic from the consumer group's committed offsets, committed only after delivery. --listen serves NVSentinel's PlatformConnector gRPC service (HealthEventOccurredV1) so its monitors can send to faultstream directly; a call is answered as soon as its events are on Kafka (--interval does not apply); it runs until Ctrl-C or SIGTERM.
 
-    --publish-verdicts: every final verdict (final: true or status: final) of a workload with culprit hosts becomes one HealthEvent per culprit host on the HealthEvent topic (--health-topic, key = host): checkName Faultstream<Domain>, errorCode the root-cause code, recommendedAction from the remediation policy, isFatal when that is not NONE, generatedTimestamp the verdict's decided_at. NVSentinel's platform connector only takes gRPC on its node socket; forwarding the topic to it is the deployment's part.
+    --publish-verdicts: every final verdict (final: true or status: final) of a workload with culprit hosts becomes one HealthEvent per culprit host on the HealthEvent topic (--health-topic, key = host): checkName Faultstream<Domain>, errorCode the root-cause code, recommendedAction from the remediation policy, isFatal when that is not NONE, generatedTimestamp the verdict's decided_at. With --platform-connector they go over gRPC to NVSentinel's platform connector instead (its quarantine, drain and remediation act on them).
 
-    With --once (the default) any error exits 2 with one line on stderr; with --follow a failed poll or delivery is logged and retried."""
-    modes = [bool(files), from_topic is not None, publish_verdicts]
+    With --once (the default) any error exits 2 with one line on stderr; with --follow a failed poll, delivery or gRPC call is logged and retried."""
+    modes = [bool(files), from_topic is not None, publish_verdicts, listen is not None]
     if sum(modes) != 1:
-        raise ValueError("give HealthEvent files, --from-topic TOPIC or --publish-verdicts (exactly one)")
+        raise ValueError("give HealthEvent files, --from-topic TOPIC, --listen ADDRESS or --publish-verdicts (exactly one)")
+    if platform_connector is not None and not publish_verdicts:
+        raise ValueError("--platform-connector goes with --publish-verdicts")
     if reboot_action not in ("RESTART_BM", "RESTART_VM"):
         raise ValueError(f"--reboot-action {reboot_action!r}: RESTART_BM or RESTART_VM")
     cat = catalogue()
-    opts.routes[DeadLetter] = deadletter_topic or cat["deadletter"].name
-    config = opts.kafka.confluent_config() if not files else {}
+    dl_topic = opts.routes[DeadLetter] = deadletter_topic or cat["deadletter"].name
+    config = opts.kafka.confluent_config() if (from_topic is not None or publish_verdicts) else {}
     source: Any
     if publish_verdicts:
         opts.topic = health_topic or topic_name(HEALTH_TOPIC)
@@ -1011,6 +1181,15 @@ def connect_nvsentinel_cli(
                                group=group or "faultstream-nvsentinel-verdicts",
                                policy=load_policy(policy), options=options, assign_timeout_s=assign_timeout_s)
         what = f"HealthEvents from {source.reader.topic}"
+        if platform_connector is not None:
+            client = PlatformConnectorClient(platform_connector)
+            opts.through = lambda kafka: PlatformConnectorProducer(client, kafka, deadletter_topic=dl_topic)
+    elif listen is not None:
+        source = HealthEventReceiver(listen, cluster=cluster, workload_id=workload, ack_timeout_s=ack_timeout_s)
+        source.start()
+        opts.follow = True
+        typer.echo(f"listening on {source.address} (datamodels.PlatformConnector/HealthEventOccurredV1)", err=True)
+        what = f"observations received on {source.address}"
     elif from_topic is not None:
         source = HealthEventTopic(config, from_topic, group=group or "faultstream-nvsentinel-in",
                                   cluster=cluster, workload_id=workload, assign_timeout_s=assign_timeout_s)
@@ -1019,4 +1198,5 @@ def connect_nvsentinel_cli(
         source = HealthEventFiles(files or [], cursor=opts.cursor_store(), cluster=cluster, workload_id=workload)
         what = f"observations from {len(files or [])} files"
     done = yield source
-    typer.echo(f"published {done.sent} records ({what}) to {opts.topic}", err=True)
+    to = f"NVSentinel's platform connector at {platform_connector}" if platform_connector else opts.topic
+    typer.echo(f"published {done.sent} records ({what}) to {to}", err=True)

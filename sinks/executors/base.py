@@ -45,6 +45,7 @@ __all__ = [
     "quote_argv",
     "target_problem",
     "REFUSED",
+    "REMEDIATION_CHECK",
 ]
 
 T = TypeVar("T")
@@ -53,6 +54,11 @@ T = TypeVar("T")
 UNSUPPORTED = "unsupported by {name} executor"
 #: ``detail`` prefix of a result for a target the executor will not touch.
 REFUSED = "refused by {name} executor"
+#: The node condition type under which a node taken out by faultstream's remediation says why:
+#: the ``checkName`` of the nvsentinel executor's HealthEvents (NVSentinel's platform connector
+#: turns a checkName into the node condition of that type) and the condition the kubernetes
+#: executor sets itself, so a node reads the same whichever path took it out.
+REMEDIATION_CHECK = "FaultstreamRemediation"
 
 
 class ExecutionResult(BaseModel):

@@ -14,6 +14,27 @@ resume     remove every ``<taint_key>`` taint; uncordon and      same
            drop the annotation if faultstream cordoned the node
 =========  ====================================================  ============================
 
+Besides, cordon and drain (in either mode) set the node condition ``node_condition`` (default
+``FaultstreamRemediation``, :data:`sinks.executors.base.REMEDIATION_CHECK`) and resume clears
+it, so ``kubectl describe node`` and anything that watches node conditions says why the node is
+out.
+
+**The node condition** is written the way NVSentinel's platform connector writes the condition
+of a health check (``platform-connectors/pkg/connectors/kubernetes/process_node_events.go``):
+``type`` = the check name; ``status`` ``"True"`` with ``reason`` ``<type>IsNotHealthy`` and a
+``message`` of entries, each ended by ``;`` (``ErrorCode:<cause code> GPU:<index> PCI:<bus id>
+GPU_UUID:<uuid> <the action's reason> (faultstream <action> <action id>, verdict
+<attribution id>)``; an action already listed is not added twice, another action on the same
+node adds its entry); on resume ``status`` ``"False"``, ``reason`` ``<type>IsHealthy``, ``message``
+``No Health Failures``. ``lastHeartbeatTime`` is the action's time (``updated_at``, else
+``created_at``; the resume's wall clock), ``lastTransitionTime`` changes only when ``status``
+does. It is a strategic merge patch of the ``nodes/<name>/status`` subresource (conditions merge
+by ``type``, the kubelet's own are untouched) carrying the read ``resourceVersion`` (409 on a
+concurrent change: retried from the read). The message is evidence for a person; the target is
+always ``target.host``, checked as below, never anything read from a message. A condition that
+cannot be set (e.g. no ``patch`` on ``nodes/status``) makes the result ``ok=False`` with the
+reason, after the cordon and drain were done. ``node_condition=None`` sets none.
+
 The taint's value is the action id, so ``kubectl describe node`` says which remediation took the
 node out. ``resume`` uncordons only a node that carries faultstream's ``cordoned-by``
 annotation: a node a person cordoned stays cordoned (``ok=False``, the detail says so) --
@@ -52,10 +73,12 @@ to the ``spec.nodeName=<name>`` field selector (``,``); a target that is not one
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import re
-from typing import Any, Iterable
+import time
+from typing import Any, Callable, Iterable
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
@@ -63,6 +86,7 @@ from schemas.records import RemediationAction
 from correlators.remediation.targets import shown
 from sinks.executors.base import (
     REFUSED,
+    REMEDIATION_CHECK,
     UNSUPPORTED,
     ExecutionResult,
     TransientError,
@@ -82,6 +106,10 @@ __all__ = [
     "evictable_pods",
     "eviction_body",
     "SUPPORTED",
+    "NO_HEALTH_FAILURES",
+    "condition_entry",
+    "condition_entries",
+    "condition_patch",
     "node_name_problem",
 ]
 
@@ -92,7 +120,15 @@ CORDONED_BY = "faultstream.io/cordoned-by"
 #: Annotation the kubelet puts on mirror pods of static pods.
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 SUPPORTED = frozenset({"cordon", "drain", "notify"})
+#: ``message`` of a cleared condition (what NVSentinel's platform connector writes).
+NO_HEALTH_FAILURES = "No Health Failures"
+#: Longest condition ``message`` written (characters): the oldest entries go first.
+MAX_CONDITION_MESSAGE = 4096
+#: Longest text taken from an action's reason into one entry (characters).
+MAX_ENTRY_TEXT = 512
+_CONDITION_TYPE = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
 
 
 # -- pure builders (unit-tested without a cluster) -------------------------------------------
@@ -199,6 +235,78 @@ def _pod_name(pod: Any) -> str:
     return f"{pod.metadata.namespace}/{pod.metadata.name}"
 
 
+# -- the node condition (pure builders) -------------------------------------------------------
+
+def _flat(text: str) -> str:
+    """``text`` on one line without the entry separator ``;`` (control characters and runs of
+    white space become one space), cut to :data:`MAX_ENTRY_TEXT` characters."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text).replace(";", ",").split())
+    return flat if len(flat) <= MAX_ENTRY_TEXT else flat[: MAX_ENTRY_TEXT - 3] + "..."
+
+
+def condition_entry(action: RemediationAction) -> str:
+    """The entry of ``action`` in the condition message, without its ``;``: ``ErrorCode:<cause
+    code>``, the target GPU as ``GPU:<index> PCI:<bus id> GPU_UUID:<uuid>`` (those it has), the
+    action's reason (else its cause code; one line, no ``;``) and ``(faultstream <action>
+    <action id>, verdict <attribution id>)``. The same action always gives the same entry."""
+    parts = [f"ErrorCode:{_flat(action.cause_code)}"] if action.cause_code else []
+    gpu = action.target.gpu
+    if gpu is not None:
+        parts += ([f"GPU:{gpu.index}"] if gpu.index is not None else []) + (
+            [f"PCI:{gpu.pci_bus_id}"] if gpu.pci_bus_id else []) + ([f"GPU_UUID:{gpu.uuid}"] if gpu.uuid else [])
+    text = _flat(action.reason or action.cause_code)
+    parts.append(f"{text} (faultstream {action.action} {action.action_id}, verdict {_flat(action.attribution_id)})".lstrip())
+    return " ".join(parts)
+
+
+def condition_entries(message: str | None) -> list[str]:
+    """The entries of a condition ``message`` (split on ``;``, empty ones dropped); none for an
+    empty message or :data:`NO_HEALTH_FAILURES`."""
+    if not message or message == NO_HEALTH_FAILURES:
+        return []
+    return [e for e in message.split(";") if e.strip()]
+
+
+def _k8s_time(ns: int) -> str:
+    """UTC ns -> the API's time text (RFC 3339, whole seconds, ``Z``)."""
+    return dt.datetime.fromtimestamp(ns // 1_000_000_000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _condition_of(conditions: Iterable[Any] | None, type_: str) -> dict[str, Any] | None:
+    """The condition of ``type_`` among ``conditions`` (``V1NodeCondition`` or API dicts) as
+    ``{"status", "lastTransitionTime"}`` (the time as the API's text), or None."""
+    for c in conditions or []:
+        if not isinstance(c, dict):
+            c = {"type": c.type, "status": c.status, "lastTransitionTime": c.last_transition_time}
+        if c.get("type") == type_:
+            since = c.get("lastTransitionTime")
+            if isinstance(since, dt.datetime):
+                since = since.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            return {"status": c.get("status"), "lastTransitionTime": since}
+    return None
+
+
+def condition_patch(conditions: Iterable[Any] | None, type_: str, entries: list[str], at_ns: int) -> dict[str, Any]:
+    """The strategic merge patch of ``nodes/<name>/status`` that sets condition ``type_`` given
+    the node's current ``conditions`` (``V1NodeCondition`` objects or API dicts): ``"True"``,
+    ``<type>IsNotHealthy`` and the ``entries`` joined, each ended by ``;`` (the oldest dropped
+    beyond :data:`MAX_CONDITION_MESSAGE` characters), or, with no entries, ``"False"``,
+    ``<type>IsHealthy``, :data:`NO_HEALTH_FAILURES`. ``lastHeartbeatTime`` is ``at_ns`` (UTC
+    ns); ``lastTransitionTime`` too when the status changes, else the current one."""
+    while entries and sum(len(e) + 1 for e in entries) > MAX_CONDITION_MESSAGE:
+        entries = entries[1:]
+    status = "True" if entries else "False"
+    now = _k8s_time(at_ns)
+    before = _condition_of(conditions, type_)
+    since = before["lastTransitionTime"] if before and before["status"] == status and before["lastTransitionTime"] else now
+    return {"status": {"conditions": [{
+        "type": type_, "status": status,
+        "reason": f"{type_}IsNotHealthy" if entries else f"{type_}IsHealthy",
+        "message": "".join(f"{e};" for e in entries) if entries else NO_HEALTH_FAILURES,
+        "lastHeartbeatTime": now, "lastTransitionTime": since,
+    }]}}
+
+
 # -- the executor --------------------------------------------------------------------------------
 
 
@@ -211,17 +319,24 @@ class KubernetesExecutor:
 
     ``api_client``: a ``kubernetes.client.ApiClient`` (default: from ``KUBECONFIG`` or
     in-cluster). ``taint_only``: only taint, never cordon or evict. ``taint_key``: the taint's
-    key. ``drain_timeout_s``: how long a drain waits for evicted pods to go (0: do not wait).
-    ``attempts``, ``retry_wait_s``, ``retry_max_wait_s``: retries of transient API failures."""
+    key. ``node_condition``: the node condition type set on cordon/drain and cleared on resume
+    (CamelCase, at most 63 characters; None: none). ``drain_timeout_s``: how long a drain waits
+    for evicted pods to go (0: do not wait). ``attempts``, ``retry_wait_s``,
+    ``retry_max_wait_s``: retries of transient API failures. Raises ValueError for a
+    ``node_condition`` that is not CamelCase."""
 
     name = "kubernetes"
 
     def __init__(self, api_client: Any = None, taint_only: bool = False,
-                 taint_key: str = "faultstream.io/remediation", *, drain_timeout_s: float = 0.0,
-                 attempts: int = 3, retry_wait_s: float = 1.0, retry_max_wait_s: float = 10.0):
+                 taint_key: str = "faultstream.io/remediation", *, node_condition: str | None = REMEDIATION_CHECK,
+                 drain_timeout_s: float = 0.0, attempts: int = 3, retry_wait_s: float = 1.0,
+                 retry_max_wait_s: float = 10.0):
+        if node_condition is not None and not _CONDITION_TYPE.match(node_condition):
+            raise ValueError(f"node_condition {node_condition!r}: CamelCase letters and digits, at most 63")
         self._api_client = api_client
         self.taint_only = taint_only
         self.taint_key = taint_key
+        self.node_condition = node_condition
         self.drain_timeout_s = drain_timeout_s
         self.attempts = attempts
         self.retry_wait_s = retry_wait_s
@@ -307,10 +422,10 @@ class KubernetesExecutor:
             return []
         if self.taint_only:
             effect = "NoExecute" if action.action == "drain" else "NoSchedule"
-            return [self._taint_cmd(host, action.action_id, effect)]
+            return [self._taint_cmd(host, action.action_id, effect)] + self._condition_cmd(host, True)
         cmds = [f"kubectl cordon {host}",
                 f"kubectl annotate node {host} {CORDONED_BY}={action.action_id} --overwrite",
-                self._taint_cmd(host, action.action_id, "NoSchedule")]
+                self._taint_cmd(host, action.action_id, "NoSchedule")] + self._condition_cmd(host, True)
         if action.action == "drain":
             cmds.append(f"kubectl drain {host} --ignore-daemonsets --delete-emptydir-data --force")
         return cmds
@@ -321,7 +436,15 @@ class KubernetesExecutor:
             return []
         return [f"kubectl taint nodes {host} {self.taint_key}-",
                 f"kubectl uncordon {host}  # only if annotated {CORDONED_BY}",
-                f"kubectl annotate node {host} {CORDONED_BY}-"]
+                f"kubectl annotate node {host} {CORDONED_BY}-"] + self._condition_cmd(host, False)
+
+    def _condition_cmd(self, host: str, failing: bool) -> list[str]:
+        """The request line of setting (``failing``) or clearing the node condition ([] without one)."""
+        if self.node_condition is None:
+            return []
+        c = self.node_condition
+        return [f"PATCH /api/v1/nodes/{host}/status condition {c}="
+                + (f"True reason {c}IsNotHealthy" if failing else f"False reason {c}IsHealthy")]
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -339,6 +462,42 @@ class KubernetesExecutor:
             return new
 
         return self._call(f"taint node {host}", once)
+
+    def _set_condition(self, host: str, change: Callable[[list[str]], list[str]], at_ns: int, *,
+                       only_existing: bool = False) -> bool:
+        """Read the node, apply ``change(entries) -> entries`` to the entries of its condition
+        :attr:`node_condition` and write the condition (:func:`condition_patch`) to the status
+        subresource with the read ``resourceVersion`` (409: retried from the read).
+        ``only_existing``: do nothing when the node has no such condition. Returns whether it
+        wrote."""
+        core = self.core()
+        kind = self.node_condition
+
+        def once() -> bool:
+            node = core.read_node(host)
+            conditions = (node.status.conditions if node.status is not None else None) or []
+            current = next((c for c in conditions if c.type == kind), None)
+            if current is None and only_existing:
+                return False
+            body = condition_patch(conditions, kind, change(condition_entries(current.message if current else None)), at_ns)
+            body["metadata"] = {"resourceVersion": node.metadata.resource_version}
+            core.patch_node_status(host, body, _content_type=STRATEGIC_MERGE_PATCH)
+            return True
+
+        return bool(self._call(f"set node condition {kind} of {host}", once))
+
+    def _mark(self, host: str, action: RemediationAction, commands: list[str]) -> str | None:
+        """Add ``action``'s entry to the node condition; returns why it could not be set, or None."""
+        if self.node_condition is None:
+            return None
+        entry = condition_entry(action)
+        commands += self._condition_cmd(host, True)
+        try:
+            self._set_condition(host, lambda entries: entries if entry in entries else [*entries, entry],
+                                action.updated_at or action.created_at)
+        except (_Failed, TransientError) as exc:
+            return str(exc)
+        return None
 
     def _taint(self, host: str, action_id: str, effect: str) -> None:
         self._set_taints(host, lambda taints: taints_with(taints, self.taint_key, action_id, effect))
@@ -392,8 +551,11 @@ class KubernetesExecutor:
         failure."""
         host = action_host(action)
         commands: list[str] = []
+        unmarked: str | None = None  # why the node condition could not be set
 
         def result(ok: bool, detail: str) -> ExecutionResult:
+            if unmarked:
+                ok, detail = False, f"{detail}; node condition not set: {unmarked}"
             log.log(logging.INFO if ok else logging.WARNING, "kubernetes %s %s: %s", action.action,
                     host, detail, extra={"action_id": action.action_id, "action": action.action,
                                          "host": host, "ok": ok, "commands": list(commands)})
@@ -413,16 +575,18 @@ class KubernetesExecutor:
                 effect = "NoExecute" if action.action == "drain" else "NoSchedule"
                 commands.append(self._taint_cmd(host, action.action_id, effect))
                 self._taint(host, action.action_id, effect)
+                unmarked = self._mark(host, action, commands)
                 return result(True, f"{host} tainted {self.taint_key}={action.action_id}:{effect}")
             plan = self.plan(action)
             commands.extend(plan[:2])
             self._cordon(host, action.action_id)
             commands.append(plan[2])
             self._taint(host, action.action_id, "NoSchedule")
+            unmarked = self._mark(host, action, commands)
             if action.action == "cordon":
                 return result(True, f"{host} cordoned and tainted "
                                     f"{self.taint_key}={action.action_id}:NoSchedule")
-            commands.append(plan[3])
+            commands.append(plan[-1])
             evicted, blocked, skipped = self._evict(host, commands)
             summary = (f"{host} cordoned; {len(evicted)} pods evicted"
                        + (f", {len(skipped)} skipped ({', '.join(skipped[:5])}"
@@ -441,8 +605,9 @@ class KubernetesExecutor:
             return result(False, str(exc))
 
     def resume(self, host: str, reason: str) -> ExecutionResult:
-        """Remove faultstream's taint and, if faultstream cordoned ``host``, uncordon it; never
-        raises for an operational failure."""
+        """Remove faultstream's taint and, if faultstream cordoned ``host``, uncordon it; clear
+        the node condition (``"False"``, :data:`NO_HEALTH_FAILURES`) when the node has it;
+        never raises for an operational failure."""
         invalid = node_name_problem(host)
         commands = [] if invalid else [f"kubectl taint nodes {host} {self.taint_key}-"]
 
@@ -464,13 +629,20 @@ class KubernetesExecutor:
                 commands += [f"kubectl uncordon {host}", f"kubectl annotate node {host} {CORDONED_BY}-"]
                 self._call(f"uncordon node {host}",
                            lambda: core.patch_node(host, uncordon_patch(), _content_type=MERGE_PATCH))
-                return result(True, f"{host} taint {self.taint_key} removed, uncordoned "
+                ok, detail = True, (f"{host} taint {self.taint_key} removed, uncordoned "
                                     f"(cordoned by {annotations[CORDONED_BY]})")
-            if node.spec.unschedulable:
-                return result(False, f"{host} taint {self.taint_key} removed but the node stays "
-                                     f"cordoned: it was not cordoned by faultstream (no {CORDONED_BY} "
-                                     "annotation)")
-            return result(True, f"{host} taint {self.taint_key} removed; node schedulable")
+            elif node.spec.unschedulable:
+                ok, detail = False, (f"{host} taint {self.taint_key} removed but the node stays cordoned: it was "
+                                     f"not cordoned by faultstream (no {CORDONED_BY} annotation)")
+            else:
+                ok, detail = True, f"{host} taint {self.taint_key} removed; node schedulable"
+            # faultstream's reason is gone either way: its condition is cleared (a person's cordon stays)
+            if self.node_condition is not None:
+                clear = self._condition_cmd(host, False)
+                if self._set_condition(host, lambda entries: [], time.time_ns(), only_existing=True):
+                    commands += clear
+                    detail += f"; condition {self.node_condition} cleared"
+            return result(ok, detail)
         except (_Failed, TransientError, _PdbBlocked) as exc:
             return result(False, str(exc))
 

@@ -13,15 +13,18 @@ FAULTSTREAM_EXECUTOR_CLUSTERS      JSON object: cluster name -> executor entry (
 
 An entry is ``{"kind": <kind>, "dry_run": <bool>, <option>: <value>, ...}``:
 
-* ``kind``: ``dry_run`` (default), ``slurm``, ``kubernetes`` or ``webhook`` (:data:`EXECUTORS`);
+* ``kind``: ``dry_run`` (default), ``slurm``, ``kubernetes``, ``webhook`` or ``nvsentinel``
+  (:data:`EXECUTORS`);
 * ``dry_run``: ``true`` plans with that executor -- logs the exact ``scontrol`` / ``kubectl``
   / HTTP request it would make -- without running it (default ``false``);
 * every other key is a keyword option of the executor's constructor, checked when the settings
   load (an unknown option or a missing ``url`` is a clear error, not a late surprise):
   ``slurm``: ``scontrol``, ``timeout_s``, ``attempts``, ``retry_wait_s``, ``retry_max_wait_s``;
-  ``kubernetes``: ``taint_only``, ``taint_key``, ``drain_timeout_s``, ``attempts``, ...
+  ``kubernetes``: ``taint_only``, ``taint_key``, ``node_condition``, ``drain_timeout_s``, ``attempts``, ...
   (the client configuration comes from ``KUBECONFIG`` or the in-cluster service account);
-  ``webhook``: ``url`` (required), ``headers``, ``timeout_s``, ``attempts``, ``verify``, ...
+  ``webhook``: ``url`` (required), ``headers``, ``timeout_s``, ``attempts``, ``verify``, ...;
+  ``nvsentinel``: ``target`` (the platform connector's gRPC address, default
+  ``unix:///var/run/nvsentinel.sock``), ``reboot_action``, ``store_only``, ``timeout_s``, ...
 
 Examples::
 
@@ -29,7 +32,8 @@ Examples::
     FAULTSTREAM_EXECUTOR_CLUSTERS='{"c1": {"kind": "slurm", "dry_run": true},
                                     "k8s-a": {"kind": "kubernetes", "taint_only": true},
                                     "c3": {"kind": "webhook", "url": "https://remedy.example/hook",
-                                           "headers": {"Authorization": "Bearer ..."}}}'
+                                           "headers": {"Authorization": "Bearer ..."}},
+                                    "gb200": {"kind": "nvsentinel"}}'
 
 :meth:`ExecutorSettings.executor_for` returns the executor of a cluster (built once, then
 reused); a cluster without an entry gets :class:`~sinks.executors.dry_run.DryRunExecutor`.
@@ -46,12 +50,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sinks.executors.base import Executor
 from sinks.executors.dry_run import DryRunExecutor
 from sinks.executors.kubernetes import KubernetesExecutor
+from sinks.executors.nvsentinel import NVSentinelExecutor
 from sinks.executors.slurm import SlurmExecutor
 from sinks.executors.webhook import WebhookExecutor
 
 __all__ = ["EXECUTORS", "ExecutorKind", "ClusterExecutor", "ExecutorSettings", "build_executor"]
 
-ExecutorKind = Literal["dry_run", "slurm", "kubernetes", "webhook"]
+ExecutorKind = Literal["dry_run", "slurm", "kubernetes", "webhook", "nvsentinel"]
 
 #: kind -> executor class (the constructor takes the kind's options as keywords).
 EXECUTORS: dict[str, type] = {
@@ -59,6 +64,7 @@ EXECUTORS: dict[str, type] = {
     "slurm": SlurmExecutor,
     "kubernetes": KubernetesExecutor,
     "webhook": WebhookExecutor,
+    "nvsentinel": NVSentinelExecutor,
 }
 
 

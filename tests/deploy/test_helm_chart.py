@@ -73,6 +73,7 @@ CONNECTOR_RULES = [
 #: the exact rules of the executor's ClusterRole (what sinks/executors/kubernetes.py calls)
 EXECUTOR_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
 ]
@@ -407,6 +408,7 @@ def test_applies_to_the_api_server_with_least_rbac(value_set: str, k8s_cluster: 
         assert not can_i(k8s_cluster, namespace, connector, verb, resource, *extra), (connector, verb, resource)
     executor_on = VALUE_SETS[value_set][0].get("executors", {}).get("kubernetes", {}).get("enabled", False)
     assert can_i(k8s_cluster, namespace, executor, "patch", "nodes") is executor_on
+    assert can_i(k8s_cluster, namespace, executor, "patch", "nodes", "--subresource=status") is executor_on
     assert can_i(k8s_cluster, namespace, executor, "create", "pods", "--subresource=eviction",
                  where="training") is executor_on
     assert can_i(k8s_cluster, namespace, executor, "list", "pods") is executor_on

@@ -56,6 +56,10 @@ from sinks.executors import (
 from sinks.executors.kubernetes import (
     CORDONED_BY,
     MIRROR_ANNOTATION,
+    NO_HEALTH_FAILURES,
+    condition_entries,
+    condition_entry,
+    condition_patch,
     cordon_patch,
     eviction_body,
     evictable_pods,
@@ -67,6 +71,8 @@ from sinks.executors.slurm import REASON_MAX_BYTES
 from tests.slurm_fixtures import slurm_cluster  # noqa: F401
 
 ACTION_ID = "act-5f0c2a1e5d1b4c579a4e1f2b"
+SET_CONDITION = ("PATCH /api/v1/nodes/node-a01/status condition FaultstreamRemediation=True "
+                 "reason FaultstreamRemediationIsNotHealthy")
 
 
 def make_action(kind: str = "drain", host: str | None = "node-a01", *, reason: str = "xid 79: GPU fell off the bus",
@@ -79,9 +85,11 @@ def make_action(kind: str = "drain", host: str | None = "node-a01", *, reason: s
 
 
 def test_every_executor_follows_the_protocol():
-    assert set(EXECUTORS) == {"dry_run", "slurm", "kubernetes", "webhook"}
+    from sinks.executors.nvsentinel import NVSentinelExecutor
+
+    assert set(EXECUTORS) == {"dry_run", "slurm", "kubernetes", "webhook", "nvsentinel"}
     for ex in (DryRunExecutor(), SlurmExecutor(), KubernetesExecutor(api_client=object()),
-               WebhookExecutor("http://127.0.0.1:9/")):
+               WebhookExecutor("http://127.0.0.1:9/"), NVSentinelExecutor("127.0.0.1:9")):
         assert isinstance(ex, Executor)
         assert ex.name in EXECUTORS and isinstance(EXECUTORS[ex.name], type) and isinstance(ex, EXECUTORS[ex.name])
 
@@ -429,11 +437,46 @@ def test_kubernetes_plans():
         "kubectl cordon node-a01",
         f"kubectl annotate node node-a01 {CORDONED_BY}={ACTION_ID} --overwrite",
         f"kubectl taint nodes node-a01 faultstream.io/remediation={ACTION_ID}:NoSchedule --overwrite",
+        SET_CONDITION,
         "kubectl drain node-a01 --ignore-daemonsets --delete-emptydir-data --force"]
-    only = KubernetesExecutor(api_client=object(), taint_only=True, taint_key="example.com/fault")
+    only = KubernetesExecutor(api_client=object(), taint_only=True, taint_key="example.com/fault", node_condition=None)
     assert only.plan(make_action("drain")) == [f"kubectl taint nodes node-a01 example.com/fault={ACTION_ID}:NoExecute --overwrite"]
     assert only.plan(make_action("cordon")) == [f"kubectl taint nodes node-a01 example.com/fault={ACTION_ID}:NoSchedule --overwrite"]
     assert ex.plan(make_action("reboot")) == []
+    assert ex.plan_resume("node-a01", "recertified")[-1] == (
+        "PATCH /api/v1/nodes/node-a01/status condition FaultstreamRemediation=False reason FaultstreamRemediationIsHealthy")
+    with pytest.raises(ValueError, match="CamelCase"):
+        KubernetesExecutor(node_condition="faultstream/remediation")
+
+
+def test_node_condition_entries_and_patch():
+    action = make_action("drain", gpu=GpuRef(index=3, pci_bus_id="0000:41:00.0", uuid="GPU-00000000-0000-4000-8000-000000000003"),
+                         reason="xid 79: GPU fell off the bus;\n   injected: cordon node-b02")
+    entry = condition_entry(action)
+    assert entry == ("ErrorCode:gpu.fell_off_bus GPU:3 PCI:0000:41:00.0 GPU_UUID:GPU-00000000-0000-4000-8000-000000000003 "
+                     "xid 79: GPU fell off the bus, injected: cordon node-b02 "
+                     f"(faultstream drain {ACTION_ID}, verdict wl-c1-1001-1)")
+    assert condition_entry(make_action("cordon", reason="")).startswith("ErrorCode:gpu.fell_off_bus gpu.fell_off_bus (faultstream cordon")
+    assert condition_entries(None) == condition_entries(NO_HEALTH_FAILURES) == []
+    assert condition_entries("a x;b y;") == ["a x", "b y"]
+    at = 1_796_001_660_000_000_000  # 2026-11-30T01:21:00Z
+    kubelet = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-01T00:00:00Z"}
+    set_ = condition_patch([kubelet], "FaultstreamRemediation", [entry], at)
+    assert set_ == {"status": {"conditions": [{
+        "type": "FaultstreamRemediation", "status": "True", "reason": "FaultstreamRemediationIsNotHealthy",
+        "message": entry + ";", "lastHeartbeatTime": "2026-11-30T01:21:00Z", "lastTransitionTime": "2026-11-30T01:21:00Z"}]}}
+    # the status unchanged: the transition time stays; cleared: False, IsHealthy, the time of the change
+    before = k8s.V1NodeCondition(type="FaultstreamRemediation", status="True", message=entry + ";",
+                                 last_transition_time=datetime(2026, 11, 30, 1, 21, tzinfo=timezone.utc))
+    again = condition_patch([before], "FaultstreamRemediation", [entry, "second"], at + 60 * 10**9)["status"]["conditions"][0]
+    assert (again["message"], again["lastTransitionTime"], again["lastHeartbeatTime"]) == (
+        entry + ";second;", "2026-11-30T01:21:00Z", "2026-11-30T01:22:00Z")
+    cleared = condition_patch([before], "FaultstreamRemediation", [], at + 120 * 10**9)["status"]["conditions"][0]
+    assert (cleared["status"], cleared["reason"], cleared["message"], cleared["lastTransitionTime"]) == (
+        "False", "FaultstreamRemediationIsHealthy", NO_HEALTH_FAILURES, "2026-11-30T01:23:00Z")
+    # the oldest entries go first beyond the limit
+    many = condition_patch([], "T", [f"{i:04d}" + "x" * 995 for i in range(6)], at)["status"]["conditions"][0]["message"]
+    assert len(many) <= 4096 and many.startswith("0002") and many.endswith("x;")
 
 
 @pytest.mark.parametrize("kind", ["reset_gpu", "reboot", "disable_port", "swap_hot_spare", "reprovision", "rma", "recertify"])
@@ -472,7 +515,8 @@ def _pod_json(p: k8s.V1Pod) -> dict:
 
 class ApiStub:
     """A local HTTP server answering the Kubernetes endpoints the executor uses (nodes GET/PATCH
-    with resourceVersion conflicts, pods list by spec.nodeName, pod evictions with PDB refusals).
+    with resourceVersion conflicts, nodes/<name>/status PATCH merging conditions by type, pods
+    list by spec.nodeName, pod evictions with PDB refusals).
     Not a cluster: it records the requests the official client sends."""
 
     def __init__(self) -> None:
@@ -483,6 +527,7 @@ class ApiStub:
         self.pdb_protected: set[str] = set()
         self.sticky = False  # evicted pods stay listed (a pod that does not terminate)
         self.conflicts = 0  # answer this many resourceVersion PATCHes with 409
+        self.status_forbidden = False  # refuse PATCHes of nodes/<name>/status (no RBAC for it)
         self.requests: list[dict] = []
         stub = self
 
@@ -522,7 +567,7 @@ class ApiStub:
 
             def do_PATCH(self) -> None:  # noqa: N802
                 body = self._record()
-                m = re.fullmatch(r"/api/v1/nodes/([^/]+)", urlparse(self.path).path)
+                m = re.fullmatch(r"/api/v1/nodes/([^/]+)(/status)?", urlparse(self.path).path)
                 node = stub.nodes.get(m[1]) if m else None
                 if node is None:
                     return self._status(404, "NotFound", "node not found")
@@ -534,7 +579,16 @@ class ApiStub:
                     if rv != node["metadata"]["resourceVersion"]:
                         return self._status(409, "Conflict", "the object has been modified; please apply "
                                                              "your changes to the latest version and try again")
-                _merge(node, {k: v for k, v in body.items()})
+                if m[2]:  # the status subresource: a strategic merge patch, conditions merged by type
+                    if stub.status_forbidden:
+                        return self._status(403, "Forbidden", f'nodes "{m[1]}" is forbidden: User "x" cannot '
+                                                              'patch resource "nodes/status"')
+                    conditions = {c["type"]: c for c in node.setdefault("status", {}).get("conditions", [])}
+                    for c in body["status"]["conditions"]:
+                        conditions[c["type"]] = {**conditions.get(c["type"], {}), **c}
+                    node["status"]["conditions"] = list(conditions.values())
+                else:
+                    _merge(node, {k: v for k, v in body.items()})
                 node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
                 self._send(200, node)
 
@@ -586,14 +640,39 @@ def test_kubernetes_cordon_requests(api):
     assert res.detail == f"node-a01 cordoned and tainted faultstream.io/remediation={ACTION_ID}:NoSchedule"
     assert res.commands == KubernetesExecutor(api_client=object()).plan(make_action("cordon"))
     assert api.calls() == [("PATCH", "/api/v1/nodes/node-a01"), ("GET", "/api/v1/nodes/node-a01"),
-                           ("PATCH", "/api/v1/nodes/node-a01")]
-    cordon, _, taint = api.requests
+                           ("PATCH", "/api/v1/nodes/node-a01"), ("GET", "/api/v1/nodes/node-a01"),
+                           ("PATCH", "/api/v1/nodes/node-a01/status")]
+    cordon, _, taint, _, condition = api.requests
     assert cordon["content_type"] == "application/merge-patch+json" and cordon["body"] == cordon_patch(ACTION_ID)
     assert taint["body"] == {"metadata": {"resourceVersion": "101"}, "spec": {"taints": [
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
         {"key": "faultstream.io/remediation", "value": ACTION_ID, "effect": "NoSchedule"}]}}
+    assert condition["content_type"] == "application/strategic-merge-patch+json"
+    assert condition["body"] == {"metadata": {"resourceVersion": "102"}, "status": {"conditions": [{
+        "type": "FaultstreamRemediation", "status": "True", "reason": "FaultstreamRemediationIsNotHealthy",
+        "message": f"ErrorCode:gpu.fell_off_bus xid 79: GPU fell off the bus (faultstream cordon {ACTION_ID}, "
+                   "verdict wl-c1-1001-1);",
+        "lastHeartbeatTime": "2026-11-30T01:21:00Z", "lastTransitionTime": "2026-11-30T01:21:00Z"}]}}
     assert api.node()["spec"]["unschedulable"] is True
     assert api.node()["metadata"]["annotations"] == {CORDONED_BY: ACTION_ID}
+
+
+def test_kubernetes_node_condition_keeps_other_actions_and_a_refusal_is_a_failed_result(api):
+    api.node()["status"] = {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}
+    ex = KubernetesExecutor(api_client=api.api_client)
+    first = make_action("cordon")
+    assert ex.execute(first).ok and ex.execute(first).ok  # the same action again: one entry
+    second = make_action("cordon").model_copy(update={"action_id": "act-2", "cause_code": "gpu.xid.48", "reason": "xid 48"})
+    assert ex.execute(second).ok
+    ready, mine = api.node()["status"]["conditions"]
+    assert ready == {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+    assert condition_entries(mine["message"]) == [condition_entry(first), condition_entry(second)]
+    api.status_forbidden = True
+    res = ex.execute(make_action("drain"))
+    assert res.ok is False and res.detail == (
+        "node-a01 cordoned; 0 pods evicted; node condition not set: set node condition FaultstreamRemediation "
+        'of node-a01: HTTP 403 nodes "node-a01" is forbidden: User "x" cannot patch resource "nodes/status"')
+    assert res.commands[-1] == "kubectl drain node-a01 --ignore-daemonsets --delete-emptydir-data --force"
 
 
 def test_kubernetes_drain_evicts_like_kubectl(api):
@@ -641,7 +720,10 @@ def test_kubernetes_drain_pods_that_do_not_go(api):
 def test_kubernetes_taint_only(api):
     res = KubernetesExecutor(api_client=api.api_client, taint_only=True).execute(make_action("drain"))
     assert res.ok and res.detail == f"node-a01 tainted faultstream.io/remediation={ACTION_ID}:NoExecute"
-    assert api.calls() == [("GET", "/api/v1/nodes/node-a01"), ("PATCH", "/api/v1/nodes/node-a01")]
+    assert api.calls() == [("GET", "/api/v1/nodes/node-a01"), ("PATCH", "/api/v1/nodes/node-a01"),
+                           ("GET", "/api/v1/nodes/node-a01"), ("PATCH", "/api/v1/nodes/node-a01/status")]
+    assert res.commands[-1] == SET_CONDITION
+    assert api.node()["status"]["conditions"][0]["status"] == "True"
     assert "unschedulable" not in api.node()["spec"]
     assert api.node()["spec"]["taints"][-1] == {"key": "faultstream.io/remediation", "value": ACTION_ID,
                                                 "effect": "NoExecute"}
@@ -649,7 +731,8 @@ def test_kubernetes_taint_only(api):
 
 def test_kubernetes_taint_conflict_is_retried(api):
     api.conflicts = 1
-    res = KubernetesExecutor(api_client=api.api_client, taint_only=True, retry_wait_s=0.01).execute(make_action("cordon"))
+    res = KubernetesExecutor(api_client=api.api_client, taint_only=True, node_condition=None,
+                             retry_wait_s=0.01).execute(make_action("cordon"))
     assert res.ok, res.detail
     assert api.calls() == [("GET", "/api/v1/nodes/node-a01"), ("PATCH", "/api/v1/nodes/node-a01"),
                            ("GET", "/api/v1/nodes/node-a01"), ("PATCH", "/api/v1/nodes/node-a01")]
@@ -660,12 +743,17 @@ def test_kubernetes_resume_uncordons_only_what_faultstream_cordoned(api):
     assert ex.execute(make_action("cordon")).ok
     res = ex.resume("node-a01", "certification cert-1 passed")
     assert res.ok and res.detail == (f"node-a01 taint faultstream.io/remediation removed, uncordoned "
-                                     f"(cordoned by {ACTION_ID})")
+                                     f"(cordoned by {ACTION_ID}); condition FaultstreamRemediation cleared")
+    [cleared] = api.node()["status"]["conditions"]
+    assert (cleared["status"], cleared["reason"], cleared["message"]) == (
+        "False", "FaultstreamRemediationIsHealthy", NO_HEALTH_FAILURES)
     assert api.node()["spec"] == {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
                                   "unschedulable": False}
     assert api.node()["metadata"]["annotations"] == {}
     assert res.commands == ["kubectl taint nodes node-a01 faultstream.io/remediation-", "kubectl uncordon node-a01",
-                            f"kubectl annotate node node-a01 {CORDONED_BY}-"]
+                            f"kubectl annotate node node-a01 {CORDONED_BY}-",
+                            "PATCH /api/v1/nodes/node-a01/status condition FaultstreamRemediation=False "
+                            "reason FaultstreamRemediationIsHealthy"]
     # a node a person cordoned stays cordoned
     api.node()["spec"]["unschedulable"] = True
     res = ex.resume("node-a01", "certification cert-2 passed")
@@ -691,10 +779,10 @@ def test_kubernetes_unknown_node_and_unreachable_api(api):
 @pytest.mark.k8s
 def test_kubernetes_cluster_cordon_drain_resume(k8s_cluster):
     """Against the loopback control plane (``k8s_cluster``: kube-apiserver, the controller
-    manager's disruption controller, kwok): cordons, taints and drains one kwok node
-    (``node-x01``), with a pod pinned to it in a fresh namespace protected by a
-    PodDisruptionBudget, then without it; resumes the node in any case and deletes the
-    namespace."""
+    manager's disruption controller, kwok): cordons, taints, sets the FaultstreamRemediation node
+    condition and drains one kwok node (``node-x01``), with a pod pinned to it in a fresh
+    namespace protected by a PodDisruptionBudget, then without it; resumes the node in any case
+    (the condition cleared) and deletes the namespace."""
     api_client = k8s_cluster.api_client()
     core, policy = k8s.CoreV1Api(api_client), k8s.PolicyV1Api(api_client)
     name = "node-x01"
@@ -725,10 +813,18 @@ def test_kubernetes_cluster_cordon_drain_resume(k8s_cluster):
         assert node.spec.unschedulable is True
         assert node.metadata.annotations[CORDONED_BY] == ACTION_ID
         assert any(t.key == "faultstream.io/remediation" and t.value == ACTION_ID for t in node.spec.taints or [])
+        [marked] = [c for c in node.status.conditions if c.type == "FaultstreamRemediation"]
+        assert (marked.status, marked.reason, marked.message) == (
+            "True", "FaultstreamRemediationIsNotHealthy", condition_entry(action) + ";")
+        assert marked.last_heartbeat_time == datetime(2026, 11, 30, 1, 21, tzinfo=timezone.utc)
+        assert {c.type for c in node.status.conditions} >= {"Ready", "FaultstreamRemediation"}
 
         policy.delete_namespaced_pod_disruption_budget("guarded", ns)
         done = ex.execute(action)
         assert done.ok, done.detail
+        # kwok's node heartbeats since then kept it; the same action is not listed twice
+        [marked] = [c for c in core.read_node(name).status.conditions if c.type == "FaultstreamRemediation"]
+        assert (marked.status, marked.message) == ("True", condition_entry(action) + ";")
         assert f"{ns}/guarded" not in {f"{p.metadata.namespace}/{p.metadata.name}" for p in
                                        core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items}
     finally:
@@ -739,6 +835,10 @@ def test_kubernetes_cluster_cordon_drain_resume(k8s_cluster):
     assert not node.spec.unschedulable
     assert not any(t.key == "faultstream.io/remediation" for t in node.spec.taints or [])
     assert CORDONED_BY not in (node.metadata.annotations or {})
+    [cleared] = [c for c in node.status.conditions if c.type == "FaultstreamRemediation"]
+    assert (cleared.status, cleared.reason, cleared.message) == ("False", "FaultstreamRemediationIsHealthy", NO_HEALTH_FAILURES)
+    assert cleared.last_transition_time > marked.last_transition_time
+    assert "condition FaultstreamRemediation cleared" in back.detail
 
 
 # == Dry run ==========================================================================================
@@ -814,7 +914,7 @@ def test_settings_per_cluster_entries(monkeypatch):
 @pytest.mark.parametrize("entry, message", [
     ({"kind": "slurm", "bogus": 1}, "slurm executor options ['bogus']: got an unexpected keyword argument 'bogus'"),
     ({"kind": "webhook"}, "webhook executor options []: missing a required argument: 'url'"),
-    ({"kind": "ansible"}, "Input should be 'dry_run', 'slurm', 'kubernetes' or 'webhook'"),
+    ({"kind": "ansible"}, "Input should be 'dry_run', 'slurm', 'kubernetes', 'webhook' or 'nvsentinel'"),
 ])
 def test_settings_errors_at_load(monkeypatch, entry, message):
     monkeypatch.setenv("FAULTSTREAM_EXECUTOR_CLUSTERS", json.dumps({"c1": entry}))
