@@ -29,7 +29,7 @@ culprit_gpu     ``<host>:<index|uuid|pci>`` of each culprit GPU when the verdict
 culprit_port    culprit ports, sorted, comma-separated (left out when none)
 ==============  =====================================================================
 
-Annotations: ``summary``, ``description`` (the first reasoning sentences), ``cost`` (GPU-hours
+Annotations: ``summary``, ``description`` (the first three reasoning lines), ``cost`` (GPU-hours
 and node-hours lost, goodput lost for a slow job), ``explorer`` (the incident page, when an
 explorer URL is configured; also the ``generatorURL``), ``revision``, ``status``,
 ``decided_at`` (UTC text).
@@ -164,7 +164,7 @@ def verdict_alert(att: Attribution, *, now_ns: int, hold_s: float, explorer_url:
     hold_s`` seconds (UTC ns in, RFC 3339 text out)."""
     annotations = {
         "summary": _summary(att),
-        "description": " ".join(att.reasoning[:DESCRIPTION_SENTENCES]),
+        "description": "\n".join(att.reasoning[:DESCRIPTION_SENTENCES]),
         "cost": _cost(att),
         "revision": str(att.revision),
         "status": att.status,
@@ -184,7 +184,7 @@ def verdict_alert(att: Attribution, *, now_ns: int, hold_s: float, explorer_url:
 
 
 class AlertmanagerClient:
-    """The calls of the v2 API faultstream makes. ``url``: the Alertmanager base URL
+    """The call of the v2 API faultstream makes (``POST /api/v2/alerts``). ``url``: the Alertmanager base URL
     (``http://127.0.0.1:9093``); ``timeout_s``: one request's timeout (seconds); ``attempts``,
     ``retry_wait_s``, ``retry_max_wait_s``: tenacity back-off of transient failures;
     ``headers``: extra request headers (an ``Authorization`` for a proxy; never logged);
@@ -229,14 +229,6 @@ class AlertmanagerClient:
         """``POST /api/v2/alerts`` (nothing for an empty list). Raises AlertmanagerError."""
         if alerts:
             self._request("POST", "/api/v2/alerts", json=alerts)
-
-    def alerts(self, matchers: Iterable[str] = (f'source="{SOURCE}"',), *, active: bool = True) -> list[dict[str, Any]]:
-        """``GET /api/v2/alerts``: the alerts matching every matcher (``label="value"``),
-        silenced and inhibited ones included; ``active``: only those not resolved. Raises
-        AlertmanagerError."""
-        params = [("filter", m) for m in matchers] + [("active", str(active).lower()), ("silenced", "true"),
-                                                      ("inhibited", "true"), ("unprocessed", "true")]
-        return self._request("GET", "/api/v2/alerts", params=params).json()
 
     def close(self) -> None:
         """Close the connection pool."""
