@@ -54,7 +54,7 @@ from schemas.records import Attribution, Certification, canonical_json
 from schemas.utc import parse_utc
 from sinks.alertmanager import AlertBook, AlertmanagerClient, AlertmanagerError, AlertmanagerUnavailable
 
-__all__ = ["AlertSettings", "AlertMachine", "attach_alerts", "alerts_topic_name", "alerts_topic_spec", "TABLE"]
+__all__ = ["AlertSettings", "AlertMachine", "AlertsAgent", "attach_alerts", "alerts_topic_name", "alerts_topic_spec", "TABLE"]
 
 log = logging.getLogger("faultstream.alerts")
 
@@ -158,6 +158,98 @@ def alerts_topic_spec(settings: Any) -> Any:
 DeadLetterFn = Callable[[str, str, bytes | None, Any], Awaitable[None]]
 
 
+class AlertsAgent:
+    """The body of the alerts agent, one record of ``<app_id>-by-cluster-alerts`` at a time
+    (:meth:`handle`): decode, load the cluster's :class:`AlertMachine` from ``table`` (cluster ->
+    book state; a changelogged Faust table in the worker), apply, post its alerts (waiting while
+    Alertmanager is unavailable), then save the state when it changed.
+
+    ``settings``: :class:`AlertSettings`; ``client``: its :class:`AlertmanagerClient`;
+    ``dead_letter``: the worker's dead-letter sender; ``metrics``: the worker's ``Metrics``
+    (counters are added to its registry); ``stop``: set when the worker is asked to stop (the
+    wait for Alertmanager ends, then ``exit_without_commit(reason)`` is called and
+    :class:`AlertmanagerUnavailable` raised); ``stopping``: another stop condition (the app's)."""
+
+    def __init__(self, table: Any, settings: AlertSettings, client: AlertmanagerClient, *, dead_letter: DeadLetterFn,
+                 metrics: Any, stop: asyncio.Event, exit_without_commit: Callable[[str], Any],
+                 stopping: Callable[[], bool] = lambda: False) -> None:
+        from prometheus_client import Counter
+
+        self.table = table
+        self.settings = settings
+        self.client = client
+        self.dead_letter = dead_letter
+        self.stop = stop
+        self.exit_without_commit = exit_without_commit
+        self.stopping = lambda: stop.is_set() or stopping()
+        registry = metrics.registry
+        self.posted = Counter("faultstream_alerts_posted_total", "alerts posted to Alertmanager, by state "
+                              "(firing | resolved)", ["state"], registry=registry)
+        self.errors = Counter("faultstream_alertmanager_errors_total", "Alertmanager requests that failed after "
+                              "their retries (unavailable) or were refused (refused)", ["kind"], registry=registry)
+        self.outcome = {o: metrics.inputs.labels("alerts", o) for o in ("processed", "dead_lettered")}
+
+    async def _wait(self, seconds: float) -> None:
+        # the back-off ends early when the worker is asked to stop
+        try:
+            await asyncio.wait_for(self.stop.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    def _warn(self, state: Any) -> None:
+        self.errors.labels("unavailable").inc()
+        log.warning("alerts: %s; retrying in %g s", state.outcome.exception(), self.settings.retry_s)
+
+    async def post(self, alerts: list[dict[str, Any]]) -> None:
+        """Post ``alerts`` until Alertmanager takes them (tenacity, every ``retry_s``). Raises
+        :class:`AlertmanagerError` when Alertmanager refuses them, AlertmanagerUnavailable
+        after ``exit_without_commit`` when asked to stop while they wait."""
+        loop = asyncio.get_running_loop()
+        try:
+            async for attempt in AsyncRetrying(retry=retry_if_exception_type(AlertmanagerUnavailable),
+                                               wait=wait_fixed(self.settings.retry_s),
+                                               stop=lambda _: self.stopping(), sleep=self._wait,
+                                               before_sleep=self._warn, reraise=True):
+                with attempt:
+                    await loop.run_in_executor(None, self.client.post, alerts)
+        except AlertmanagerUnavailable as exc:
+            # asked to stop while the alerts wait: exit without committing their input
+            self.errors.labels("unavailable").inc()
+            self.exit_without_commit(f"stopping while {len(alerts)} alerts wait for Alertmanager ({exc})")
+            raise
+        now = time.time_ns()
+        for alert in alerts:
+            self.posted.labels("firing" if parse_utc(alert["endsAt"]) > now else "resolved").inc()
+
+    async def handle(self, item: Any) -> None:
+        """One record (``item.key``: the cluster, ``item.value``: an AlertMessage's JSON,
+        ``item.message``: its position); see the class docstring. A record that does not decode,
+        or whose alerts Alertmanager refuses, is dead-lettered with the reason and saves nothing."""
+        cluster = (item.key or b"").decode("utf-8", "replace")
+        try:
+            message = parse_alert_message(item.value or b"")
+        except (ValueError, ValidationError) as exc:
+            return await self._refuse(f"invalid message: {reason_of(exc)}", item)
+        machine = AlertMachine(cluster, self.settings.book(self.table.get(cluster)))
+        before = canonical_json(machine.to_state())
+        try:
+            for effect in machine.apply(message):
+                await self.post(effect.job)
+        except AlertmanagerUnavailable:
+            raise
+        except AlertmanagerError as exc:
+            self.errors.labels("refused").inc()
+            return await self._refuse(f"refused by Alertmanager: {exc}", item)
+        state = machine.to_state()
+        if canonical_json(state) != before:
+            self.table[cluster] = state
+        self.outcome["processed"].inc()
+
+    async def _refuse(self, reason: str, item: Any) -> None:
+        await self.dead_letter(SOURCE, reason, item.value, item.message)
+        self.outcome["dead_lettered"].inc()
+
+
 def attach_alerts(app: Any, settings: Any, *, attributions_topic: Any, dead_letter: DeadLetterFn, metrics: Any,
                   exit_without_commit: Callable[[str], Any]) -> AlertSettings | None:
     """Add the alerts agents, table and timer to the Faust ``app`` (see the module docstring);
@@ -167,91 +259,31 @@ def attach_alerts(app: Any, settings: Any, *, attributions_topic: Any, dead_lett
     object of ``<prefix>.attributions``; ``dead_letter(source, reason, original, message)``: the
     app's dead-letter sender; ``metrics``: the app's ``Metrics`` (its ``registry`` gets
     ``faultstream_alerts_posted_total{state}`` and ``faultstream_alertmanager_errors_total{kind}``);
-    ``exit_without_commit(reason)``: ends the process when it is asked to stop while a batch
-    waits for Alertmanager. Raises ``pydantic.ValidationError`` for bad settings."""
+    ``exit_without_commit(reason)``: ends the process when it is asked to stop while alerts
+    wait for Alertmanager. Raises ``pydantic.ValidationError`` for bad settings."""
     asettings = AlertSettings()
     if not asettings.url:
         return None
     import faust
-    from prometheus_client import Counter
 
     client = asettings.client()
-    registry = metrics.registry
-    posted = Counter("faultstream_alerts_posted_total", "alerts posted to Alertmanager, by state "
-                     "(firing | resolved)", ["state"], registry=registry)
-    errors = Counter("faultstream_alertmanager_errors_total", "Alertmanager requests that failed after "
-                     "their retries (unavailable) or were refused (refused)", ["kind"], registry=registry)
-    outcome = {o: metrics.inputs.labels("alerts", o) for o in ("processed", "dead_lettered")}
     raw = {"value_serializer": "raw", "key_serializer": "raw"}
     by_cluster = app.topic(alerts_topic_name(settings.app_id), internal=True, partitions=settings.partitions, **raw)
     json_schema = faust.Schema(key_type=str, value_type=None, key_serializer="json", value_serializer="json")
     table = app.Table(TABLE, default=None, partitions=settings.partitions, schema=json_schema)
     stop_event: asyncio.Event = getattr(app, "faultstream_stop", None) or asyncio.Event()
+    agent = AlertsAgent(table, asettings, client, dead_letter=dead_letter, metrics=metrics, stop=stop_event,
+                        exit_without_commit=exit_without_commit, stopping=lambda: bool(app.should_stop))
     log.info("alerts: to %s (provisional %s, hold %g s)", client.url, asettings.provisional, asettings.hold_s)
 
     async def route(cluster: str, message: Any) -> None:
         await by_cluster.send(key=cluster.encode(), value=message_json(message))
 
-    def stopping() -> bool:
-        return stop_event.is_set() or bool(app.should_stop)
-
-    async def wait(seconds: float) -> None:
-        # the back-off ends early when the worker is asked to stop
-        try:
-            await asyncio.wait_for(stop_event.wait(), timeout=seconds)
-        except asyncio.TimeoutError:
-            pass
-
-    def warn(state: Any) -> None:
-        errors.labels("unavailable").inc()
-        log.warning("alerts: %s; retrying in %g s", state.outcome.exception(), asettings.retry_s)
-
-    async def post(alerts: list[dict[str, Any]]) -> None:
-        """Post until Alertmanager takes it; raises AlertmanagerError when it refuses."""
-        loop = asyncio.get_running_loop()
-        try:
-            async for attempt in AsyncRetrying(retry=retry_if_exception_type(AlertmanagerUnavailable),
-                                               wait=wait_fixed(asettings.retry_s), stop=lambda _: stopping(),
-                                               sleep=wait, before_sleep=warn, reraise=True):
-                with attempt:
-                    await loop.run_in_executor(None, client.post, alerts)
-        except AlertmanagerUnavailable as exc:
-            # asked to stop while the batch waits: exit without committing its input
-            exit_without_commit(f"stopping while {len(alerts)} alerts wait for Alertmanager ({exc})")
-            raise
-        now = time.time_ns()
-        for alert in alerts:
-            posted.labels("firing" if parse_utc(alert["endsAt"]) > now else "resolved").inc()
-
-    async def handle(item: Any) -> None:
-        cluster = (item.key or b"").decode("utf-8", "replace")
-        try:
-            message = parse_alert_message(item.value or b"")
-        except (ValueError, ValidationError) as exc:
-            await dead_letter(SOURCE, f"invalid message: {reason_of(exc)}", item.value, item.message)
-            outcome["dead_lettered"].inc()
-            return
-        machine = AlertMachine(cluster, asettings.book(table.get(cluster)))
-        before = canonical_json(machine.to_state())
-        try:
-            for effect in machine.apply(message):
-                await post(effect.job)
-        except AlertmanagerUnavailable:
-            raise
-        except AlertmanagerError as exc:
-            errors.labels("refused").inc()
-            await dead_letter(SOURCE, f"refused by Alertmanager: {exc}", item.value, item.message)
-            outcome["dead_lettered"].inc()
-            return
-        if canonical_json(machine.to_state()) != before:
-            table[cluster] = machine.to_state()
-        outcome["processed"].inc()
-
     @app.agent(by_cluster, name=f"{__name__}.alerts")
     async def alerts(stream: Any) -> None:
         # one record at a time: Faust writes the table's changelog only inside stream iteration
         async for item in stream.events():
-            await handle(item)
+            await agent.handle(item)
 
     @app.agent(attributions_topic, name=f"{__name__}.alerts_attributions")
     async def alerts_attributions(stream: Any) -> None:

@@ -65,11 +65,12 @@ def alertmanager_binary() -> str:
 
 
 class Alertmanager:
-    """One Alertmanager process on loopback (no cluster gossip), its data under ``root``."""
+    """One Alertmanager process on loopback (no cluster gossip), its data under ``root``, on
+    ``port`` (None: a free one)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, port: int | None = None) -> None:
         self.root = root
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         root.mkdir(parents=True, exist_ok=True)
         (root / "alertmanager.yml").write_text(CONFIG)
