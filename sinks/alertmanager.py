@@ -18,6 +18,9 @@ alertname       ``FaultstreamVerdict`` (workload), ``FaultstreamFabricFault``
                 (fabric port), ``FaultstreamIncident`` (incident)
 source          ``faultstream``
 verdict_id      the verdict's ``attribution_id`` (stable over its revisions)
+incident        the verdict's ``incident_id`` when it belongs to one (one fault across
+                workloads: its workload, fabric-port and incident verdicts share it), else
+                its ``attribution_id``: ``group_by: [incident]`` is one notification a fault
 cluster         ``scope.cluster`` (left out when empty)
 scope           ``workload`` | ``fabric_port`` | ``incident``; ``scope_id`` its id
 domain          the verdict's domain; ``root_cause`` its cause code (``unknown``: none)
@@ -112,6 +115,7 @@ def verdict_labels(att: Attribution) -> dict[str, str]:
         "alertname": ALERTNAMES[att.scope.kind],
         "source": SOURCE,
         "verdict_id": att.attribution_id,
+        "incident": att.incident_id or att.attribution_id,
         "cluster": att.scope.cluster,
         "scope": att.scope.kind,
         "scope_id": att.scope.id,

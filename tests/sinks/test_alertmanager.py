@@ -42,7 +42,7 @@ NS = 1_000_000_000
 CONFIG = """\
 route:
   receiver: nowhere
-  group_by: [cluster, verdict_id]
+  group_by: [cluster, incident]
 receivers:
   - name: nowhere
 """
@@ -163,13 +163,32 @@ def test_labels_are_a_function_of_the_verdict(verdict: Attribution) -> None:
     labels = verdict_labels(verdict)
     assert labels == {
         "alertname": "FaultstreamVerdict", "source": "faultstream", "verdict_id": verdict.attribution_id,
-        "cluster": "c1", "scope": "workload", "scope_id": "job-1006", "domain": "gpu_hardware",
+        "incident": verdict.attribution_id, "cluster": "c1", "scope": "workload", "scope_id": "job-1006", "domain": "gpu_hardware",
         "root_cause": "gpu.xid.79", "quality": "definitive", "severity": "critical",
         "culprit_host": "node-a02", "culprit_gpu": "node-a02:1",
     }
     # the same in any process: from the verdict's JSON alone
     assert verdict_labels(Attribution.model_validate_json(canonical_json(verdict))) == labels
     assert verdict_labels(revision(verdict, 7)) == labels  # the revision number is no label
+
+
+def test_one_fabric_fault_is_one_incident_whatever_the_scope() -> None:
+    """A flapping switch port that failed two jobs: two workload verdicts, the port's and the
+    incident's, each its own alert (its own verdict_id and alertname), all one ``incident``."""
+    from streams.replay import replay_bundle
+
+    atts = replay_bundle(BUNDLE.parent / "fabric-port-flap-two-jobs").attributions
+    labels = sorted((verdict_labels(a) for a in atts), key=lambda x: (x["alertname"], x["scope_id"]))
+    assert [(x["alertname"], x["scope"], x["scope_id"]) for x in labels] == [
+        ("FaultstreamFabricFault", "fabric_port", "leaf-02/swp1"),
+        ("FaultstreamIncident", "incident", atts[0].incident_id),
+        ("FaultstreamVerdict", "workload", "job-2401"), ("FaultstreamVerdict", "workload", "job-2417")]
+    assert {x["incident"] for x in labels} == {atts[0].incident_id} and atts[0].incident_id.startswith("inc-")
+    assert len({x["verdict_id"] for x in labels}) == 4
+    assert {(x["domain"], x["root_cause"], x["culprit_host"]) for x in labels} == {
+        ("fabric", "fabric.port.flapping", "node-a05")}
+    assert labels[0]["culprit_port"] == "leaf-02/swp1,node-a05/mlx5_0/1"
+    assert labels[2]["culprit_port"] == "leaf-02/swp1"
 
 
 def test_fires_updates_and_resolves(am: Alertmanager, verdict: Attribution) -> None:
