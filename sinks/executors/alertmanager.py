@@ -1,6 +1,6 @@
 """The Alertmanager executor: a remediation action as an alert for a person (API v2).
 
-``execute(action)`` posts one alert (:class:`sinks.alertmanager.AlertmanagerClient`, httpx with
+``execute(action)`` of a ``notify`` action posts one alert (:class:`sinks.alertmanager.AlertmanagerClient`, httpx with
 tenacity back-off) whose label set is a function of the action alone, so the same action
 posted again (a retry, a restarted worker) updates the one alert:
 
@@ -10,7 +10,8 @@ label           value
 alertname       ``FaultstreamRemediation``
 source          ``faultstream``
 action_id       the action's id (stable for one incident, target and action)
-verdict_id      the verdict's ``attribution_id`` (the verdict's own alert has the same)
+verdict_id      the verdict's ``attribution_id``; ``incident`` its ``incident_id``, else the
+                same (the verdict's own alert has both: they group together)
 action          ``notify``, ``drain``, ...
 cluster         the action's cluster (omitted when empty)
 root_cause      the verdict's cause code (omitted when empty)
@@ -23,9 +24,10 @@ Annotations: ``summary`` (what to do where), ``reason`` (the action's reason: th
 words, shown, never acted on), ``state``, ``policy``. ``endsAt`` is ``hold_s`` after the call:
 the alert resolves by itself unless posted again. It is the ``notify`` route of
 :class:`sinks.executors.settings.ClusterExecutor` (``"notify": {"kind": "alertmanager", "url":
-...}``) and may be a cluster's executor of every action (a cluster acted on by people only).
+...}``). Any other action is unsupported (``ok=False``, nothing posted): an alert carries out no
+drain or reboot, and the action's record must not say it was done.
 ``resume(host, reason)`` posts nothing (``ok=True``): the verdict's alert resolves when the
-node passes certification (:class:`sinks.alertmanager.AlertForwarder`).
+node passes certification (:class:`sinks.alertmanager.AlertBook`, ``streams/alerts.py``).
 
 A target that is not a valid node name is refused (``ok=False``) without a request; an
 Alertmanager that stays unreachable or refuses is ``ok=False`` with the reason. Nothing is
@@ -41,7 +43,7 @@ from typing import Callable, Mapping
 from schemas.records import RemediationAction
 from schemas.utc import format_utc
 from sinks.alertmanager import SOURCE, AlertmanagerClient, AlertmanagerError
-from sinks.executors.base import REFUSED, ExecutionResult, describe_action, target_problem
+from sinks.executors.base import REFUSED, UNSUPPORTED, ExecutionResult, describe_action, target_problem
 
 __all__ = ["AlertmanagerExecutor", "action_labels"]
 
@@ -59,6 +61,7 @@ def action_labels(action: RemediationAction) -> dict[str, str]:
         "source": SOURCE,
         "action_id": action.action_id,
         "verdict_id": action.attribution_id,
+        "incident": action.incident_id or action.attribution_id,
         "action": action.action,
         "cluster": action.cluster,
         "root_cause": action.cause_code,
@@ -89,13 +92,16 @@ class AlertmanagerExecutor:
         self._client_options = dict(timeout_s=timeout_s, attempts=attempts, headers=headers, verify=verify)
 
     def check(self, action: RemediationAction) -> str | None:
-        """Why this executor refuses ``action``'s target (not a valid node name), or None."""
+        """Why this executor refuses ``action``: not a ``notify``, or a target that is not a valid
+        node name; None when it takes it."""
+        if action.action != "notify":
+            return f"{UNSUPPORTED.format(name=self.name)}: {action.action} (it only notifies)"
         problem = target_problem(action)
         return f"{REFUSED.format(name=self.name)}: {problem}" if problem else None
 
     def plan(self, action: RemediationAction) -> list[str]:
-        """The request ``execute(action)`` would send ([] for a refused target)."""
-        if target_problem(action):
+        """The request ``execute(action)`` would send ([] for an action it refuses)."""
+        if self.check(action):
             return []
         return [f"POST {self.url.rstrip('/')}/api/v2/alerts action_id={action.action_id}"]
 

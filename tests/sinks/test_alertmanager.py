@@ -321,6 +321,7 @@ def test_notify_goes_to_alertmanager_everything_else_to_the_executor(am: Alertma
     [alert] = am.alerts()
     assert alert["labels"] == {"alertname": "FaultstreamRemediation", "source": "faultstream",
                                "action_id": "act-notify-0001", "verdict_id": "att-2dc4877907761f69802e67cc",
+                               "incident": "att-2dc4877907761f69802e67cc",
                                "action": "notify", "cluster": "c1", "root_cause": "gpu.xid.79",
                                "target_host": "node-a02", "severity": "warning"}
     assert alert["annotations"]["reason"] == "xid 79: GPU fell off the bus"
@@ -330,6 +331,13 @@ def test_notify_goes_to_alertmanager_everything_else_to_the_executor(am: Alertma
     refused = executor.execute(action("notify", host="node-a01; reboot"))
     assert not refused.ok and "not a valid node name" in refused.detail and refused.commands == []
     assert len(am.alerts()) == 1
+    # as a cluster's only executor it notifies and refuses to pretend it drained anything
+    from sinks.executors.alertmanager import AlertmanagerExecutor
+
+    alone = AlertmanagerExecutor(am.url)
+    not_done = alone.execute(action("drain"))
+    assert not not_done.ok and not_done.detail == "unsupported by alertmanager executor: drain (it only notifies)"
+    assert alone.plan(action("drain")) == [] and len(am.alerts()) == 1
 
 
 def test_notify_to_a_generic_webhook() -> None:
