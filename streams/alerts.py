@@ -37,7 +37,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
@@ -96,6 +96,13 @@ class AlertSettings(BaseSettings):
     attempts: int = Field(default=3, ge=1)
     retry_s: float = Field(default=2.0, gt=0)
     headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r}: expected an http:// or https:// URL, e.g. http://alertmanager:9093")
+        return value
 
     def client(self) -> AlertmanagerClient:
         """The HTTP client of :attr:`url`. Raises ``ValueError`` when it is unset."""

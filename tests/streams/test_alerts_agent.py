@@ -124,3 +124,17 @@ def test_bad_records_and_refusals_are_dead_lettered(tmp_path: Path, verdict: Att
     assert h.table == {} and refusing.table == {}
     assert refusing.sample("faultstream_alertmanager_errors_total", kind="refused") == 1
     assert h.sample("faultstream_agent_inputs_total", agent="alerts", outcome="dead_lettered") == 2
+
+
+def test_settings_refuse_a_url_without_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    monkeypatch.setenv("FAULTSTREAM_ALERTS_URL", "alertmanager:9093")
+    with pytest.raises(ValidationError, match="expected an http:// or https:// URL"):
+        AlertSettings()
+    monkeypatch.setenv("FAULTSTREAM_ALERTS_URL", "https://alertmanager.example:9093")
+    monkeypatch.setenv("FAULTSTREAM_ALERTS_HEADERS", '{"Authorization": "Bearer t"}')
+    monkeypatch.setenv("FAULTSTREAM_ALERTS_PROVISIONAL", "true")
+    settings = AlertSettings()
+    assert settings.provisional and settings.headers == {"Authorization": "Bearer t"}
+    assert settings.book().provisional and settings.book().hold_s == 3600.0
