@@ -23,8 +23,9 @@ before it: a restart never duplicates an alert. A request Alertmanager refuses (
 dead-letters the input with the reason and saves nothing.
 
 Bad input (a verdict or certification that does not validate) is dead-lettered with the reason
-(``agent.alerts``); a tombstone on the attributions topic is skipped (the withdrawn revision
-before it resolved the alert).
+(``agent.alerts``; by this part only when remediation is off, since the remediation agents read
+the same topics and dead-letter the same record once); a tombstone on the attributions topic is
+skipped (the withdrawn revision before it resolved the alert).
 
 Settings (``FAULTSTREAM_ALERTS_*``, :class:`AlertSettings`); without ``FAULTSTREAM_ALERTS_URL``
 the whole part is off.
@@ -283,6 +284,9 @@ def attach_alerts(app: Any, settings: Any, *, attributions_topic: Any, dead_lett
                         exit_without_commit=exit_without_commit, stopping=lambda: bool(app.should_stop))
     log.info("alerts: to %s (provisional %s, hold %g s)", client.url, asettings.provisional, asettings.hold_s)
 
+    # the remediation agents read the same topics and dead-letter what does not validate
+    remediation_reads_verdicts = bool(getattr(settings, "remediation", True))
+
     async def route(cluster: str, message: Any) -> None:
         await by_cluster.send(key=cluster.encode(), value=message_json(message))
 
@@ -300,7 +304,8 @@ def attach_alerts(app: Any, settings: Any, *, attributions_topic: Any, dead_lett
             try:
                 att = Attribution.model_validate_json(item.value)
             except (ValueError, ValidationError) as exc:
-                await dead_letter(SOURCE, f"invalid attribution: {reason_of(exc)}", item.value, item.message)
+                if not remediation_reads_verdicts:  # else its agent dead-letters the same record
+                    await dead_letter(SOURCE, f"invalid attribution: {reason_of(exc)}", item.value, item.message)
                 continue
             if att.status == "provisional" and not asettings.provisional:
                 continue
@@ -316,7 +321,8 @@ def attach_alerts(app: Any, settings: Any, *, attributions_topic: Any, dead_lett
             try:
                 cert = Certification.model_validate_json(item.value)
             except (ValueError, ValidationError) as exc:
-                await dead_letter(SOURCE, f"invalid certification: {reason_of(exc)}", item.value, item.message)
+                if not remediation_reads_verdicts:
+                    await dead_letter(SOURCE, f"invalid certification: {reason_of(exc)}", item.value, item.message)
                 continue
             if cert.passed:
                 await route(cert.cluster, CertificationInMessage(certification=cert))
