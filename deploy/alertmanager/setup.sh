@@ -2,8 +2,9 @@
 # Install Alertmanager (Debian 12's package prometheus-alertmanager, 0.25) for faultstream's
 # alert sink tests.
 #
-# The tests start their own Alertmanager (loopback, a free port, a temporary storage directory,
-# tests/sinks/test_alertmanager.py); this script only makes sure the binary is there.
+# The test suite runs it once when a test needs Alertmanager (tests/setup_fixtures.py); the tests
+# start their own server (loopback, a free port, a temporary storage directory,
+# tests/sinks/test_alertmanager.py). This script only makes sure the binary is there.
 # Idempotent: does nothing when `prometheus-alertmanager --version` already works; never starts
 # the packaged service (a policy-rc.d keeps the package scripts from starting it, only for this
 # install). Run as root. Exit status non-zero, with a message on stderr, when the install fails.
