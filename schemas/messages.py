@@ -1,6 +1,6 @@
 """Typed internal messages between the pipeline's stages (:mod:`correlators.pipeline`).
 
-Four channels carry them; in the stream each is an internal Kafka topic, in replay an
+Five channels carry them; in the stream each is an internal Kafka topic, in replay an
 in-memory queue:
 
 * **workload** (key: ``<cluster>/<workload id>``): :data:`WorkloadMessage`;
@@ -8,7 +8,9 @@ in-memory queue:
   claimed yet, its GPU table and node history): :data:`HostMessage`;
 * **fabric** (key: cluster): :data:`FabricMessage`;
 * **remediation** (key: cluster): :data:`RemediationMessage` -- verdicts, commands,
-  allocations, certifications, executor results and ticks for the cluster's remediation engine.
+  allocations, certifications, executor results and ticks for the cluster's remediation engine;
+* **alerts** (key: cluster): :data:`AlertMessage` -- verdicts, certifications and refresh ticks
+  for the cluster's Alertmanager alerts (``streams/alerts.py``).
 
 Each message is a JSON object with a ``kind`` discriminator. Times are UTC nanoseconds.
 Parse with :func:`parse_workload_message` / :func:`parse_host_message` /
@@ -242,7 +244,8 @@ class ExecutedMessage(_Message):
 
 
 class TickMessage(_Message):
-    """The remediation timer: expire, time out and fail what waited on the clock."""
+    """A timer's tick: the remediation engine expires, times out and fails what waited on the
+    clock; the alerts re-post their firing alerts before they lapse."""
 
     kind: Literal["tick"] = "tick"
 
@@ -258,6 +261,16 @@ _REMEDIATION = TypeAdapter(RemediationMessage)
 def parse_remediation_message(data: bytes | str) -> Any:
     """A :data:`RemediationMessage` from its JSON. Raises ``pydantic.ValidationError``."""
     return _REMEDIATION.validate_json(data)
+
+
+#: The alerts channel (key: cluster; ``streams.alerts``): verdicts, certifications, refresh ticks.
+AlertMessage = Annotated[Union[VerdictInMessage, CertificationInMessage, TickMessage], Field(discriminator="kind")]
+_ALERT = TypeAdapter(AlertMessage)
+
+
+def parse_alert_message(data: bytes | str) -> Any:
+    """An :data:`AlertMessage` from its JSON. Raises ``pydantic.ValidationError``."""
+    return _ALERT.validate_json(data)
 
 
 WorkloadMessage = Annotated[
@@ -291,7 +304,8 @@ def parse_host_message(data: bytes | str) -> Any:
 
 #: The parser of each channel's messages.
 PARSERS = {"workload": parse_workload_message, "host": parse_host_message,
-           "fabric": lambda data: _FABRIC.validate_json(data), "remediation": parse_remediation_message}
+           "fabric": lambda data: _FABRIC.validate_json(data), "remediation": parse_remediation_message,
+           "alerts": parse_alert_message}
 
 
 def parse_fabric_message(data: bytes | str) -> Any:

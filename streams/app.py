@@ -11,6 +11,8 @@ It maps the pipeline onto Kafka and only adds transport, timers and sinks::
     timers: they only send messages (idle close, revise, fabric flush); the agents apply them
     agents store_*: batches of events / verdicts / dead letters -> ClickHouse (idempotent;
     while ClickHouse is down the agent waits and its offsets are not committed)
+    remediation (streams.remediation.agent) and, with FAULTSTREAM_ALERTS_URL, the verdicts as
+    Alertmanager alerts (streams.alerts): agents of their own, keyed by cluster
 
 The pipeline's :class:`~correlators.pipeline.Stores` are changelogged Faust tables
 (``FAULTSTREAM_STORE``): ``window_meta``, ``window_events``, ``window_facts``, ``host_meta``,
@@ -182,7 +184,7 @@ def _credentials(kafka: KafkaSettings) -> Any:
 
 #: The worker's tables (their changelog topics are declared up front, see declare_topics).
 TABLES = ("window_meta", "window_events", "window_facts", "host_meta", "host_events", "allocation", "fabric_meta",
-          "fabric_events", "topology", "remediation_state")
+          "fabric_events", "topology", "remediation_state", "alert_state")
 
 
 def internal_topic_specs(settings: WorkerSettings) -> list[Any]:
@@ -206,9 +208,10 @@ def internal_topic_specs(settings: WorkerSettings) -> list[Any]:
         description="cable events, node-down events, topology, workload spans and workload "
                     "verdicts re-keyed by cluster for the fabric correlator",
     )
+    from streams.alerts import alerts_topic_spec
     from streams.remediation.agent import remediation_topic_spec
 
-    return [by_workload, by_host, by_fabric, remediation_topic_spec(settings),
+    return [by_workload, by_host, by_fabric, remediation_topic_spec(settings), alerts_topic_spec(settings),
             *faust_internal_topics(settings.app_id, TABLES, partitions=settings.partitions)]
 
 
@@ -285,6 +288,10 @@ def create_app(settings: WorkerSettings | None = None, kafka: KafkaSettings | No
 
     attach_remediation(app, settings, attributions_topic=public["attributions"], dead_letter=dead_letter,
                        metrics=metrics)
+    from streams.alerts import attach_alerts
+
+    attach_alerts(app, settings, attributions_topic=public["attributions"], dead_letter=dead_letter, metrics=metrics,
+                  exit_without_commit=exit_without_commit)
     if ingest_port is not None:
         command, env = ingest_command(settings, metrics_port=ingest_port, batch_size=batch_size,
                                       loglevel=loglevel, log_format=log_format)

@@ -37,6 +37,9 @@ FAULTSTREAM_REMEDIATION            remediation agents (streams/remediation/agent
                                    proposals, commands, certifications,
                                    executors; FAULTSTREAM_REMEDIATION_* and
                                    FAULTSTREAM_EXECUTOR_* configure them)
+FAULTSTREAM_ALERTS_URL             Alertmanager to post verdicts to as alerts    none (off)
+                                   (streams/alerts.py; FAULTSTREAM_ALERTS_*
+                                   configure them)
 =================================  ===========================================  ==============
 
 Kafka connection and security settings are ``KAFKA_*`` (``sinks/kafka_settings.py``).

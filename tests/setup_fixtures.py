@@ -11,7 +11,7 @@ Only the tests that need a service trigger its script (``pytest -m unit`` runs n
 that fails makes the test that needed it FAIL with the tail of its log; the next test needing
 it fails the same way at once, without running it again.
 
-Daemons: the Kafka broker, the Kubernetes control plane, Prometheus and Chromium are started by
+Daemons: the Kafka broker, the Kubernetes control plane, Prometheus, Alertmanager and Chromium are started by
 their fixtures and stopped when the run (or module) ends. The single-node Slurm is started by
 ``deploy/slurm/setup.sh`` when it is not already answering; :func:`stop_started_daemons` (the
 ``pytest_sessionfinish`` hook of ``tests/conftest.py``) stops it again with
@@ -52,6 +52,8 @@ SETUPS: dict[str, Setup] = {
                    "Debian's slurm-wlm, munge and MariaDB (if missing), then starts munged, MariaDB, slurmdbd, "
                    "slurmctld and slurmd on loopback", timeout_s=900.0),
     "prometheus": Setup(("bash", "deploy/prometheus/setup.sh"), "Debian's prometheus package (2.42), if missing"),
+    "alertmanager": Setup(("bash", "deploy/alertmanager/setup.sh"),
+                          "Debian's prometheus-alertmanager package (0.25), if missing"),
     "kubernetes": Setup(("bash", "deploy/kubernetes/setup.sh"),
                         "etcd (Debian) and kube-apiserver, kube-controller-manager, kubectl and kwok built with Go "
                         "into .state/kubernetes/bin (about 10 minutes cold on 2 cores)"),

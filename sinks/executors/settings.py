@@ -13,8 +13,12 @@ FAULTSTREAM_EXECUTOR_CLUSTERS      JSON object: cluster name -> executor entry (
 
 An entry is ``{"kind": <kind>, "dry_run": <bool>, <option>: <value>, ...}``:
 
-* ``kind``: ``dry_run`` (default), ``slurm``, ``kubernetes``, ``webhook`` or ``nvsentinel``
-  (:data:`EXECUTORS`);
+* ``kind``: ``dry_run`` (default), ``slurm``, ``kubernetes``, ``webhook``, ``nvsentinel`` or
+  ``alertmanager`` (:data:`EXECUTORS`);
+* ``notify`` (optional): where ``notify`` actions go instead of the executor -- an entry of kind
+  ``alertmanager`` (``{"kind": "alertmanager", "url": "http://alertmanager:9093"}``: an alert,
+  ``sinks/executors/alertmanager.py``) or ``webhook`` (the generic webhook executor); every
+  other action and every resume still goes to ``kind``;
 * ``dry_run``: ``true`` plans with that executor -- logs the exact ``scontrol`` / ``kubectl``
   / HTTP request it would make -- without running it (default ``false``);
 * every other key is a keyword option of the executor's constructor, checked when the settings
@@ -24,7 +28,8 @@ An entry is ``{"kind": <kind>, "dry_run": <bool>, <option>: <value>, ...}``:
   (the client configuration comes from ``KUBECONFIG`` or the in-cluster service account);
   ``webhook``: ``url`` (required), ``headers``, ``timeout_s``, ``attempts``, ``verify``, ...;
   ``nvsentinel``: ``target`` (the platform connector's gRPC address, default
-  ``unix:///var/run/nvsentinel.sock``), ``reboot_action``, ``store_only``, ``timeout_s``, ...
+  ``unix:///var/run/nvsentinel.sock``), ``reboot_action``, ``store_only``, ``timeout_s``, ...;
+  ``alertmanager``: ``url`` (required), ``hold_s``, ``timeout_s``, ``attempts``, ``headers``.
 
 Examples::
 
@@ -34,6 +39,8 @@ Examples::
                                     "c3": {"kind": "webhook", "url": "https://remedy.example/hook",
                                            "headers": {"Authorization": "Bearer ..."}},
                                     "gb200": {"kind": "nvsentinel"}}'
+    FAULTSTREAM_EXECUTOR_CLUSTERS='{"c1": {"kind": "slurm",
+                                           "notify": {"kind": "alertmanager", "url": "http://am:9093"}}}'
 
 :meth:`ExecutorSettings.executor_for` returns the executor of a cluster (built once, then
 reused); a cluster without an entry gets :class:`~sinks.executors.dry_run.DryRunExecutor`.
@@ -47,7 +54,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from sinks.executors.base import Executor
+from schemas.records import RemediationAction
+from sinks.executors.alertmanager import AlertmanagerExecutor
+from sinks.executors.base import ExecutionResult, Executor
 from sinks.executors.dry_run import DryRunExecutor
 from sinks.executors.kubernetes import KubernetesExecutor
 from sinks.executors.nvsentinel import NVSentinelExecutor
@@ -56,7 +65,7 @@ from sinks.executors.webhook import WebhookExecutor
 
 __all__ = ["EXECUTORS", "ExecutorKind", "ClusterExecutor", "ExecutorSettings", "build_executor"]
 
-ExecutorKind = Literal["dry_run", "slurm", "kubernetes", "webhook", "nvsentinel"]
+ExecutorKind = Literal["dry_run", "slurm", "kubernetes", "webhook", "nvsentinel", "alertmanager"]
 
 #: kind -> executor class (the constructor takes the kind's options as keywords).
 EXECUTORS: dict[str, type] = {
@@ -65,7 +74,10 @@ EXECUTORS: dict[str, type] = {
     "kubernetes": KubernetesExecutor,
     "webhook": WebhookExecutor,
     "nvsentinel": NVSentinelExecutor,
+    "alertmanager": AlertmanagerExecutor,
 }
+#: The kinds a ``notify`` route may name.
+NOTIFY_KINDS = ("alertmanager", "webhook")
 
 
 def _check_options(kind: str, options: dict[str, Any]) -> None:
@@ -100,23 +112,66 @@ class ClusterExecutor(BaseModel):
 
     kind: ExecutorKind = "dry_run"
     dry_run: bool = False
+    notify: "ClusterExecutor | None" = None
 
     @property
     def options(self) -> dict[str, Any]:
-        """The executor's constructor options (every key but ``kind`` and ``dry_run``)."""
+        """The executor's constructor options (every key but ``kind``, ``dry_run``, ``notify``)."""
         return dict(self.model_extra or {})
 
     @model_validator(mode="after")
     def _options_fit(self) -> "ClusterExecutor":
         _check_options(self.kind, self.options)
+        if self.notify is not None and (self.notify.kind not in NOTIFY_KINDS or self.notify.notify is not None):
+            raise ValueError(f"notify route of kind {self.notify.kind!r}: expected one of {', '.join(NOTIFY_KINDS)} "
+                             "without a notify route of its own")
         return self
 
     def build(self) -> Executor:
-        """The executor this entry describes (wrapped in a dry run when ``dry_run``)."""
+        """The executor this entry describes: ``notify`` actions routed to the ``notify``
+        entry's executor when there is one, the whole wrapped in a dry run when ``dry_run``."""
         executor = build_executor(self.kind, **self.options)
+        if self.notify is not None:
+            executor = NotifyRouted(executor, self.notify.build())
         if self.dry_run and self.kind != "dry_run":
             return DryRunExecutor(would=executor)
         return executor
+
+
+class NotifyRouted:
+    """An executor that hands ``notify`` actions to ``notifier`` (Alertmanager, a webhook) and
+    everything else, resumes included, to ``executor``. Its ``name`` is the executor's."""
+
+    def __init__(self, executor: Executor, notifier: Executor) -> None:
+        self.executor = executor
+        self.notifier = notifier
+        self.name = executor.name
+
+    def _for(self, action: RemediationAction) -> Executor:
+        return self.notifier if action.action == "notify" else self.executor
+
+    def execute(self, action: RemediationAction) -> ExecutionResult:
+        """``notify`` -> the notifier, else the executor."""
+        return self._for(action).execute(action)
+
+    def check(self, action: RemediationAction) -> str | None:
+        """Why whichever executor ``execute`` would call refuses ``action``'s target, or None."""
+        from sinks.executors.base import target_problem
+
+        checker = getattr(self._for(action), "check", None)
+        return checker(action) if checker is not None else target_problem(action)
+
+    def plan(self, action: RemediationAction) -> list[str]:
+        """The plan of whichever executor ``execute`` would call."""
+        return self._for(action).plan(action)
+
+    def resume(self, host: str, reason: str) -> ExecutionResult:
+        """The executor's resume."""
+        return self.executor.resume(host, reason)
+
+    def plan_resume(self, host: str, reason: str) -> list[str]:
+        """The executor's resume plan."""
+        return self.executor.plan_resume(host, reason)
 
 
 class ExecutorSettings(BaseSettings):

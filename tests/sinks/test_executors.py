@@ -40,6 +40,7 @@ from pydantic import ValidationError
 
 from connectors.slurm import parse_scontrol_nodes
 from schemas.records import GpuRef, RemediationAction, RemediationTarget, canonical_json
+from sinks.executors.alertmanager import AlertmanagerExecutor
 from sinks.executors import (
     EXECUTORS,
     ClusterExecutor,
@@ -87,9 +88,10 @@ def make_action(kind: str = "drain", host: str | None = "node-a01", *, reason: s
 def test_every_executor_follows_the_protocol():
     from sinks.executors.nvsentinel import NVSentinelExecutor
 
-    assert set(EXECUTORS) == {"dry_run", "slurm", "kubernetes", "webhook", "nvsentinel"}
+    assert set(EXECUTORS) == {"dry_run", "slurm", "kubernetes", "webhook", "nvsentinel", "alertmanager"}
     for ex in (DryRunExecutor(), SlurmExecutor(), KubernetesExecutor(api_client=object()),
-               WebhookExecutor("http://127.0.0.1:9/"), NVSentinelExecutor("127.0.0.1:9")):
+               WebhookExecutor("http://127.0.0.1:9/"), NVSentinelExecutor("127.0.0.1:9"),
+               AlertmanagerExecutor("http://127.0.0.1:9/")):
         assert isinstance(ex, Executor)
         assert ex.name in EXECUTORS and isinstance(EXECUTORS[ex.name], type) and isinstance(ex, EXECUTORS[ex.name])
 
@@ -914,7 +916,7 @@ def test_settings_per_cluster_entries(monkeypatch):
 @pytest.mark.parametrize("entry, message", [
     ({"kind": "slurm", "bogus": 1}, "slurm executor options ['bogus']: got an unexpected keyword argument 'bogus'"),
     ({"kind": "webhook"}, "webhook executor options []: missing a required argument: 'url'"),
-    ({"kind": "ansible"}, "Input should be 'dry_run', 'slurm', 'kubernetes', 'webhook' or 'nvsentinel'"),
+    ({"kind": "ansible"}, "Input should be 'dry_run', 'slurm', 'kubernetes', 'webhook', 'nvsentinel' or 'alertmanager'"),
 ])
 def test_settings_errors_at_load(monkeypatch, entry, message):
     monkeypatch.setenv("FAULTSTREAM_EXECUTOR_CLUSTERS", json.dumps({"c1": entry}))

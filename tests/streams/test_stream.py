@@ -116,6 +116,7 @@ def stream_env(kafka_bootstrap: str, kafka_topic_factory: Any, tmp_path: Path):
     for internal in ("by-workload", "by-fabric", "window_meta-changelog", "window_events-changelog", "window_facts-changelog",
                      "fabric_meta-changelog", "fabric_events-changelog",
                      "topology-changelog", "by-cluster-remediation", "remediation_state-changelog",
+                     "by-cluster-alerts", "alert_state-changelog",
                      "__assignor-__leader"):
         kafka_topic_factory.track(f"{app_id}-{internal}")
 
