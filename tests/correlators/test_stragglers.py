@@ -97,6 +97,7 @@ def test_the_window_median_is_numpys(window):
         np.testing.assert_array_equal(_window_median(ring), np.nanmedian(ring, axis=0))
 
 
+@pytest.mark.slow
 def test_the_bench_quick_run_measures_no_false_positive_and_full_recall_at_10_percent():
     import subprocess
     import sys
