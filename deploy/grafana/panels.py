@@ -30,7 +30,14 @@ Conventions shared by the panels:
   incident's day and domain are those of its earliest verdict (``decided_at``, event time);
 * the dashboard's time range filters on event time: ``decided_at`` for verdicts,
   ``updated_at`` for remediation transitions, ``at`` for dead letters (``$__timeFilter``:
-  whole seconds, both ends inclusive). Panels that show a current state say so.
+  whole seconds, both ends inclusive). Panels that show a current state say so;
+* the ``cluster`` and ``domain`` variables (:data:`VARIABLES`) filter through the plugin's
+  ``$__conditionalAll`` (All: no condition): every verdict panel on both (an incident's domain
+  is its earliest verdict's, the time-to-first-verdict panels' their first revision's), the
+  remediation and circuit-breaker panels on ``cluster``; dead letters have no cluster;
+* **goodput of slow jobs**: a ``degraded`` workload verdict (a straggler) carries
+  ``goodput_lost_fraction`` (the share of the job's speed lost) and ``gpu_hours_lost_per_hour``
+  (GPUs x that share); the goodput panels sum the latter per cluster and UTC day.
 """
 
 from __future__ import annotations
