@@ -18,12 +18,18 @@ stragglers per slowdown level (5, 7.5, 10, 15, 20, 30 %) on distinct nodes at ra
 [20, 60); a straggler is found when the tracker flags its rank within 20 steps of its onset.
 Steps-to-detect is counted from the onset. Any other rank flagged is a false positive.
 
-**False positives per 1,000 healthy job-hours** (``--healthy-hours`` of the job with no
-straggler, 2 s steps = 1,800 steps an hour): the flags observed, and, because a rare event is
-not seen in a few hours, the rate extrapolated from trackers run on the same steps with every
-slowdown threshold lowered by 3-4.5 points: log(false positives per hour) is fitted linearly
-in the lowering and read at 0 (the tail of a sum of jitters falls faster than exponentially,
-so this over-estimates).
+**False positives per 1,000 healthy job-hours**, measured, no straggler injected (2 s steps =
+1,800 steps a job-hour): a fleet of healthy jobs of the sizes of ``--fleet`` (``NODESxJOBSxHOURS``
+each: that many jobs of NODES x 8 GPUs, each for HOURS; by default 40 jobs of 8 nodes, 40 of 64
+and 20 of 256 for 10 h each = 1,000 job-hours, 1.15 G rank-steps), each job with its own jitter
+and checkpoint / storage-stall phases, run through the same ``PeerTracker`` (one batch per size:
+each job compared only with its own ranks); and the 2,048-node job itself for
+``--healthy-hours``. Every flagged rank is a false positive; the count, the span (job-hours,
+GPU-hours) and the rate per 1,000 job-hours are printed per size and in all, with the outlier
+rank-steps (a rank past a threshold at a step, before persistence) as the margin left.
+End to end, :func:`correlators.stragglers.find_stragglers` runs over ``--engine-hours`` of a
+healthy 256-rank job as ``perf.step_time`` Events (the detector's own grouping, step keys and
+tracker): its stragglers are false positives too.
 
 **Throughput**: samples/s through ``PeerTracker.step`` over the 16,384 ranks against a floor
 measured in the same run (one ``numpy.median`` over the same step arrays: the least any peer
@@ -31,13 +37,15 @@ comparison does), and events/s through the engine's detector (:func:`correlators
 find_stragglers` over ``perf.step_time`` Events of a 256-rank job) against a floor (sorting
 the same events by id, which the detector does first).
 
-Run:  python3 bench/stragglers.py [--batches 20 --healthy-hours 4]
+``--quick`` (CI): 2 recall runs of 4 stragglers per slowdown, a 14 job-hour fleet, 0.2 h of the
+big job and 0.1 h through the engine, in well under a minute.
+
+Run:  python3 bench/stragglers.py [--batches 20 --healthy-hours 4 --fleet 8x40x10,64x40x10,256x20x10]
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import platform
@@ -62,24 +70,29 @@ WITHIN = 20
 
 
 class Job:
-    """The jitter model (module docstring) for one run."""
+    """The jitter model (module docstring) for one run: ``jobs`` independent jobs of ``nodes`` x
+    8 GPUs (``jobs`` None: one job, steps of shape ``(ranks,)``; else ``(jobs, ranks)``), each
+    with its own checkpoint and storage-stall phase."""
 
-    def __init__(self, rng: np.random.Generator) -> None:
+    def __init__(self, rng: np.random.Generator, nodes: int = NODES, jobs: int | None = None) -> None:
         self.rng = rng
-        self.bias = rng.normal(0.0, 0.01, RANKS)
-        self.extra = np.ones(RANKS)
+        self.nodes = nodes
+        self.lead = () if jobs is None else (jobs,)
+        self.shape = (*self.lead, nodes * GPUS)
+        self.bias = rng.normal(0.0, 0.01, self.shape)
+        self.extra = np.ones(self.shape)
+        self.phase = rng.integers(0, 2100, self.lead + (1,)) if jobs is not None else np.zeros(1, dtype=np.int64)
 
     def step(self, i: int) -> np.ndarray:
         r = self.rng
-        job = math.exp(r.normal(0.0, 0.03))
-        if i % 300 in (150, 151, 152):
-            job *= 4.0
-        if 500 <= i % 700 < 512:
-            job *= 1.5
-        node = np.repeat(r.lognormal(0.0, 0.005, NODES), GPUS)
-        own = r.lognormal(0.0, 0.02, RANKS)
-        hiccup = np.where(r.random(RANKS) < 0.003, r.uniform(1.3, 3.0, RANKS), 1.0)
-        return STEP_S * job * node * (1.0 + self.bias) * own * hiccup * self.extra
+        at = i + self.phase
+        job = np.exp(r.normal(0.0, 0.03, self.lead + (1,))) if self.lead else np.exp(r.normal(0.0, 0.03, 1))
+        job = job * np.where(np.isin(at % 300, (150, 151, 152)), 4.0, 1.0) * np.where((at % 700 >= 500) & (at % 700 < 512), 1.5, 1.0)
+        node = np.repeat(r.lognormal(0.0, 0.005, (*self.lead, self.nodes)), GPUS, axis=-1)
+        own = r.lognormal(0.0, 0.02, self.shape)
+        hit = r.random(self.shape) < 0.003
+        own[hit] *= r.uniform(1.3, 3.0, int(hit.sum()))  # data-loader hiccups
+        return STEP_S * job * node * (1.0 + self.bias) * own * self.extra
 
 
 def recall(params: StragglerParams, batches: int, steps: int, per_level: int, seed: int) -> dict:
@@ -108,39 +121,57 @@ def recall(params: StragglerParams, batches: int, steps: int, per_level: int, se
     return {"found": found, "fp": fp, "trials": batches * per_level}
 
 
-def healthy(params: StragglerParams, hours: float, seed: int) -> dict:
-    steps = int(hours * 3600 / STEP_S)
-    rng = np.random.default_rng(seed)
-    job = Job(rng)
-    trackers = {d: PeerTracker(RANKS, relaxed(params, d), history=8) for d in RELAX}
-    flags = {d: 0 for d in RELAX}
-    outlier_steps = 0
+def healthy(params: StragglerParams, nodes: int, jobs: int | None, hours: float, seed: int) -> dict:
+    """``jobs`` healthy jobs (None: one) of ``nodes`` x 8 GPUs for ``hours`` each through one
+    tracker: flagged ranks (false positives) and outlier rank-steps."""
+    steps = int(round(hours * 3600 / STEP_S))
+    job = Job(np.random.default_rng(seed), nodes, jobs)
+    tracker = PeerTracker(nodes * GPUS, params, history=1, jobs=jobs)
+    flags = outliers = 0
     for i in range(steps):
-        times = job.step(i)
-        for d, tracker in trackers.items():
-            flags[d] += len(tracker.step(times))
-        outlier_steps += int((trackers[0.0].run > 0).sum())
-    per_1000h = {d: flags[d] / (steps * STEP_S / 3600) * 1000 for d in RELAX}
-    # log(flags per hour) against the relaxation, fitted over the relaxations that flagged and
-    # read at 0: a tail that falls faster than exponentially (a Gaussian's) makes it an over-estimate
-    pts = [(d, math.log(v)) for d, v in per_1000h.items() if d > 0 and v > 0]
-    if len(pts) >= 2:
-        slope, icept = np.polyfit([d for d, _ in pts], [v for _, v in pts], 1)
-        extrapolated = math.exp(icept)
-    else:
-        extrapolated = math.nan
-    return {"hours": steps * STEP_S / 3600, "flags": flags[0.0], "per_1000h": per_1000h,
-            "outlier_steps": outlier_steps, "rank_steps": steps * RANKS, "extrapolated_per_1000h": extrapolated}
+        flags += len(tracker.step(job.step(i)))
+        outliers += int(np.count_nonzero(tracker.run))
+    n = jobs or 1
+    return {"nodes": nodes, "jobs": n, "job_hours": n * steps * STEP_S / 3600, "flags": flags,
+            "outlier_steps": outliers, "rank_steps": n * steps * nodes * GPUS}
 
 
-#: thresholds lowered by these fractions to read the tail of false positives (0: as configured)
-RELAX = (0.0, 0.03, 0.035, 0.04, 0.045)
+def fleet_spec(text: str) -> list[tuple[int, int, float]]:
+    """``NODESxJOBSxHOURS,...`` -> [(nodes, jobs, hours)]; ValueError on a malformed entry."""
+    out = []
+    for part in text.split(","):
+        try:
+            nodes, jobs, hours = part.strip().split("x")
+            out.append((int(nodes), int(jobs), float(hours)))
+        except ValueError:
+            raise ValueError(f"--fleet: {part!r} is not NODESxJOBSxHOURS") from None
+    return out
 
 
-def relaxed(params: StragglerParams, d: float) -> StragglerParams:
-    """``params`` with every slowdown threshold lowered by ``d``."""
-    return dataclasses.replace(params, min_slowdown=params.min_slowdown - d, change_slowdown=params.change_slowdown - d,
-                               change_peer=max(0.0, params.change_peer - d))
+def _perf_events(times: np.ndarray, start: int = 0) -> list[Event]:
+    """``perf.step_time`` Events of one job, one per (step, rank) of ``times`` (steps, ranks),
+    step numbers from ``start``, ranks on nodes of 8."""
+    base = 1_796_090_400 * 10**9
+    return [Event(type="perf.step_time", at=base + int((start + i) * STEP_S * 1e9) + r * 1000, host=f"node-{r // 8:04d}",
+                  cluster="c1", workload_id="job-1", rank=r, rule="bench@1",
+                  attributes={"framework": "deepspeed", "metric": "fwd", "step": start + i, "seconds": float(t)}).with_id()
+            for i, row in enumerate(times) for r, t in enumerate(row)]
+
+
+def _allocation(ranks: int) -> Allocation:
+    return Allocation(workload_id="job-1", cluster="c1", ranks={r: (f"node-{r // 8:04d}", r % 8) for r in range(ranks)})
+
+
+def engine_healthy(params: StragglerParams, hours: float, seed: int) -> dict:
+    """``find_stragglers`` over ``hours`` of a healthy 256-rank job as Events: its stragglers
+    (false positives) and the events it read."""
+    steps = int(round(hours * 3600 / STEP_S))
+    job = Job(np.random.default_rng(seed), 32)
+    events = _perf_events(np.array([job.step(i) for i in range(steps)]))
+    t0 = time.perf_counter()
+    got = find_stragglers(events, _allocation(256), params)
+    return {"hours": steps * STEP_S / 3600, "events": len(events), "flags": sum(len(s.ranks) for s in got),
+            "seconds": time.perf_counter() - t0}
 
 
 def throughput(params: StragglerParams, seed: int) -> dict:
@@ -156,18 +187,11 @@ def throughput(params: StragglerParams, seed: int) -> dict:
     for a in arrays:
         tracker.step(a)
     tracked = time.perf_counter() - t0
-    # the engine's detector over Events: a 256-rank job (32 nodes x 8), 100 steps
+    # the engine's detector over Events: a 256-rank job (32 nodes x 8), 100 steps, rank 77 20 % slower from step 30
     ranks, steps = 256, 100
-    alloc = Allocation(workload_id="job-1", cluster="c1",
-                       ranks={r: (f"node-{r // 8:04d}", r % 8) for r in range(ranks)})
-    events = []
-    base = 1_796_090_400 * 10**9
-    for i in range(steps):
-        times = job.step(i)[:ranks] * (1 + 0.2 * (np.arange(ranks) == 77) * (i >= 30))
-        for r in range(ranks):
-            events.append(Event(type="perf.step_time", at=base + int(i * STEP_S * 1e9) + r * 1000, host=f"node-{r // 8:04d}",
-                                cluster="c1", workload_id="job-1", rank=r, rule="bench@1",
-                                attributes={"framework": "deepspeed", "metric": "fwd", "seconds": float(times[r])}).with_id())
+    alloc = _allocation(ranks)
+    events = _perf_events(np.array([job.step(i)[:ranks] * (1 + 0.2 * (np.arange(ranks) == 77) * (i >= 30))
+                                    for i in range(steps)]))
     t0 = time.perf_counter()
     sorted(events, key=lambda e: e.event_id)
     efloor = time.perf_counter() - t0
@@ -184,12 +208,20 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--steps", type=int, default=90)
     ap.add_argument("--per-level", type=int, default=16)
-    ap.add_argument("--healthy-hours", type=float, default=4.0)
+    ap.add_argument("--healthy-hours", type=float, default=4.0, help="hours of the healthy 2,048-node job")
+    ap.add_argument("--fleet", default="8x40x10,64x40x10,256x20x10",
+                    help="healthy jobs NODESxJOBSxHOURS,... (default: 1,000 job-hours)")
+    ap.add_argument("--engine-hours", type=float, default=1.0, help="hours of a healthy 256-rank job through the engine")
+    ap.add_argument("--quick", action="store_true", help="a short run (CI): see the module docstring")
     ap.add_argument("--seed", type=int, default=35)
     args = ap.parse_args()
+    if args.quick:
+        args.batches, args.per_level, args.healthy_hours, args.fleet, args.engine_hours = 2, 4, 0.2, "8x4x2,64x2x2,256x1x2", 0.1
+    fleet = fleet_spec(args.fleet)
     params = StragglerParams.of(default_causal_rules().detectors["stragglers"])
-    print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs, "
-          f"Python {platform.python_version()}, numpy {np.__version__}")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+    print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} CPUs (load average "
+          f"{load:.1f}), Python {platform.python_version()}, numpy {np.__version__}")
     print(f"job: {NODES} nodes x {GPUS} GPUs = {RANKS} ranks, {STEP_S:g} s steps; params {params}")
     t0 = time.perf_counter()
     r = recall(params, args.batches, args.steps, args.per_level, args.seed)
@@ -201,13 +233,26 @@ def main() -> None:
         steps = f"{int(np.median(hits))} / {max(hits)}" if hits else "-"
         print(f"  {100 * level:>8.1f}% {100 * rate:>7.1f}% {steps:>32}")
     print(f"  other ranks flagged (false positives) in those runs: {r['fp']}")
-    h = healthy(params, args.healthy_hours, args.seed + 1000)
-    print(f"\nhealthy job ({h['hours']:.1f} job-hours, {int(h['hours'] * 3600 / STEP_S)} steps x {RANKS} ranks):")
-    print(f"  stragglers flagged: {h['flags']} (outlier rank-steps: {h['outlier_steps']} of {h['rank_steps']:,})")
-    for d, v in h["per_1000h"].items():
-        print(f"    thresholds lowered by {100 * d:.1f} points: {v:,.1f} false positives per 1,000 job-hours")
-    print(f"  extrapolated to the configured thresholds (log-linear in the lowering): "
-          f"{h['extrapolated_per_1000h']:.3g} per 1,000 job-hours (target <= 1)")
+
+    print("\nhealthy jobs, no straggler (every flagged rank is a false positive):")
+    print(f"  {'job':>22} {'job-hours':>10} {'GPU-hours':>12} {'flagged':>8} {'per 1,000 job-h':>16} "
+          f"{'outlier rank-steps':>24}")
+    rows = [healthy(params, nodes, jobs, hours, args.seed + 1000 + k) for k, (nodes, jobs, hours) in enumerate(fleet)]
+    big = healthy(params, NODES, None, args.healthy_hours, args.seed + 999)
+    for h in rows + [big]:
+        gpu_h = h["job_hours"] * h["nodes"] * GPUS
+        print(f"  {h['jobs']:>4} x {h['nodes']:>5} x {GPUS} GPUs {h['job_hours']:>10,.1f} {gpu_h:>12,.0f} {h['flags']:>8} "
+              f"{1000 * h['flags'] / h['job_hours']:>16.2f} {h['outlier_steps']:>10,} of {h['rank_steps']:>11,}")
+    hours = sum(h["job_hours"] for h in rows)
+    flags = sum(h["flags"] for h in rows)
+    gpu_h = sum(h["job_hours"] * h["nodes"] * GPUS for h in rows)
+    print(f"  fleet: {flags} false positive(s) in {hours:,.1f} healthy job-hours ({gpu_h:,.0f} GPU-hours) = "
+          f"{1000 * flags / hours:.2f} per 1,000 job-hours (target <= 1)"
+          + ("" if flags else f"; 95 % upper bound {1000 * 3.0 / hours:.2f}"))
+    e = engine_healthy(params, args.engine_hours, args.seed + 1500)
+    print(f"  end to end (find_stragglers over Events): {e['flags']} straggler(s) in {e['hours']:.1f} job-hours of a "
+          f"256-rank job ({e['events']:,} events, {e['events'] / e['seconds'] / 1e3:.1f} k events/s)")
+
     t = throughput(params, args.seed + 2000)
     print("\nthroughput:")
     print(f"  PeerTracker over {RANKS} ranks: {t['samples_per_s'] / 1e6:.2f} M samples/s = "
@@ -217,6 +262,8 @@ def main() -> None:
           f"{t['events_per_s'] / t['floor_events_per_s']:.3f} x the floor (sorting them by id: "
           f"{t['floor_events_per_s'] / 1e3:.0f} k events/s)")
     print(f"\nwall time {time.perf_counter() - t0:.0f} s")
+    if flags * 1000 > hours:
+        raise SystemExit(f"false positives {1000 * flags / hours:.2f} per 1,000 job-hours > 1")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,19 @@
 """Build faultstream's Grafana dashboard JSON from ``deploy/grafana/panels.py``, check it, or run
 its panels' SQL against a ClickHouse.
 
-    python deploy/grafana/build.py            # write deploy/grafana/dashboards/faultstream-fleet.json
-    python deploy/grafana/build.py --check    # exit 1 when the committed JSON is not what panels.py gives
+    python deploy/grafana/build.py            # write deploy/grafana/dashboards/faultstream-{fleet,worker}.json
+    python deploy/grafana/build.py --check    # exit 1 when a committed JSON is not what the panels give
     python deploy/grafana/build.py --query chdb://.state/clickhouse --from 2026-11-01 --to 2026-12-31
                                               # run every panel's SQL (macros expanded as the plugin
                                               # does) and print the rows: a dashboard without Grafana
 
-The dashboard (Grafana schema 39, Grafana >= 10.4) has a ``datasource`` variable of the plugin's
-type whose default is the provisioned data source (uid ``faultstream-clickhouse``); every
-query is a raw-SQL query of grafana-clickhouse-datasource (``editorType: sql``, ``format`` 0
-time series or 1 table). Its default time range is the last 7 days.
+The fleet dashboard (Grafana schema 39, Grafana >= 10.4) has a ``datasource`` variable of the
+plugin's type whose default is the provisioned data source (uid ``faultstream-clickhouse``) and
+the query variables of ``panels.VARIABLES`` (``cluster``, ``domain``: multi-value with "All");
+every query is a raw-SQL query of grafana-clickhouse-datasource (``editorType: sql``,
+``format`` 0 time series or 1 table). The worker-health dashboard (``worker_panels.py``) reads
+Prometheus: a ``prometheus`` data source variable and ``job`` / ``instance`` / ``domain``
+query variables. Default time ranges: 7 days (fleet), 6 hours (worker).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DASHBOARD_PATH = HERE / "dashboards" / "faultstream-fleet.json"
+WORKER_DASHBOARD_PATH = HERE / "dashboards" / "faultstream-worker.json"
 
 
 def _load(name: str) -> ModuleType:
@@ -39,6 +43,7 @@ def _load(name: str) -> ModuleType:
 
 
 panels = _load("panels")
+worker_panels = _load("worker_panels")
 
 _FORMAT = {"timeseries": 0, "table": 1}
 
@@ -116,14 +121,122 @@ def dashboard() -> dict[str, Any]:
             "multi": False,
             "includeAll": False,
             "options": [],
-        }]},
+        }] + [_query_variable(v.name, v.label, v.description, _datasource(), v.sql, v.sql)
+                    for v in panels.VARIABLES]},
         "panels": [_panel(i, p) for i, p in enumerate(panels.PANELS, start=1)],
     }
 
 
-def render() -> str:
-    """The dashboard JSON text as committed: 2-space indent, keys in insertion order, final newline."""
-    return json.dumps(dashboard(), indent=2, ensure_ascii=False) + "\n"
+def _query_variable(name: str, label: str, description: str, datasource: dict[str, str], query: Any,
+                    definition: str, all_value: str | None = None) -> dict[str, Any]:
+    """A multi-value query variable with an "All" choice (selected by default), refreshed on
+    dashboard load."""
+    var: dict[str, Any] = {
+        "name": name,
+        "label": label,
+        "description": description,
+        "type": "query",
+        "datasource": datasource,
+        "query": query,
+        "definition": definition,
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "hide": 0,
+        "includeAll": True,
+        "multi": True,
+        "refresh": 1,
+        "regex": "",
+        "sort": 1,
+        "skipUrlSync": False,
+        "options": [],
+    }
+    if all_value is not None:
+        var["allValue"] = all_value
+    return var
+
+
+def _prom_datasource() -> dict[str, str]:
+    return {"type": "prometheus", "uid": "${prometheus}"}
+
+
+def _prom_panel(index: int, p: Any) -> dict[str, Any]:
+    x, y, w, h = p.grid
+    defaults: dict[str, Any] = {"unit": p.unit}
+    if p.decimals is not None:
+        defaults["decimals"] = p.decimals
+    if p.viz == "timeseries":
+        defaults["custom"] = {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10, "showPoints": "never"}
+        options: dict[str, Any] = {"legend": {"showLegend": True, "displayMode": "list", "placement": "bottom",
+                                              "calcs": []},
+                                   "tooltip": {"mode": "multi", "sort": "desc"}}
+    else:
+        defaults["mappings"] = [{"type": "value", "options": {"0": {"text": "down", "color": "red", "index": 0},
+                                                              "1": {"text": "up", "color": "green", "index": 1}}}]
+        options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                   "colorMode": "background", "graphMode": "none", "textMode": "value_and_name"}
+    return {
+        "id": index,
+        "type": p.viz,
+        "title": p.title,
+        "description": p.description,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "datasource": _prom_datasource(),
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": options,
+        "targets": [{"refId": chr(ord("A") + k), "datasource": _prom_datasource(), "editorMode": "code",
+                     "expr": expr, "legendFormat": legend, "range": True}
+                    for k, (expr, legend) in enumerate(p.targets)],
+    }
+
+
+def worker_dashboard() -> dict[str, Any]:
+    """The worker-health dashboard JSON model (a dict) of :data:`worker_panels.PANELS`."""
+    ds = _prom_datasource()
+    return {
+        "uid": worker_panels.DASHBOARD_UID,
+        "title": worker_panels.DASHBOARD_TITLE,
+        "description": "faultstream workers' own health from their Prometheus metrics: consumer lag, dead letters, "
+                       "sink errors, stalled windows, ingest restarts (generated by deploy/grafana/build.py from "
+                       "deploy/grafana/worker_panels.py: edit those).",
+        "tags": ["faultstream", "prometheus"],
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": 39,
+        "version": 1,
+        "timezone": "utc",
+        "time": {"from": "now-6h", "to": "now"},
+        "refresh": "30s",
+        "fiscalYearStartMonth": 0,
+        "liveNow": False,
+        "links": [{"title": "fleet overview", "type": "link", "url": f"/d/{panels.DASHBOARD_UID}", "icon": "dashboard"}],
+        "annotations": {"list": []},
+        "templating": {"list": [{
+            "name": "prometheus",
+            "label": "Prometheus",
+            "type": "datasource",
+            "query": "prometheus",
+            "hide": 0,
+            "refresh": 1,
+            "regex": "",
+            "skipUrlSync": False,
+            "multi": False,
+            "includeAll": False,
+            "options": [],
+        }] + [_query_variable(name, label, "", ds,
+                              {"qryType": 1, "query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+                              query, all_value=".*")
+              for name, (label, query) in worker_panels.VARIABLES.items()]},
+        "panels": [_prom_panel(i, p) for i, p in enumerate(worker_panels.PANELS, start=1)],
+    }
+
+
+def render(model: dict[str, Any] | None = None) -> str:
+    """A dashboard's JSON text as committed (the fleet dashboard's by default): 2-space indent,
+    keys in insertion order, final newline."""
+    return json.dumps(dashboard() if model is None else model, indent=2, ensure_ascii=False) + "\n"
+
+
+def _outputs() -> dict[Path, str]:
+    return {DASHBOARD_PATH: render(), WORKER_DASHBOARD_PATH: render(worker_dashboard())}
 
 
 def _utc(text: str) -> datetime:
@@ -131,8 +244,10 @@ def _utc(text: str) -> datetime:
     return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t
 
 
-def _query(url: str, database: str, time_from: datetime, time_to: datetime) -> int:
-    """Run every panel against ``url`` and print its rows; 1 if any panel fails, 2 (one line on
+def _query(url: str, database: str, time_from: datetime, time_to: datetime,
+           variables: dict[str, list[str] | None] | None = None) -> int:
+    """Run every panel against ``url`` with the dashboard ``variables`` (name -> values, None or
+    absent: "All") and print its rows; 1 if any panel fails, 2 (one line on
     stderr) when the store cannot be opened: a chDB directory that does not exist (it is not
     created) or is held by another process, a server that does not answer."""
     import clickhouse_connect
@@ -157,7 +272,8 @@ def _query(url: str, database: str, time_from: datetime, time_to: datetime) -> i
         for p in panels.PANELS:
             print(f"== {p.title}")
             try:
-                result = client.query(macros.expand(p.sql, time_from, time_to))
+                chosen = {v.name: (variables or {}).get(v.name) for v in panels.VARIABLES}
+                result = client.query(macros.expand(macros.apply_variables(p.sql, chosen), time_from, time_to))
             except Exception as exc:  # noqa: BLE001 -- report every failing panel, then exit 1
                 failed += 1
                 print(f"   FAILED: {str(exc).splitlines()[0]}")
@@ -177,20 +293,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--database", default="faultstream", help="faultstream's database (default: faultstream)")
     ap.add_argument("--from", dest="time_from", default="1970-01-01", help="time range start, ISO 8601 (UTC unless it has a zone)")
     ap.add_argument("--to", dest="time_to", default=None, help="time range end, ISO 8601 (default: now)")
+    for v in panels.VARIABLES:
+        ap.add_argument(f"--{v.name}", action="append", metavar=v.name.upper(),
+                        help=f"with --query: only this {v.name} (repeat for several; default: all)")
     args = ap.parse_args(argv)
     if args.query:
         end = _utc(args.time_to) if args.time_to else datetime.now(timezone.utc)
-        return _query(args.query, args.database, _utc(args.time_from), end)
-    text = render()
+        return _query(args.query, args.database, _utc(args.time_from), end,
+                      {v.name: getattr(args, v.name) for v in panels.VARIABLES})
+    outputs = _outputs()
     if args.check:
-        committed = DASHBOARD_PATH.read_text(encoding="utf-8") if DASHBOARD_PATH.exists() else ""
-        if committed != text:
-            print(f"{DASHBOARD_PATH} is not what panels.py gives: run python deploy/grafana/build.py", file=sys.stderr)
-            return 1
-        return 0
-    DASHBOARD_PATH.parent.mkdir(parents=True, exist_ok=True)
-    DASHBOARD_PATH.write_text(text, encoding="utf-8")
-    print(f"wrote {DASHBOARD_PATH} ({len(panels.PANELS)} panels)")
+        stale = [path for path, text in outputs.items()
+                 if (path.read_text(encoding="utf-8") if path.exists() else "") != text]
+        for path in stale:
+            print(f"{path} is not what the panels give: run python deploy/grafana/build.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path} ({len(json.loads(text)['panels'])} panels)")
     return 0
 
 

@@ -25,6 +25,14 @@ macro                          expansion
 in milliseconds. Macros inside string literals and comments are left alone, as the plugin
 does. A ``$__`` name this module does not know raises :class:`MacroError` (the plugin would
 leave it in the SQL for ClickHouse to refuse).
+
+Dashboard variables (:func:`apply_variables`) are replaced before the macros, in the order the
+plugin's frontend does it (``applyTemplateVariables`` in ``src/data/CHDatasource.ts``): first
+``$__conditionalAll(condition, $var)`` becomes ``1=1`` when ``var`` is "All" (``$__all``) or
+empty, else ``condition``; then Grafana's template service replaces ``${var:singlequote}``
+(each value in single quotes, ``'`` escaped as ``\\'``, joined by ``,``: Grafana's
+``singlequote`` format) and ``$var`` / ``${var}`` (the plugin's default format: one value as
+is, several as ``'a','b'``).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import re
 from datetime import datetime, timezone
 from typing import Callable
 
-__all__ = ["MacroError", "expand", "MACROS"]
+__all__ = ["MacroError", "apply_variables", "expand", "MACROS"]
 
 
 class MacroError(ValueError):
@@ -184,3 +192,56 @@ def expand(sql: str, time_from: datetime, time_to: datetime, *, interval_s: floa
         out.append(MACROS[name](ctx, args))
         i = end
     return "".join(out)
+
+
+#: Grafana's variable syntax: $name, ${name} and ${name:format} (names of $__ macros excluded)
+_VARIABLE = re.compile(r"\$(?!__)(\w+)|\$\{(?!__)(\w+)(?::(\w+))?\}")
+_CONDITIONAL_ALL = "$__conditionalAll("
+
+
+def _call_args(sql: str, open_at: int) -> tuple[list[str], int]:
+    """The top-level arguments of the call whose ``(`` is at ``open_at``, and the index after
+    its ``)``; MacroError without one."""
+    depth = 0
+    for j in range(open_at, len(sql)):
+        if sql[j] == "(":
+            depth += 1
+        elif sql[j] == ")":
+            depth -= 1
+            if depth == 0:
+                return _split_args(sql[open_at + 1:j]), j + 1
+    raise MacroError("$__conditionalAll( has no closing parenthesis")
+
+
+def apply_variables(sql: str, values: dict[str, list[str] | None]) -> str:
+    """``sql`` with the dashboard variables replaced as the plugin and Grafana replace them
+    (module docstring). ``values``: variable name -> the selected values, or None for "All".
+    Raises :class:`MacroError` for a ``$__conditionalAll`` without two arguments, a variable
+    not in ``values`` or a format other than ``singlequote``."""
+    at = sql.rfind(_CONDITIONAL_ALL)
+    while at >= 0:  # from the last one, as the plugin does
+        args, end = _call_args(sql, at + len(_CONDITIONAL_ALL) - 1)
+        if len(args) != 2 or not args[1].startswith("$"):
+            raise MacroError(f"$__conditionalAll expects (condition, $variable), received {args}")
+        name = args[1][1:]
+        if name not in values:
+            raise MacroError(f"unknown variable ${name}")
+        chosen = values[name]
+        sql = sql[:at] + ("1=1" if chosen is None or not chosen else args[0]) + sql[end:]
+        at = sql.rfind(_CONDITIONAL_ALL, 0, at)
+
+    def replace(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        fmt = m.group(3)
+        if name not in values:
+            raise MacroError(f"unknown variable ${name}")
+        chosen = values[name]
+        if chosen is None:
+            raise MacroError(f"${name} is used outside $__conditionalAll, where 'All' cannot be replaced")
+        if fmt == "singlequote":
+            return ",".join("'" + v.replace("'", "\\'") + "'" for v in chosen)
+        if fmt is not None:
+            raise MacroError(f"${{{name}:{fmt}}}: only the singlequote format is known here")
+        return chosen[0] if len(chosen) == 1 else "'" + "','".join(chosen) + "'"
+
+    return _VARIABLE.sub(replace, sql)

@@ -30,7 +30,14 @@ Conventions shared by the panels:
   incident's day and domain are those of its earliest verdict (``decided_at``, event time);
 * the dashboard's time range filters on event time: ``decided_at`` for verdicts,
   ``updated_at`` for remediation transitions, ``at`` for dead letters (``$__timeFilter``:
-  whole seconds, both ends inclusive). Panels that show a current state say so.
+  whole seconds, both ends inclusive). Panels that show a current state say so;
+* the ``cluster`` and ``domain`` variables (:data:`VARIABLES`) filter through the plugin's
+  ``$__conditionalAll`` (All: no condition): every verdict panel on both (an incident's domain
+  is its earliest verdict's, the time-to-first-verdict panels' their first revision's), the
+  remediation and circuit-breaker panels on ``cluster``; dead letters have no cluster;
+* **goodput of slow jobs**: a ``degraded`` workload verdict (a straggler) carries
+  ``goodput_lost_fraction`` (the share of the job's speed lost) and ``gpu_hours_lost_per_hour``
+  (GPUs x that share); the goodput panels sum the latter per cluster and UTC day.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Panel", "PANELS", "DASHBOARD_UID", "DASHBOARD_TITLE", "DATASOURCE_UID", "PLUGIN_ID",
+__all__ = ["Panel", "PANELS", "Variable", "VARIABLES", "DASHBOARD_UID", "DASHBOARD_TITLE", "DATASOURCE_UID", "PLUGIN_ID",
            "PLUGIN_VERSION", "TERMINAL_STATES", "OPEN_STATES", "BREAKER_STATES"]
 
 #: The plugin's id (the data source ``type``) and the version the dashboard was written for.
@@ -87,10 +94,39 @@ class Panel:
 
 # --- shared SQL ------------------------------------------------------------------------------
 
+#: The dashboard's ``cluster`` filter (``$__conditionalAll``: no filter when "All" is chosen).
+_CLUSTER = "$__conditionalAll(cluster IN (${cluster:singlequote}), $cluster)"
+#: The dashboard's ``domain`` filter.
+_DOMAIN = "$__conditionalAll(domain IN (${domain:singlequote}), $domain)"
+
+
+@dataclass(frozen=True)
+class Variable:
+    """A dashboard variable whose values come from ClickHouse: ``name`` (``$name`` in the
+    panels), ``label``, ``sql`` (one column: the values), ``description``. Multi-value with an
+    "All" choice, refreshed on dashboard load; the panels filter with ``$__conditionalAll`` so
+    that "All" adds no condition."""
+
+    name: str
+    label: str
+    sql: str
+    description: str
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("cluster", "cluster", "SELECT DISTINCT cluster FROM attributions WHERE cluster != '' ORDER BY cluster",
+             "the clusters faultstream decided verdicts in (dead letters have no cluster: their panels ignore it)"),
+    Variable("domain", "domain",
+             "SELECT DISTINCT domain FROM attributions WHERE domain NOT IN ('', 'none') ORDER BY domain",
+             "the verdict domains (an incident's is its earliest verdict's); remediation, circuit breaker and "
+             "dead letter panels ignore it"),
+)
+
+
 #: The incidents in the time range: one row per incident (see the module docstring), with the
 #: cluster, its earliest verdict's day and domain, the GPU- and node-hours its workload
 #: verdicts lost, the jobs it hit, its culprit hosts and ports and its last verdict time.
-_INCIDENTS = """\
+_INCIDENTS = f"""\
 incidents AS
 (
     SELECT
@@ -108,7 +144,9 @@ incidents AS
     WHERE $__timeFilter(decided_at)
       AND status != 'withdrawn'
       AND root_cause_code NOT IN ('', 'none')
+      AND {_CLUSTER}
     GROUP BY cluster, incident
+    HAVING {_DOMAIN.replace('domain IN', 'first_domain IN')}
 )"""
 
 #: Buckets of the time-to-verdict distribution: (label, lower bound s, upper bound s).
@@ -203,6 +241,93 @@ ORDER BY time, domain""",
         decimals=2,
     ),
     Panel(
+        key="gpu_hours_per_cluster",
+        title="GPU-hours lost per cluster per day",
+        description="GPU-hours lost, summed over the workload verdicts of each incident (failed and slow jobs "
+                    "alike), by cluster and the UTC day of the incident's earliest verdict.",
+        viz="timeseries",
+        format="timeseries",
+        sql=f"""\
+WITH
+{_INCIDENTS}
+SELECT
+    day AS time,
+    cluster,
+    sum(incident_gpu_hours) AS gpu_hours_lost
+FROM incidents
+GROUP BY time, cluster
+ORDER BY time, cluster""",
+        columns=("time", "cluster", "gpu_hours_lost"),
+        grid=(0, 8, 12, 8),
+        custom=_BARS,
+        decimals=2,
+    ),
+    Panel(
+        key="degraded_goodput_per_cluster",
+        title="Goodput lost by slow jobs per cluster",
+        description="Jobs that run slow rather than fail (outcome degraded: a straggler GPU or node): the "
+                    "GPU-hours they lose per hour (allocated GPUs x the share of their speed lost, "
+                    "cost.gpu_hours_lost_per_hour), summed by cluster and the UTC day of the verdict.",
+        viz="timeseries",
+        format="timeseries",
+        sql=f"""\
+SELECT
+    toStartOfDay(decided_at) AS time,
+    cluster,
+    sum(gpu_hours_lost_per_hour) AS gpu_hours_per_hour_lost
+FROM attributions FINAL
+WHERE $__timeFilter(decided_at)
+  AND status != 'withdrawn'
+  AND scope_kind = 'workload'
+  AND outcome = 'degraded'
+  AND gpu_hours_lost_per_hour IS NOT NULL
+  AND {_CLUSTER}
+  AND {_DOMAIN}
+GROUP BY time, cluster
+ORDER BY time, cluster""",
+        columns=("time", "cluster", "gpu_hours_per_hour_lost"),
+        grid=(12, 8, 12, 8),
+        custom=_BARS,
+        decimals=2,
+    ),
+    Panel(
+        key="degraded_jobs",
+        title="Slow jobs: goodput lost",
+        description="Each degraded job's latest verdict: the cause (straggler.* codes name the reason), the "
+                    "slow hosts and GPUs, the share of the job's speed lost (1 - healthy / observed step "
+                    "time), the GPU-hours it loses per hour and has lost, and since when it is slow.",
+        viz="table",
+        format="table",
+        sql=f"""\
+SELECT
+    cluster,
+    scope_id AS job,
+    root_cause_code AS cause,
+    quality,
+    arrayStringConcat(culprit_hosts, ', ') AS hosts,
+    arrayStringConcat(culprit_gpus, ', ') AS gpus,
+    goodput_lost_fraction,
+    gpu_hours_lost_per_hour,
+    gpu_hours_lost,
+    if(JSONHas(record, 'cost', 'lost_from'),
+       fromUnixTimestamp64Nano(JSONExtractInt(record, 'cost', 'lost_from'), 'UTC'), NULL) AS slow_since,
+    decided_at
+FROM attributions FINAL
+WHERE $__timeFilter(decided_at)
+  AND status != 'withdrawn'
+  AND scope_kind = 'workload'
+  AND outcome = 'degraded'
+  AND {_CLUSTER}
+  AND {_DOMAIN}
+ORDER BY gpu_hours_lost_per_hour DESC, decided_at, attribution_id
+LIMIT 50""",
+        columns=("cluster", "job", "cause", "quality", "hosts", "gpus", "goodput_lost_fraction",
+                 "gpu_hours_lost_per_hour", "gpu_hours_lost", "slow_since", "decided_at"),
+        grid=(0, 16, 24, 8),
+        field_overrides=(_unit("goodput_lost_fraction", "percentunit", 1), _unit("gpu_hours_lost_per_hour", "none", 2),
+                         _unit("gpu_hours_lost", "none", 2)),
+    ),
+    Panel(
         key="goodput_by_domain",
         title="Goodput lost by domain",
         description="Per domain over the time range: incidents, jobs hit, GPU-hours and node-hours lost.",
@@ -221,7 +346,7 @@ FROM incidents
 GROUP BY domain
 ORDER BY gpu_hours_lost DESC, incidents DESC, domain""",
         columns=("domain", "incidents", "jobs_hit", "gpu_hours_lost", "node_hours_lost"),
-        grid=(0, 8, 8, 8),
+        grid=(0, 24, 8, 8),
         field_overrides=(_unit("gpu_hours_lost", "none", 2), _unit("node_hours_lost", "none", 2)),
     ),
     Panel(
@@ -246,7 +371,7 @@ GROUP BY cluster, host
 ORDER BY gpu_hours_lost DESC, incidents DESC, cluster, host
 LIMIT 20""",
         columns=("cluster", "host", "incidents", "gpu_hours_lost", "last_verdict_at"),
-        grid=(8, 8, 8, 8),
+        grid=(8, 24, 8, 8),
         field_overrides=(_unit("gpu_hours_lost", "none", 2),),
     ),
     Panel(
@@ -273,7 +398,7 @@ GROUP BY cluster, port
 ORDER BY gpu_hours_lost DESC, incidents DESC, cluster, port
 LIMIT 20""",
         columns=("cluster", "port", "incidents", "gpu_hours_lost", "jobs_hit", "last_verdict_at"),
-        grid=(16, 8, 8, 8),
+        grid=(16, 24, 8, 8),
         field_overrides=(_unit("gpu_hours_lost", "none", 2),),
     ),
     Panel(
@@ -285,7 +410,7 @@ LIMIT 20""",
                     "time range. Interpolated quantiles (quantileExactInclusive).",
         viz="table",
         format="table",
-        sql="""\
+        sql=f"""\
 SELECT
     scope_kind,
     count() AS verdicts,
@@ -296,16 +421,20 @@ FROM (
     SELECT attribution_id,
            argMin(scope_kind, revision) AS scope_kind,
            argMin(verdict_after_s, revision) AS verdict_after_s,
-           argMin(decided_at, revision) AS decided_at
+           argMin(decided_at, revision) AS decided_at,
+           argMin(cluster, revision) AS cluster,
+           argMin(domain, revision) AS domain
     FROM attribution_revisions FINAL
     GROUP BY attribution_id
 )
 WHERE verdict_after_s IS NOT NULL
   AND $__timeFilter(decided_at)
+  AND {_CLUSTER}
+  AND {_DOMAIN}
 GROUP BY scope_kind
 ORDER BY scope_kind""",
         columns=("scope_kind", "verdicts", "p50_s", "p90_s", "max_s"),
-        grid=(0, 16, 10, 7),
+        grid=(0, 32, 10, 7),
         field_overrides=(_unit("p50_s", "s", 1), _unit("p90_s", "s", 1), _unit("max_s", "s", 1)),
     ),
     Panel(
@@ -323,7 +452,9 @@ FROM (
     SELECT attribution_id,
            argMin(scope_kind, revision) AS scope_kind,
            argMin(verdict_after_s, revision) AS verdict_after_s,
-           argMin(decided_at, revision) AS decided_at
+           argMin(decided_at, revision) AS decided_at,
+           argMin(cluster, revision) AS cluster,
+           argMin(domain, revision) AS domain
     FROM attribution_revisions FINAL
     GROUP BY attribution_id
 )
@@ -331,10 +462,12 @@ ARRAY JOIN {_buckets_sql()} AS b
 WHERE scope_kind = 'workload'
   AND verdict_after_s IS NOT NULL
   AND $__timeFilter(decided_at)
+  AND {_CLUSTER}
+  AND {_DOMAIN}
 GROUP BY bucket
 ORDER BY min(tupleElement(b, 2))""",
         columns=("bucket", "verdicts"),
-        grid=(10, 16, 14, 7),
+        grid=(10, 32, 14, 7),
         options={"xField": "bucket", "orientation": "vertical", "showValue": "always",
                  "legend": {"showLegend": False, "displayMode": "list", "placement": "bottom", "calcs": []}},
         decimals=0,
@@ -354,10 +487,11 @@ SELECT
 FROM remediations FINAL
 WHERE state IN {_in(TERMINAL_STATES)}
   AND $__timeFilter(updated_at)
+  AND {_CLUSTER}
 GROUP BY time, state
 ORDER BY time, state""",
         columns=("time", "state", "actions"),
-        grid=(0, 23, 12, 8),
+        grid=(0, 39, 12, 8),
         custom=_BARS,
         decimals=0,
     ),
@@ -382,10 +516,11 @@ SELECT
     expires_at
 FROM remediations FINAL
 WHERE state IN {_in(OPEN_STATES)}
+  AND {_CLUSTER}
 ORDER BY severity DESC, created_at, action_id""",
         columns=("cluster", "action", "target", "state", "mode", "cause_code", "guards_failed", "created_at",
                  "expires_at"),
-        grid=(12, 23, 12, 8),
+        grid=(12, 39, 12, 8),
     ),
     Panel(
         key="circuit_breaker",
@@ -399,7 +534,7 @@ ORDER BY severity DESC, created_at, action_id""",
                     "checked_at is its time.",
         viz="table",
         format="table",
-        sql="""\
+        sql=f"""\
 WITH
 breaker AS
 (
@@ -414,6 +549,7 @@ breaker AS
     ARRAY JOIN JSONExtract(record, 'guards', 'Array(Tuple(guard String, passed Bool, detail String))') AS g
     WHERE tupleElement(g, 'guard') = 'circuit_breaker'
       AND updated_at <= $__toTime
+      AND {_CLUSTER}
 ),
 evaluations AS
 (
@@ -443,7 +579,7 @@ WHERE evaluated
 GROUP BY cluster
 ORDER BY cluster""",
         columns=("cluster", "state", "checked_at", "detail"),
-        grid=(0, 31, 12, 7),
+        grid=(0, 47, 12, 7),
         field_overrides=(_BREAKER_COLOURS,),
     ),
     Panel(
@@ -463,7 +599,7 @@ WHERE $__timeFilter(at)
 GROUP BY time, source
 ORDER BY time, source""",
         columns=("time", "source", "dead_letters"),
-        grid=(12, 31, 12, 7),
+        grid=(12, 47, 12, 7),
         custom=_BARS,
         decimals=0,
     ),
@@ -486,6 +622,6 @@ WHERE $__timeFilter(at)
 GROUP BY source, kind
 ORDER BY dead_letters DESC, source, kind""",
         columns=("source", "kind", "dead_letters", "last_at", "last_reason"),
-        grid=(0, 38, 24, 7),
+        grid=(0, 54, 24, 7),
     ),
 )

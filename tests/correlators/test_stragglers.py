@@ -5,6 +5,7 @@ the ``outcome`` score."""
 from __future__ import annotations
 
 import random
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,50 @@ def test_a_slowdown_below_the_threshold_or_too_short_is_not_a_straggler():
     times[20:26, 9] *= 1.5  # slow for 6 steps only
     _, flagged = run(times)
     assert flagged == {}
+
+
+def test_a_batch_of_jobs_gives_each_job_what_its_own_tracker_gives():
+    jobs = [jitter(60, 64, 10 + k) for k in range(3)]
+    jobs[1][20:, 9] *= 1.15
+    jobs[2][::7, 3] = np.nan  # a rank without a sample every 7th step
+    batch = PeerTracker(64, PARAMS, history=60, jobs=3)
+    got: dict[int, int] = {}
+    for i in range(60):
+        for c in batch.step(np.stack([j[i] for j in jobs])):
+            got[int(c)] = i
+    want = {k * 64 + r: i for k, j in enumerate(jobs) for r, i in run(j)[1].items()}
+    assert got == want and list(got) == [64 + 9]
+    single = run(jobs[2])[0]
+    np.testing.assert_array_equal(batch.smoothed[2], single.smoothed)
+    np.testing.assert_array_equal(batch.baseline[2], single.baseline)
+
+
+@pytest.mark.parametrize("window", [1, 2, 5, 9, 12])
+def test_the_window_median_is_numpys(window):
+    from correlators.stragglers import _window_median
+    ring = np.round(np.random.default_rng(window).random((window, 4, 33)), 2)  # ties included
+    np.testing.assert_array_equal(_window_median(ring), np.median(ring, axis=0))
+    ring[window // 2, 1, 5] = np.nan  # with a NaN, numpy.nanmedian's values (NaN in an all-NaN lane)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's own all-NaN warning, for the expectation
+        np.testing.assert_array_equal(_window_median(ring), np.nanmedian(ring, axis=0))
+
+
+@pytest.mark.slow
+def test_the_bench_quick_run_measures_no_false_positive_and_full_recall_at_10_percent():
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(root / "bench" / "stragglers.py"), "--quick"], capture_output=True,
+                         text=True, timeout=600, cwd=root)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    for level in ("10.0%", "15.0%", "20.0%", "30.0%"):
+        row = next(line.split() for line in lines if line.split()[:1] == [level])
+        assert row[1] == "100.0%", row
+    fleet = next(line for line in lines if line.strip().startswith("fleet:"))
+    assert fleet.split()[1] == "0" and "14.0 healthy job-hours" in fleet, fleet
+    assert any("0 straggler(s)" in line for line in lines if "end to end" in line)
 
 
 def _events(times: np.ndarray, ranks_per_node: int = 8) -> tuple[list[Event], Allocation]:

@@ -23,7 +23,13 @@ What is in the store (one chDB directory for the module, written the way faultst
   person's commands: approvals (dry-run executions, a certification returning node-a02), a
   rejection, a cancellation, a breaker reset; expiries from the timer;
 * dead letters as the ingest stage and the remediation agent make them (undecodable records,
-  a stale certification, a command that no longer fits).
+  a stale certification, a command that no longer fits);
+* two slow jobs (``outcome: degraded``, a thermal straggler GPU and a node stalled on NFS, both
+  2026-12-01 in c1), replayed through the CLI after the remediation scenario: their goodput
+  columns feed the goodput panels.
+
+The dashboard's ``cluster`` and ``domain`` variables are replaced as the plugin and Grafana
+replace them (``macros.apply_variables``): "All" unless a test chooses values.
 """
 
 from __future__ import annotations
@@ -82,6 +88,8 @@ REPLAYED = (
     "fabric-port-flap-two-jobs",
     "fabric-leaf-switch-down-two-jobs",
 )
+#: Slow jobs (outcome degraded), replayed through the CLI after the remediation scenario.
+DEGRADED = ("straggler-gpu-thermal", "straggler-node-nfs-stall")
 #: Decided by the pipeline in live mode (every revision stored).
 STREAMED = "fabric-port-flap-host-and-switch"
 
@@ -165,17 +173,21 @@ class Store:
                 best[a.attribution_id] = a
         return sorted(best.values(), key=lambda a: a.attribution_id)
 
-    def query(self, key: str, time_from: datetime = RANGE[0], time_to: datetime = RANGE[1]) -> list[dict[str, Any]]:
-        """Run panel ``key`` with its macros expanded for ``[time_from, time_to]``; rows as
+    def query(self, key: str, time_from: datetime = RANGE[0], time_to: datetime = RANGE[1],
+              **variables: list[str]) -> list[dict[str, Any]]:
+        """Run panel ``key`` with the dashboard variables replaced (``variables``: name ->
+        values; the others "All") and its macros expanded for ``[time_from, time_to]``; rows as
         dicts (datetimes aware UTC). Asserts the result has the panel's columns, in order."""
         panel = PANELS[key]
         if "attribution_revisions" in panel.sql and "attribution_revisions" not in self.tables:
             pytest.fail(f"{panel.title}: the store has no attribution_revisions table (sinks/ddl.sql): "
                         "every verdict's first revision is read there")
-        sql = macros.expand(panel.sql, time_from, time_to)
+        chosen = {v.name: variables.get(v.name) for v in panels.VARIABLES}
+        sql = macros.expand(macros.apply_variables(panel.sql, chosen), time_from, time_to)
         assert "$__" not in sql
         result = self.client.query(sql)
-        assert tuple(result.column_names) == panel.columns, f"{panel.title}: columns {result.column_names}"
+        if result.column_names or result.result_rows:  # chDB names no columns of an empty result
+            assert tuple(result.column_names) == panel.columns, f"{panel.title}: columns {result.column_names}"
         return [{c: as_utc(v) for c, v in zip(result.column_names, row)} for row in result.result_rows]
 
 
@@ -365,6 +377,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
             sink.write_attributions([revision])
         sink.write_remediations(remediations)
         sink.write_dead_letters(letters)
+        degraded = [a for name in DEGRADED for a in cli_replay(EXAMPLES / name, url)]
+        assert {a.outcome for a in degraded} == {"degraded"}
+        verdicts += degraded
         client = clickhouse_connect.get_client(interface="chdb", path=str(path), database=DATABASE)
         tables = {r[0] for r in client.query("SELECT name FROM system.tables WHERE database = {db:String}",
                                              parameters={"db": DATABASE}).result_rows}
@@ -432,9 +447,18 @@ def test_the_committed_dashboard_is_generated_from_panels_py() -> None:
         assert (target["editorType"], target["datasource"]["type"]) == ("sql", "grafana-clickhouse-datasource")
         assert target["format"] == {"timeseries": 0, "table": 1}[panel.format]
         assert p["datasource"]["uid"] == "${datasource}"
-    (var,) = model["templating"]["list"]
+    var, *query_vars = model["templating"]["list"]
     assert (var["type"], var["query"], var["current"]["value"]) == ("datasource", "grafana-clickhouse-datasource",
                                                                       "faultstream-clickhouse")
+    assert [(v["name"], v["type"], v["query"], v["multi"], v["includeAll"], v["current"]["value"]) for v in query_vars] == [
+        (v.name, "query", v.sql, True, True, ["$__all"]) for v in panels.VARIABLES]
+    assert [v["datasource"]["uid"] for v in query_vars] == ["${datasource}"] * len(panels.VARIABLES)
+    # every panel over verdicts or remediations filters by the cluster variable; verdict panels by domain too
+    for panel in panels.PANELS:
+        if "dead_letters" not in panel.sql:
+            assert "$__conditionalAll(cluster IN (${cluster:singlequote}), $cluster)" in panel.sql, panel.key
+        if "attribution" in panel.sql:
+            assert "IN (${domain:singlequote}), $domain)" in panel.sql, panel.key
 
 
 def test_provisioning_points_grafana_at_faultstreams_clickhouse_and_dashboards() -> None:
@@ -487,6 +511,19 @@ def test_macros_expand_as_the_plugin_documents() -> None:
         macros.expand("$__timeFilter(a, b)", lo, hi)
 
 
+def test_variables_are_replaced_as_the_plugin_and_grafana_replace_them() -> None:
+    sql = "WHERE $__conditionalAll(c IN (${cluster:singlequote}), $cluster) AND $__conditionalAll(d = $domain, $domain)"
+    assert macros.apply_variables(sql, {"cluster": None, "domain": None}) == "WHERE 1=1 AND 1=1"
+    assert macros.apply_variables(sql, {"cluster": ["c1", "o'k"], "domain": ["fabric"]}) == (
+        "WHERE c IN ('c1','o\\'k') AND d = fabric")
+    assert macros.apply_variables("x IN ($cluster)", {"cluster": ["a", "b"]}) == "x IN ('a','b')"
+    assert macros.apply_variables(sql, {"cluster": [], "domain": ["x"]}) == "WHERE 1=1 AND d = x"
+    with pytest.raises(macros.MacroError, match="unknown variable"):
+        macros.apply_variables("$nope", {})
+    with pytest.raises(macros.MacroError, match="All"):
+        macros.apply_variables("x = $cluster", {"cluster": None})
+
+
 # --- every panel against the store --------------------------------------------------------------
 
 
@@ -497,6 +534,81 @@ def test_every_panel_runs_and_returns_rows(store: Store, key: str) -> None:
     if PANELS[key].format == "timeseries":
         times = [r["time"] for r in rows]
         assert times == sorted(times), "a time series must come in time order"
+
+
+def test_the_variables_offer_the_stores_clusters_and_domains(store: Store) -> None:
+    got = {v.name: [r[0] for r in store.client.query(v.sql).result_rows] for v in panels.VARIABLES}
+    latest = store.latest()
+    assert got["cluster"] == sorted({a.scope.cluster for a in latest})
+    assert got["domain"] == sorted({a.domain for a in latest if a.domain not in ("", "none")})
+    assert {"c1", "fabric-port-flap-two-jobs"} <= set(got["cluster"]) and "storage" in got["domain"]
+
+
+@pytest.mark.parametrize("key", [p.key for p in panels.PANELS])
+def test_every_panel_runs_with_a_cluster_and_domains_chosen(store: Store, key: str) -> None:
+    columns = PANELS[key].columns
+    chosen = store.query(key, cluster=["c1"], domain=["gpu_hardware", "storage"])
+    if "cluster" in columns:
+        assert {r["cluster"] for r in chosen} <= {"c1"}
+    if "domain" in columns:
+        assert chosen and {r["domain"] for r in chosen} <= {"gpu_hardware", "storage"}
+    if "cluster" in columns:  # a cluster chosen: the rows of that cluster, nothing else changed
+        everything = store.query(key)
+        for cluster in sorted({r["cluster"] for r in everything}):
+            assert store.query(key, cluster=[cluster]) == [r for r in everything if r["cluster"] == cluster]
+    none = store.query(key, cluster=["no-such-cluster"])
+    assert (none == []) == ("dead_letters" not in PANELS[key].sql), f"{PANELS[key].title}: {none}"
+
+
+def test_the_cluster_and_domain_choices_filter_incidents(store: Store) -> None:
+    want: dict[tuple[datetime, str], int] = defaultdict(int)
+    for (cluster, _), inc in incidents(store).items():
+        if cluster == "c1" and inc["domain"] in ("gpu_hardware", "storage"):
+            want[(inc["day"], inc["domain"])] += 1
+    rows = store.query("incidents_per_domain", cluster=["c1"], domain=["gpu_hardware", "storage"])
+    assert [(r["time"], r["domain"], r["incidents"]) for r in rows] == [(d, dom, n) for (d, dom), n in sorted(want.items())]
+    assert (datetime(2026, 12, 1, tzinfo=timezone.utc), "storage", 1) in [(r["time"], r["domain"], r["incidents"])
+                                                                          for r in rows]
+
+
+def test_gpu_hours_lost_per_cluster_per_day(store: Store) -> None:
+    want: dict[tuple[datetime, str], float] = defaultdict(float)
+    for (cluster, _), inc in incidents(store).items():
+        want[(inc["day"], cluster)] += inc["gpu_hours"]
+    rows = store.query("gpu_hours_per_cluster")
+    assert approx_rows(rows) == approx_rows([{"time": d, "cluster": c, "gpu_hours_lost": h}
+                                             for (d, c), h in sorted(want.items())])
+
+
+def degraded_verdicts(store: Store) -> list[Attribution]:
+    return [a for a in store.latest() if a.outcome == "degraded" and a.scope.kind == "workload"
+            and a.status != "withdrawn"]
+
+
+def test_goodput_lost_by_slow_jobs_per_cluster(store: Store) -> None:
+    slow = degraded_verdicts(store)
+    assert len(slow) == 2 and all(a.cost.gpu_hours_lost_per_hour for a in slow)
+    want: dict[tuple[datetime, str], float] = defaultdict(float)
+    for a in slow:
+        want[(day_of(a.decided_at), a.scope.cluster)] += a.cost.gpu_hours_lost_per_hour
+    rows = store.query("degraded_goodput_per_cluster")
+    assert approx_rows(rows) == approx_rows([{"time": d, "cluster": c, "gpu_hours_per_hour_lost": v}
+                                             for (d, c), v in sorted(want.items())])
+    # one domain chosen: the storage straggler's alone
+    (nfs,) = [a for a in slow if a.domain == "storage"]
+    assert [r["gpu_hours_per_hour_lost"] for r in store.query("degraded_goodput_per_cluster", domain=["storage"])] == [
+        pytest.approx(nfs.cost.gpu_hours_lost_per_hour)]
+
+
+def test_slow_jobs_table_names_cause_culprits_and_goodput(store: Store) -> None:
+    slow = sorted(degraded_verdicts(store), key=lambda a: (-a.cost.gpu_hours_lost_per_hour, a.decided_at, a.attribution_id))
+    rows = store.query("degraded_jobs")
+    assert [(r["job"], r["cause"], r["hosts"], r["goodput_lost_fraction"], r["gpu_hours_lost_per_hour"],
+             r["gpu_hours_lost"], r["slow_since"], r["decided_at"]) for r in rows] == [
+        (a.scope.id, a.cause_code, ", ".join(a.culprits.hosts), a.cost.goodput_lost_fraction,
+         a.cost.gpu_hours_lost_per_hour, a.cost.gpu_hours_lost, ns_to_dt(a.cost.lost_from), ns_to_dt(a.decided_at))
+        for a in slow]
+    assert {r["cause"] for r in rows} == {"straggler.gpu_thermal", "straggler.storage"}
 
 
 def test_incidents_per_domain_per_day_count_each_incident_once(store: Store) -> None:
@@ -564,13 +676,15 @@ def culprit_rows(store: Store, what: str) -> list[dict[str, Any]]:
 def test_top_culprit_nodes(store: Store) -> None:
     rows = store.query("top_culprit_hosts")
     assert approx_rows(rows) == approx_rows(culprit_rows(store, "hosts"))
-    # node-a02 of c1: rc15's XID 79 and the stalled rank, the most GPU-hours of any node
-    assert (rows[0]["cluster"], rows[0]["host"], rows[0]["incidents"]) == ("c1", "node-a02", 2)
+    # node-a02 of c1: rc15's XID 79, the stalled rank and the thermal straggler, the most GPU-hours of any node
+    assert (rows[0]["cluster"], rows[0]["host"], rows[0]["incidents"]) == ("c1", "node-a02", 3)
     (rc15,) = [a for a in store.verdicts if a.scope.id == "job-1006"]
     (stalled,) = [a for a in store.verdicts if a.scope.id == "job-1010"]
-    assert rows[0]["gpu_hours_lost"] == pytest.approx(rc15.cost.gpu_hours_lost + stalled.cost.gpu_hours_lost)
+    (thermal,) = [a for a in store.verdicts if a.cause_code == "straggler.gpu_thermal"]
+    assert rows[0]["gpu_hours_lost"] == pytest.approx(rc15.cost.gpu_hours_lost + stalled.cost.gpu_hours_lost
+                                                      + thermal.cost.gpu_hours_lost)
     node_a01 = next(r for r in rows if (r["cluster"], r["host"]) == ("c1", "node-a01"))
-    assert node_a01["incidents"] == 3  # the OOM kill, the illegal address and the time limit
+    assert node_a01["incidents"] == 4  # the OOM kill, the illegal address, the time limit and the NFS stall
 
 
 def test_top_culprit_ports(store: Store) -> None:
@@ -616,7 +730,7 @@ def test_time_to_first_verdict_buckets(store: Store) -> None:
             for label, lo, hi in panels.TIME_TO_VERDICT_BUCKETS]
     rows = store.query("time_to_verdict_buckets")
     assert rows == want
-    assert sum(r["verdicts"] for r in rows) == len(values) == 10  # the seven bundles' and the streamed one's workloads
+    assert sum(r["verdicts"] for r in rows) == len(values) == 12  # the nine bundles' and the streamed one's workloads
 
 
 def latest_actions(store: Store) -> dict[str, RemediationAction]:
