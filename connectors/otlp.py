@@ -21,8 +21,8 @@ json_format`` after the differences of OTLP/JSON from protobuf's JSON mapping ar
 (OTLP specification, "JSON Protobuf Encoding"): ``traceId`` / ``spanId`` are hex, not base64;
 64-bit integers may be strings or numbers and enums are numbers (both accepted by
 ``json_format``); unknown fields are ignored, as OTLP receivers must. ``--encoding auto`` (the
-default) tells the two apart by the first byte (``{`` never starts an ``ExportLogsServiceRequest``:
-it would be field 15 of a deprecated wire type).
+default) tells the two apart by the first byte: ``{``, ``[`` or ``"`` is JSON (as protobuf they
+would be a group or field 4, neither of which an ``ExportLogsServiceRequest`` has).
 
 **Log records -> lines.** Each ``LogRecord`` becomes the lines of its body:
 
@@ -171,11 +171,11 @@ def _hex_ids_to_base64(doc: Any) -> None:
 def decode_logs(raw: bytes, encoding: Encoding = "auto") -> logs_pb2.LogsData:
     """The ``LogsData`` of one Kafka message value written by the collector's ``kafka`` exporter
     (``otlp_proto``: ``ExportLogsServiceRequest`` bytes; ``otlp_json``: its OTLP/JSON form;
-    ``auto``: JSON when the first non-blank byte is ``{``). Raises :class:`OtlpError` (a
+    ``auto``: JSON when the first non-blank byte is ``{``, ``[`` or ``"``). Raises :class:`OtlpError` (a
     ``ValueError``) when it is neither, or holds no resource logs."""
     if not raw:
         raise OtlpError("empty message")
-    is_json = encoding == "otlp_json" or (encoding == "auto" and raw.lstrip()[:1] == b"{")
+    is_json = encoding == "otlp_json" or (encoding == "auto" and raw.lstrip()[:1] in (b"{", b"[", b'"'))
     data = logs_pb2.LogsData()
     if is_json:
         try:
