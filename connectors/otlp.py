@@ -35,7 +35,11 @@ would be a group or field 4, neither of which an ``ExportLogsServiceRequest`` ha
 * another map body with a ``message``, ``msg`` or ``log`` string (a JSON log parsed by a
   collector operator) is that string; any other body is its JSON (keys sorted).
 
-A record with an empty body is counted (``unparsed``) and gives nothing.
+A record without a body is counted (``unparsed``) and gives nothing; an empty or blank line is
+a line of its stream (it may sit inside a traceback) and, alone, gives nothing, as in
+``connect files``. The ``filelog`` receiver trims leading and trailing white space unless told
+not to: ``deploy/otel/collector.yaml`` keeps it (``preserve_leading_whitespaces``), since the
+indentation of traceback and NCCL block lines is what joins them into one record.
 
 **Source identity** (:mod:`correlators.identity`: a record's host is its source's, never a
 name in its text). The host is the first of :attr:`AttributeMap.host` found in the resource
@@ -247,7 +251,7 @@ class AttributeMap:
 @dataclass
 class LogLine:
     """One OTLP log record, mapped: ``host``, ``file`` (``log.file.path``), ``unit`` (journald),
-    ``text`` (the body as text; several lines when the collector joined them), ``time_ns``
+    ``text`` (the body as text; several lines when the collector joined them; None: no body), ``time_ns``
     (``time_unix_nano``, 0: unset), ``observed_ns`` (``observed_time_unix_nano``, 0: unset), UTC
     ns; ``record_number`` (``log.file.record_number``), ``attributes`` (what the observation
     keeps), ``host_found`` (False: no attribute named the host)."""
@@ -255,7 +259,7 @@ class LogLine:
     host: str
     file: str | None
     unit: str | None
-    text: str
+    text: str | None
     time_ns: int
     observed_ns: int
     record_number: int | None
@@ -290,9 +294,9 @@ def _journal_line(body: dict[str, Any]) -> str:
     return f"{ident}: {message}"
 
 
-def _body_text(body: Any) -> str:
+def _body_text(body: Any) -> str | None:
     if body is None:
-        return ""
+        return None
     if isinstance(body, dict):
         if _JOURNAL_MESSAGE in body:
             return _journal_line(body)
@@ -428,7 +432,7 @@ class OtlpLogs:
         seen = time.monotonic() if now is None else now
         for line in log_lines(data, self.names, self.default_host):
             self.counts.records += 1
-            if not line.text.strip():
+            if line.text is None:
                 self.counts.empty += 1
                 continue
             sid = line.stream
@@ -458,7 +462,10 @@ class OtlpLogs:
             base = len(stream.context)
             i = base
             for s, e in complete_spans(buf, base, final=closing):
-                out.append(self._record(sid, stream, buf, s, e))
+                if any(x.strip() for x in buf[s:e]):
+                    out.append(self._record(sid, stream, buf, s, e))
+                else:
+                    self.counts.empty += e - s  # blank lines: no record, as connect files
                 i = e
             done = i - base
             if done:
