@@ -329,3 +329,21 @@ def test_otlp_logs_from_kafka_give_the_verdicts_of_connect_files(tmp_path, setti
             atts, _, _ = replay_observations(fixed + via_otlp, EngineConfig.default())
             assert sorted(canonical_json(verdict_key(a)) for a in atts) == \
                 sorted(canonical_json(verdict_key(a)) for a in replay_bundle(bundle).attributions), name
+
+
+def test_the_shipped_collector_config_sends_what_the_connector_reads() -> None:
+    import yaml
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "deploy" / "otel" / "collector.yaml").read_text())
+    fl = cfg["receivers"]["filelog"]
+    # indentation kept (tracebacks join on it), the file and line of every record sent, no multiline in the collector
+    assert fl["preserve_leading_whitespaces"] is True and fl["preserve_trailing_whitespaces"] is True
+    assert fl["include_file_path"] is True and fl["include_file_record_number"] is True and "multiline" not in fl
+    assert cfg["receivers"]["journald/kernel"]["dmesg"] is True
+    kafka = cfg["exporters"]["kafka"]
+    assert kafka["logs"]["encoding"] in ("otlp_proto", "otlp_json") and kafka["partition_logs_by_resource_attributes"] is True
+    node = cfg["processors"]["resource/node"]["attributes"][0]
+    assert node["key"] == AttributeMap().host[0] == "k8s.node.name"
+    pipe = cfg["service"]["pipelines"]["logs"]
+    assert set(pipe["receivers"]) == {"journald/kernel", "journald/services", "filelog"} and pipe["exporters"] == ["kafka"]
+    assert set(pipe["processors"]) <= set(cfg["processors"])
