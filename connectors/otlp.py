@@ -398,12 +398,16 @@ class OtlpLogs:
     records now complete (``final``: every open record too; ``idle_s`` with ``now``: those of
     streams without a line for that long). ``names``, ``default_host``: the source identity;
     ``cluster``, ``workload_id``: copied into every Observation; ``encoding``: see
-    :func:`decode_logs`; ``year`` / ``tz``: for line times without a year or zone."""
+    :func:`decode_logs`; ``year`` / ``tz``: for line times without a year or zone; ``forget_s``: a
+    stream with no line for this many seconds (monotonic) and none waiting is forgotten (its
+    line clock and context: memory stays bounded as pods come and go)."""
 
     def __init__(self, *, names: AttributeMap = AttributeMap(), default_host: str | None = None,
                  cluster: str = "", workload_id: str | None = None, encoding: Encoding = "auto",
-                 year: int | None = None, tz: str = "UTC", instance: str = "otlp") -> None:
+                 year: int | None = None, tz: str = "UTC", instance: str = "otlp",
+                 forget_s: float = 3600.0) -> None:
         self.names = names
+        self.forget_s = forget_s
         self.default_host = default_host
         self.cluster = cluster
         self.workload_id = workload_id
@@ -454,8 +458,10 @@ class OtlpLogs:
         old at ``now`` (monotonic), the open ones too."""
         out: list[Observation] = []
         t = time.monotonic() if now is None else now
-        for sid, stream in self._streams.items():
+        for sid, stream in list(self._streams.items()):
             if not stream.lines:
+                if t - stream.seen >= self.forget_s:
+                    del self._streams[sid]  # a stream silent that long (a deleted pod's file) is forgotten
                 continue
             closing = final or (idle_s is not None and t - stream.seen >= idle_s)
             buf = stream.context + [p.text for p in stream.lines]
