@@ -6,8 +6,8 @@ Builds one log of ``n`` lines (the mix of ``bench/read_scan.py``: dmesg -T, NCCL
 XID lines and rank tracebacks), sends it as the Collector's filelog receiver would (one record a
 line, ``log.file.path`` and ``log.file.record_number``, 1,000 records a message, encoding
 ``otlp_proto``), and times ``OtlpLogs.add`` + ``emit`` over the messages (no Kafka: the
-consumer's cost is the same for every input and is in ``bench/stream.py``). Checks that both
-paths give the same records.
+consumer's cost is the same for every input and is in ``bench/stream.py``), without and with
+the edge prefilter. Checks that both paths give the same records.
 
     python3 bench/otlp.py [n_lines] [--runs R]
 """
@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from bench.read_scan import build  # noqa: E402 -- after the path set-up
 from connectors.files import FilesConnector  # noqa: E402
 from connectors.otlp import OtlpLogs  # noqa: E402
+from connectors.prefilter import EdgePrefilter  # noqa: E402
 
 BATCH = 1000
 
@@ -65,7 +66,8 @@ def main() -> None:
         build(root, args.n)
         path = root / "logs" / "node-a01" / "big.log"
         msgs = messages(path, "node-a01")
-        best = {"otlp": float("inf"), "files": float("inf"), "parse": float("inf")}
+        best = {"otlp": float("inf"), "otlp --prefilter": float("inf"), "files": float("inf"), "parse": float("inf")}
+        prefilter = EdgePrefilter()
         for _ in range(args.runs):
             t = time.perf_counter()
             for raw in msgs:
@@ -82,6 +84,14 @@ def main() -> None:
                 otlp += logs.emit()
             otlp += logs.emit(final=True)
             best["otlp"] = min(best["otlp"], time.perf_counter() - t)
+            t = time.perf_counter()
+            logs = OtlpLogs(year=2026, prefilter=prefilter)
+            kept = []
+            for i, raw in enumerate(msgs):
+                logs.add(raw, where=("otlp_logs", 0, i))
+                kept += logs.emit()
+            kept += logs.emit(final=True)
+            best["otlp --prefilter"] = min(best["otlp --prefilter"], time.perf_counter() - t)
             same = [(o.body, o.observed_at, o.time_source) for o in otlp] == [(o.body, o.observed_at, o.time_source) for o in files]
             assert same, "connect otlp and connect files gave different records"
         n = args.n
@@ -89,8 +99,9 @@ def main() -> None:
               f"load average {os.getloadavg()[0]:.1f}")
         print(f"{n:,} lines in {len(msgs)} OTLP messages ({sum(map(len, msgs)) / 1e6:.1f} MB), {len(otlp):,} records, "
               "the same records both ways")
-        for name in ("otlp", "files", "parse"):
-            print(f"{name:6s} {n / best[name]:>12,.0f} lines/s ({best[name]:.3f} s, best of {args.runs})")
+        print(f"--prefilter published {len(kept):,} of them")
+        for name in best:
+            print(f"{name:17s} {n / best[name]:>12,.0f} lines/s ({best[name]:.3f} s, best of {args.runs})")
         print(f"otlp / files floor: {best['files'] / best['otlp']:.2f}; otlp / protobuf parse floor: "
               f"{best['parse'] / best['otlp']:.3f}")
 

@@ -74,7 +74,9 @@ one-shot run). Times (UTC ns), in order of trust:
    ``"transport"``, :data:`TIME_QUALITY_TRANSPORT`.
 
 Year-less formats take ``year`` when given, else the year nearest the stream's first
-observed time. Bodies are cut at :data:`connectors.bundle.MAX_BODY_CHARS`; a ``[rankN]:``
+observed time. With the edge prefilter (``--prefilter``, on by default with ``--follow`` as for
+``connect files``) only the records a rule could turn into an event are published, after their
+time is read; the others are counted in the coverage. Bodies are cut at :data:`connectors.bundle.MAX_BODY_CHARS`; a ``[rankN]:``
 prefix sets ``rank``.
 
 **Bad input** never stops the connector: a message that is not OTLP logs (invalid protobuf or
@@ -108,6 +110,7 @@ from pydantic import BaseModel
 
 from connectors.bundle import NUL_MARK, cut_body, rank_of_prefix
 from connectors.command import Shared, connector
+from connectors.prefilter import EdgePrefilter
 from connectors.records import MAX_RECORD_LINES, complete_spans
 from connectors.timefmt import LineClock, TimeContext
 from connectors.topic import KafkaReadError, TopicReader, message_ns
@@ -385,6 +388,7 @@ class _Counts:
     observations: int = 0
     empty: int = 0
     dead: int = 0
+    dropped: int = 0  # records the edge prefilter did not publish
     unknown_host: set[tuple[str, str, str]] = field(default_factory=set)
     streams: set[tuple[str, str, str]] = field(default_factory=set)
 
@@ -400,13 +404,17 @@ class OtlpLogs:
     ``cluster``, ``workload_id``: copied into every Observation; ``encoding``: see
     :func:`decode_logs`; ``year`` / ``tz``: for line times without a year or zone; ``forget_s``: a
     stream with no line for this many seconds (monotonic) and none waiting is forgotten (its
-    line clock and context: memory stays bounded as pods come and go)."""
+    line clock and context: memory stays bounded as pods come and go). ``prefilter``: publish
+    only the records it keeps (:class:`connectors.prefilter.EdgePrefilter`: those a rule could
+    turn into an event), after their time is read, so the kept records are those of an
+    unfiltered run; the dropped ones are counted in the coverage."""
 
     def __init__(self, *, names: AttributeMap = AttributeMap(), default_host: str | None = None,
                  cluster: str = "", workload_id: str | None = None, encoding: Encoding = "auto",
                  year: int | None = None, tz: str = "UTC", instance: str = "otlp",
-                 forget_s: float = 3600.0) -> None:
+                 forget_s: float = 3600.0, prefilter: EdgePrefilter | None = None) -> None:
         self.names = names
+        self.prefilter = prefilter
         self.forget_s = forget_s
         self.default_host = default_host
         self.cluster = cluster
@@ -469,7 +477,9 @@ class OtlpLogs:
             i = base
             for s, e in complete_spans(buf, base, final=closing):
                 if any(x.strip() for x in buf[s:e]):
-                    out.append(self._record(sid, stream, buf, s, e))
+                    obs = self._record(sid, stream, buf, s, e)
+                    if obs is not None:
+                        out.append(obs)
                 else:
                     self.counts.empty += e - s  # blank lines: no record, as connect files
                 i = e
@@ -493,7 +503,7 @@ class OtlpLogs:
         """Drop every waiting line and line clock (after a rewind: they are read again)."""
         self._streams.clear()
 
-    def _record(self, sid: tuple[str, str, str], stream: _Stream, buf: list[str], s: int, e: int) -> Observation:
+    def _record(self, sid: tuple[str, str, str], stream: _Stream, buf: list[str], s: int, e: int) -> Observation | None:
         base = len(stream.context)
         first_p = stream.lines[s - base]
         line = first_p.line
@@ -522,6 +532,9 @@ class OtlpLogs:
                 at, source, quality = ahead.at_ns, "inferred", TIME_QUALITY_INHERITED
             else:
                 at, source, quality = line.observed_ns or first_p.transport_ns, "transport", TIME_QUALITY_TRANSPORT
+        if self.prefilter is not None and not self.prefilter.keep(text):
+            self.counts.dropped += 1  # timed above: the records after it keep their times
+            return None
         topic, partition, offset = first_p.where
         return Observation(
             source=Source(connector="otlp", instance=sid[0]),
@@ -545,7 +558,8 @@ class OtlpLogs:
         and dead letters; streams without a host attribute are noted."""
         c = self.counts
         notes = [f"{c.messages} messages, {c.records} log records, {len(c.streams)} streams, "
-                 f"{c.observations} records published, {c.empty} empty bodies, {c.dead} dead-lettered"]
+                 f"{c.observations} records published, {c.dropped} dropped at the edge, {c.empty} empty bodies, "
+                 f"{c.dead} dead-lettered"]
         if c.unknown_host:
             notes.append(f"{len(c.unknown_host)} streams without a host attribute: host "
                          f"{self.default_host or UNKNOWN_HOST!r}")
@@ -634,6 +648,10 @@ def connect_otlp_cli(
     cluster: Annotated[str, typer.Option(help="cluster name")] = "",
     workload: Annotated[str | None, typer.Option(help="workload id to attach")] = None,
     year: Annotated[int | None, typer.Option(min=1970, max=9999, help="year of line times without one (default: the year nearest the collector's time)")] = None,
+    prefilter: Annotated[bool | None, typer.Option(
+        "--prefilter/--no-prefilter",
+        help="publish only the records the rule pack could turn into an event, after their time is read (the "
+             "others are counted in the coverage). Default: on with --follow, off without, as connect files")] = None,
     idle_s: Annotated[float, typer.Option("--idle-s", min=0.0, help="with --follow: a multi-line record still open is published after this many seconds without a line of its stream")] = 1.0,
     deadletter_topic: Annotated[str | None, typer.Option(help="dead-letter topic (default: the catalogue's)")] = None,
     assign_timeout_s: Annotated[float, typer.Option("--assign-timeout-s", min=0.1, help="give up when no partition of the topic is assigned within this many seconds")] = 30.0,
@@ -648,8 +666,10 @@ def connect_otlp_cli(
     names = AttributeMap(host=tuple(host_attribute)) if host_attribute else AttributeMap()
     source = OtlpTopic(opts.kafka.confluent_config(), from_topic, group=group, follow=opts.follow, idle_s=idle_s,
                        reader={"assign_timeout_s": assign_timeout_s}, names=names, default_host=default_host,
-                       cluster=cluster, workload_id=workload, encoding=encoding, year=year)  # type: ignore[arg-type]
+                       cluster=cluster, workload_id=workload, encoding=encoding, year=year,  # type: ignore[arg-type]
+                       prefilter=EdgePrefilter() if (opts.follow if prefilter is None else prefilter) else None)
     done = yield source
     c = source.logs.counts
-    typer.echo(f"published {done.sent} records ({c.records} OTLP log records from {from_topic}, "
+    dropped = f", {c.dropped} records dropped at the edge" if source.logs.prefilter is not None else ""
+    typer.echo(f"published {done.sent} records ({c.records} OTLP log records from {from_topic}{dropped}, "
                f"{c.dead} dead-lettered) to {opts.topic}", err=True)

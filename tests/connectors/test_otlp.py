@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from connectors.files import FilesConnector
 from connectors.otlp import AttributeMap, OtlpError, OtlpLogs, decode_logs, log_lines
+from connectors.prefilter import EdgePrefilter
 from connectors.publish import bundle_records
 from correlators.config import EngineConfig
 from schemas.deadletter import DeadLetter
@@ -311,11 +312,18 @@ def test_otlp_logs_from_kafka_give_the_verdicts_of_connect_files(tmp_path, setti
         for key, raw in sent + [(b"bad", b'"raw body"')]:
             producer.produce(topic, value=raw, key=key)
         assert producer.flush(30) == 0
+        del producer
         result = CliRunner().invoke(app, ["connect", "otlp", "--from-topic", topic, "--topic", obs_topic,
                                           "--deadletter-topic", dl, "--bootstrap", settings.bootstrap_servers,
                                           "--group", f"g-{topic}", "--cluster", spec.cluster, "--workload",
-                                          spec.workload_id, "--year", str(year)])
+                                          spec.workload_id, "--year", str(year)] + (["--prefilter"] if n in (0, 4) else []))
         assert result.exit_code == 0, result.output
+        unfiltered = via_files
+        if n in (0, 4):  # with the edge prefilter: only the records a rule can use, the same verdicts
+            keep = EdgePrefilter().keep
+            dropped = [o for o in via_files if not keep(o.body)]
+            via_files = [o for o in via_files if keep(o.body)]
+            assert dropped and f"{len(dropped)} records dropped at the edge" in result.output, result.output
         assert f"published {len(via_files) + 1} records" in result.output, result.output
         if n == 0:  # the offsets were committed after delivery: a second run publishes nothing
             again = CliRunner().invoke(app, ["connect", "otlp", "--from-topic", topic, "--topic", obs_topic,
@@ -327,7 +335,7 @@ def test_otlp_logs_from_kafka_give_the_verdicts_of_connect_files(tmp_path, setti
         assert DeadLetter.model_validate_json(dead.value()).reason.startswith("not an OTLP/JSON logs document")
         same = lambda o: (o.host, o.body, o.observed_at, o.time_source, o.rank, o.position.file)  # noqa: E731
         assert sorted(map(same, via_otlp)) == sorted(map(same, via_files)), name
-        expected = _verdicts(fixed + via_files)
+        expected = _verdicts(fixed + unfiltered)
         assert expected, f"{name}: no verdict"
         assert _verdicts(fixed + via_otlp) == expected, name
         if name in SAME_AS_BUNDLE:
@@ -352,3 +360,12 @@ def test_the_shipped_collector_config_sends_what_the_connector_reads() -> None:
     pipe = cfg["service"]["pipelines"]["logs"]
     assert set(pipe["receivers"]) == {"journald/kernel", "journald/services", "filelog"} and pipe["exporters"] == ["kafka"]
     assert set(pipe["processors"]) <= set(cfg["processors"])
+
+
+def test_the_edge_prefilter_publishes_the_records_a_rule_can_use_with_their_times() -> None:
+    raw = sample().SerializeToString()
+    everything = observations(raw)
+    kept = observations(raw, prefilter=EdgePrefilter())
+    assert 0 < len(kept) < len(everything)
+    assert [canonical_json(o) for o in kept] == [canonical_json(o) for o in everything if EdgePrefilter().keep(o.body)]
+    assert any("Xid" in o.body for o in kept) and any("Traceback" in o.body for o in kept)
