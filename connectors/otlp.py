@@ -43,7 +43,7 @@ indentation of traceback and NCCL block lines is what joins them into one record
 
 **Source identity** (:mod:`correlators.identity`: a record's host is its source's, never a
 name in its text). The host is the first of :attr:`AttributeMap.host` found in the resource
-attributes, then the record's attributes (default ``k8s.node.name``, ``host.name``: a
+attributes, else in the record's attributes (default ``k8s.node.name``, ``host.name``: a
 DaemonSet collector's own ``host.name`` may be its pod's name, the ``k8sattributes``
 processor's ``k8s.node.name`` is the node), then the journal's trusted ``_HOSTNAME`` field of a
 journald body, then ``default_host``; none: ``_unknown``, noted in the coverage. The file is
@@ -229,8 +229,10 @@ def _attributes(kvs: Sequence[common_pb2.KeyValue]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class AttributeMap:
-    """Which OTLP attributes give a record's source: for each, the keys tried in order (resource
-    attributes first, then the record's; the first present and non-empty wins)."""
+    """Which OTLP attributes give a record's source: for each, the keys tried in order (the first
+    present and non-empty wins). The host and the kept attributes are the resource's when it
+    has one of the keys, else the record's; the file is the record's (the filelog receiver puts
+    ``log.file.path`` there), else the resource's."""
 
     host: tuple[str, ...] = ("k8s.node.name", "host.name")
     file: tuple[str, ...] = ("log.file.path", "log.file.name")
@@ -323,12 +325,15 @@ def log_lines(data: logs_pb2.LogsData, names: AttributeMap = AttributeMap(),
     records). The mapping is the module docstring's."""
     for rl in data.resource_logs:
         res = _attributes(rl.resource.attributes)
+        res_host = names.first(names.host, res)
+        res_file = names.first(names.file, res)
+        res_kept = {name: v for key, name in names.keep if (v := names.first((key,), res)) is not None}
         for sl in rl.scope_logs:
             for rec in sl.log_records:
-                attrs = _attributes(rec.attributes)
+                attrs = _attributes(rec.attributes) if rec.attributes else {}
                 body = any_value(rec.body) if rec.HasField("body") else None
                 journal = body if isinstance(body, dict) and _JOURNAL_MESSAGE in body else None
-                host = names.first(names.host, res, attrs)
+                host = res_host or (names.first(names.host, attrs) if attrs else None)
                 if host is None and journal is not None and journal.get("_HOSTNAME"):
                     host = _text(journal["_HOSTNAME"])
                 found = host is not None
@@ -337,11 +342,11 @@ def log_lines(data: logs_pb2.LogsData, names: AttributeMap = AttributeMap(),
                 unit = None
                 if journal is not None:
                     unit = _text(journal.get("_SYSTEMD_UNIT") or journal.get("SYSLOG_IDENTIFIER") or "") or None
-                kept: dict[str, Any] = {}
-                for key, name in names.keep:
-                    value = names.first((key,), res, attrs)
-                    if value is not None:
-                        kept[name] = value
+                kept: dict[str, Any] = dict(res_kept)
+                if attrs:
+                    for key, name in names.keep:
+                        if name not in kept and (value := names.first((key,), attrs)) is not None:
+                            kept[name] = value
                 if unit:
                     kept["unit"] = unit
                 sev = _severity(rec)
@@ -353,7 +358,8 @@ def log_lines(data: logs_pb2.LogsData, names: AttributeMap = AttributeMap(),
                     kept["span_id"] = rec.span_id.hex()
                 number = attrs.get("log.file.record_number")
                 yield LogLine(
-                    host=host, file=names.first(names.file, attrs, res), unit=unit, text=_body_text(body),
+                    host=host, file=(names.first(names.file, attrs) if attrs else None) or res_file, unit=unit,
+                    text=_body_text(body),
                     time_ns=rec.time_unix_nano, observed_ns=rec.observed_time_unix_nano,
                     record_number=int(number) if isinstance(number, (int, float)) and not isinstance(number, bool)
                     else None,
