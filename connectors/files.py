@@ -88,7 +88,7 @@ from connectors.command import Shared, connector
 from connectors.runner import publish
 from connectors.bundle import _TEXT_BYTES, BINARY_CONTROL_SHARE, NUL_MARK, cut_body, rank_of_prefix
 from connectors.prefilter import EdgePrefilter, EdgeTotals
-from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, record_span
+from connectors.records import MAX_RECORD_LINES, complete_spans
 from connectors.timefmt import LineClock, TimeContext
 from correlators import stackdump as _stackdump
 from correlators.identity import AGGREGATED_HOST
@@ -128,8 +128,6 @@ def _is_dump_head(chunk: bytes) -> bool:
     head = chunk[:4096]
     return head.lstrip()[:1] == b"{" and (b'"pg_config"' in head or b'"profiling_name"' in head)
 
-_STRUCTURE = re.compile(STRUCTURE_HINT)
-_SUMMARY_RULE = re.compile(r"={10,}\s*$")
 
 
 @dataclass
@@ -791,19 +789,9 @@ class FilesConnector:
         ctx = tail.context
         buf = ctx + tail.lines
         base = len(ctx)
-        struct = [j for j, line in enumerate(buf) if _STRUCTURE.match(line)]
-        n = len(buf)
         i = base
-        while i < n:
-            s, e = record_span(buf, i, structure_lines=struct)
-            if s < i:  # joins a record already emitted (forced out by idle/end): start anew
-                e = i + record_span(buf[i:], 0)[1]
-            if e >= n and not final:
-                break  # a continuation may still come
-            if (not final and e == i + 1 and i > 0 and _SUMMARY_RULE.match(buf[i])
-                    and "ChildFailedError:" in buf[i - 1] and n - i < MAX_RECORD_LINES):
-                break  # torchrun summary still open
-            self._record(tail, buf, i, e, out)
+        for s, e in complete_spans(buf, base, final=final):
+            self._record(tail, buf, s, e, out)
             i = e
         done = i - base
         if done:

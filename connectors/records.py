@@ -52,6 +52,7 @@ __all__ = [
     "BlockLines",
     "RawRecord",
     "record_span",
+    "complete_spans",
     "group_records",
     "MAX_RECORD_LINES",
     "STRUCTURE_HINT",
@@ -311,6 +312,30 @@ def record_span(
         if e > i:
             return s, e
     return i, _extent(lines, i)
+
+
+def complete_spans(buf: Sequence[str], start: int, *, final: bool) -> Iterator[tuple[int, int]]:
+    """The records of a stream of lines read so far that are complete, in order: 0-based
+    ``[start, end)`` spans over ``buf`` from index ``start`` (the lines before ``start`` are
+    already-emitted context, at most :data:`MAX_RECORD_LINES` of them, so a record is never
+    joined to one emitted earlier). A record reaching the end of ``buf`` may still grow when
+    more lines come: it is yielded only with ``final`` (no continuation can come: end of the
+    input, idle stream). A torchrun ``ChildFailedError`` summary whose closing rule has not
+    come yet waits too. Used by every connector that reads a stream of lines (files, OTLP)."""
+    struct = [j for j, line in enumerate(buf) if _STRUCTURE.match(line)]
+    n = len(buf)
+    i = start
+    while i < n:
+        s, e = record_span(buf, i, structure_lines=struct)
+        if s < i:  # joins a record already emitted (forced out by idle/end): start anew
+            e = i + record_span(buf[i:], 0)[1]
+        if e >= n and not final:
+            return  # a continuation may still come
+        if (not final and e == i + 1 and i > 0 and _SUMMARY_RULE.match(buf[i])
+                and "ChildFailedError:" in buf[i - 1] and n - i < MAX_RECORD_LINES):
+            return  # torchrun summary still open
+        yield i, e
+        i = e
 
 
 def group_records(lines: Sequence[str]) -> Iterator[RawRecord]:

@@ -43,6 +43,7 @@ BUILTIN: dict[str, str] = {
     "loki": "connectors.loki:connect_loki_cli",
     "nvml": "connectors.nvml:connect_nvml_cli",
     "nvsentinel": "connectors.nvsentinel:connect_nvsentinel_cli",
+    "otlp": "connectors.otlp:connect_otlp_cli",
     "prometheus": "connectors.prometheus:connect_prometheus_cli",
     "slurm": "connectors.slurm:connect_slurm_cli",
     "topology": "connectors.topology:connect_topology_cli",
