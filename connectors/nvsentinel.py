@@ -105,8 +105,6 @@ from transport.nvsentinel import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from confluent_kafka import Message
-
     from connectors.cursor import CursorStore
 
 __all__ = [
