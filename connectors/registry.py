@@ -24,12 +24,14 @@ import logging
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Callable, NoReturn
 
+import click
 import typer
+from typer.core import TyperGroup
 
 if TYPE_CHECKING:  # pragma: no cover
     from transport.kafka import RecordProducer
 
-__all__ = ["GROUP", "BUILTIN", "connectors", "add_connect_commands", "make_producer", "cli_fail"]
+__all__ = ["GROUP", "BUILTIN", "ConnectGroup", "connectors", "make_producer", "cli_fail"]
 
 GROUP = "faultstream.connectors"
 
@@ -60,25 +62,50 @@ def _load(target: str) -> Callable[..., object]:
     return obj  # type: ignore[return-value]
 
 
-def connectors() -> dict[str, Callable[..., object]]:
-    """name -> command function, for every entry point of :data:`GROUP` plus the built-ins.
-    A broken third-party entry point is logged (warning) and left out, never fatal."""
-    found: dict[str, Callable[..., object]] = {}
-    names = dict(BUILTIN)
-    eps = {ep.name: ep for ep in entry_points(group=GROUP)}
-    for name in sorted(set(names) | set(eps)):
-        try:
-            found[name] = eps[name].load() if name in eps else _load(names[name])
-        except Exception as exc:  # noqa: BLE001 -- a third party's import error
-            log.warning("connector %r cannot be loaded: %s", name, exc)
+def _targets() -> dict[str, Callable[[], Callable[..., object]]]:
+    """name -> loader of its command function: the built-ins, then the entry points of
+    :data:`GROUP` (an entry point of a built-in's name replaces it)."""
+    found: dict[str, Callable[[], Callable[..., object]]] = {
+        name: (lambda target=target: _load(target)) for name, target in BUILTIN.items()}
+    found.update({ep.name: ep.load for ep in entry_points(group=GROUP)})
     return found
 
 
-def add_connect_commands(app: typer.Typer) -> typer.Typer:
-    """Register every connector of :func:`connectors` as a command of ``app``; returns it."""
-    for name, fn in connectors().items():
-        app.command(name)(fn)
-    return app
+def _loaded(name: str, load: Callable[[], Callable[..., object]]) -> Callable[..., object] | None:
+    try:
+        return load()
+    except Exception as exc:  # noqa: BLE001 -- a third party's import error
+        log.warning("connector %r cannot be loaded: %s", name, exc)
+        return None
+
+
+def connectors() -> dict[str, Callable[..., object]]:
+    """name -> command function, for every entry point of :data:`GROUP` plus the built-ins,
+    each module imported. A broken third-party entry point is logged (warning) and left out,
+    never fatal."""
+    loaded = {name: _loaded(name, load) for name, load in sorted(_targets().items())}
+    return {name: fn for name, fn in loaded.items() if fn is not None}
+
+
+class ConnectGroup(TyperGroup):
+    """The ``connect`` command group: one command per connector of :func:`connectors`, each
+    connector's module imported only when its command runs or the group's help lists it, so
+    the other commands (``faultstream worker`` above all) load none of them."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(_targets()))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        load = _targets().get(cmd_name) if command is None else None
+        fn = _loaded(cmd_name, load) if load is not None else None
+        if fn is None:
+            return command
+        one = typer.Typer()
+        one.command(cmd_name)(fn)
+        command = typer.main.get_command(one)
+        self.add_command(command, cmd_name)
+        return command
 
 
 def cli_fail(message: str, code: int = 2) -> NoReturn:

@@ -679,15 +679,16 @@ class IngestService(mode.Service):
 
 def ingest_command(settings: WorkerSettings, *, metrics_port: int, batch_size: int, loglevel: str,
                    log_format: str) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment of the worker's ingest stage (``faultstream worker
-    --stage ingest``): this interpreter, the worker's effective settings (every
+    """The command line and environment of the worker's ingest stage (``python -m
+    streams.ingest``, :func:`streams.ingest.main`, the options of ``faultstream worker --stage
+    ingest``): this interpreter, the worker's effective settings (every
     :class:`WorkerSettings` field as its ``FAULTSTREAM_*`` variable, over the worker's
     environment), ``/metrics`` on 127.0.0.1:``metrics_port``, watching this process
     (``--parent-pid``)."""
     effective = {f"FAULTSTREAM_{name.upper()}": str(value)
                  for name, value in settings.model_dump(mode="json").items() if value is not None}
     env = dict(os.environ) | effective | {"FAULTSTREAM_WEB_BIND": "127.0.0.1"}
-    command = [sys.executable, "-m", "streams.cli", "worker", "--stage", "ingest",
+    command = [sys.executable, "-m", "streams.ingest",
                "--web-port", str(metrics_port), "--batch-size", str(batch_size),
                "--loglevel", loglevel, "--log-format", log_format, "--parent-pid", str(os.getpid())]
     return command, env

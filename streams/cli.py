@@ -43,7 +43,6 @@ import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn
 
-from connectors.bundle import BundleError
 from connectors.registry import cli_fail
 from schemas.records import canonical_json
 
@@ -213,6 +212,8 @@ def replay(
         cli_fail("give exactly one source: a BUNDLE directory, --from-kafka or --from-clickhouse")
     if bundle is None and html is not None:
         cli_fail("--html writes the report of a BUNDLE replay")
+    from connectors.bundle import BundleError
+
     config = _engine_config(recipe)
     if bundle is None:
         _replay_source(config, from_kafka=from_kafka, clickhouse=clickhouse, since=since, until=until,
@@ -357,6 +358,7 @@ def score(
     ``--calibration`` adds, per quality level, how many verdicts have it and how many of them
     are right in everything but their quality, against the level's promise (definitive >= 98 %,
     probable >= 80 %)."""
+    from connectors.bundle import BundleError
     from streams.render import render_calibration, render_score_table
     from streams.replay import ScoreRow, calibration as calibrate, replay_bundle, score as score_one
 
@@ -435,7 +437,9 @@ def worker(
     logging.getLogger("faultstream.worker").info(
         "worker starting", extra={"app_id": settings.app_id, "bootstrap": kafka.bootstrap_servers, "stage": stage})
     if stage == "ingest":
-        _run_ingest(settings, kafka, batch_size, parent_pid)
+        from streams.ingest import run_stage
+
+        run_stage(settings, kafka, batch_size, parent_pid)
         return
     try:
         faust_app = create_app(settings, kafka, stage=stage, batch_size=batch_size, loglevel=loglevel,
@@ -455,48 +459,6 @@ def worker(
     json_config = logging_config(log_format, loglevel) if log_format == "json" else None  # text: Faust's own
     Worker(faust_app, loglevel=loglevel, logging_config=json_config,
                   shutdown_timeout_s=settings.shutdown_timeout_s).execute_from_commandline()
-
-
-def _run_ingest(settings: Any, kafka: Any, batch_size: int, parent_pid: int | None = None) -> None:
-    """``worker --stage ingest``: declare the topics, serve /metrics, run the batch loop until
-    SIGTERM / SIGINT, or until the process ``parent_pid`` is no longer this one's parent (the
-    whole worker's child outlives no worker); the batch in progress completes, then the
-    process exits."""
-    import os
-    import signal
-    import threading
-
-    from confluent_kafka import KafkaException
-
-    from streams.app import declare_topics
-    from streams.ingest import DeliveryFailed, IngestStage, serve_metrics
-
-    try:
-        declare_topics(settings, kafka)
-        stage = IngestStage(settings, kafka, batch_size=batch_size)
-    except (KafkaException, RuntimeError) as exc:
-        cli_fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
-    try:
-        serve_metrics(stage.metrics, settings.web_port)
-    except OSError as exc:
-        cli_fail(f"--web-port {settings.web_port}: {exc}")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    if parent_pid is not None:
-        def watch_parent() -> None:
-            while not stop.wait(0.5):
-                if os.getppid() != parent_pid:
-                    logging.getLogger("faultstream.ingest").warning("the worker (process %d) ended: stopping",
-                                                                    parent_pid)
-                    stop.set()
-
-        threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
-    try:
-        stage.run(stop, on_ready=lambda: logging.getLogger("faultstream.ingest").info("[^Ingest]: Ready"))
-    except (DeliveryFailed, KafkaException) as exc:
-        logging.getLogger("faultstream.ingest").error("%s: exiting without committing the batch", exc)
-        raise typer.Exit(1)
 
 
 @app.command()
@@ -600,6 +562,7 @@ def rules_suggest(
     """Print a YAML rule skeleton (template, keywords, pattern, example line) for each
     template of error-severity lines that no rule knows, most frequent first. Fill in its
     source, event type and fields, then load it with the pack (correlators/rules/)."""
+    from connectors.bundle import BundleError
     from correlators.rules import load_rule_pack
     from correlators.unrecognised import EVENT_TYPE, mine_templates, suggest_rules
     from streams.replay import replay_bundle
@@ -712,10 +675,11 @@ def main() -> None:  # pragma: no cover - console entry
 
 
 # -- connect: publishers to Kafka, one command per registered connector (connectors/registry.py)
-from connectors.registry import add_connect_commands  # noqa: E402
+from connectors.registry import ConnectGroup  # noqa: E402
 
-connect_app = typer.Typer(help="Publish inputs (bundles, log files, ...) to Kafka.", no_args_is_help=True)
-app.add_typer(add_connect_commands(connect_app), name="connect")
+connect_app = typer.Typer(cls=ConnectGroup, help="Publish inputs (bundles, log files, ...) to Kafka.",
+                          no_args_is_help=True)
+app.add_typer(connect_app, name="connect")
 
 
 from streams.remediation.cli import app as remediation_app  # noqa: E402

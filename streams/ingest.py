@@ -40,14 +40,19 @@ Metrics (Prometheus, ``/metrics`` on 127.0.0.1:``--web-port``): the worker's
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Optional
+
+import typer
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from prometheus_client import Histogram, start_http_server
 
+from connectors.registry import cli_fail
 from correlators.config import EngineConfig, WindowPolicy
 from correlators.pipeline import Effect, Pipeline, Publish, batch_events
 from correlators.rules.engine import gc_paused, light_record
@@ -300,3 +305,69 @@ class IngestStage:
 def serve_metrics(metrics: Metrics, port: int) -> None:
     """Serve ``metrics`` at ``http://127.0.0.1:<port>/metrics`` from a daemon thread."""
     start_http_server(port, addr="127.0.0.1", registry=metrics.registry)
+
+
+def run_stage(settings: WorkerSettings, kafka: KafkaSettings, batch_size: int, parent_pid: int | None = None) -> None:
+    """Run the stage as a process (``faultstream worker --stage ingest``, or the whole worker's
+    child, :func:`main`): declare the topics, serve /metrics on 127.0.0.1:``settings.web_port``,
+    run the batch loop until SIGTERM / SIGINT, or until the process ``parent_pid`` is no longer
+    this one's parent (the whole worker's child outlives no worker); the batch in progress
+    completes, then it returns. Exits (``typer.Exit``) with 2 and ``error: ...`` on stderr when
+    the broker refuses the topics or the port is taken, with 1 when a delivery fails."""
+    from streams.app import declare_topics
+
+    try:
+        declare_topics(settings, kafka)
+        stage = IngestStage(settings, kafka, batch_size=batch_size)
+    except (KafkaException, RuntimeError) as exc:
+        cli_fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
+    try:
+        serve_metrics(stage.metrics, settings.web_port)
+    except OSError as exc:
+        cli_fail(f"--web-port {settings.web_port}: {exc}")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if parent_pid is not None:
+        def watch_parent() -> None:
+            while not stop.wait(0.5):
+                if os.getppid() != parent_pid:
+                    log.warning("the worker (process %d) ended: stopping", parent_pid)
+                    stop.set()
+
+        threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
+    try:
+        stage.run(stop, on_ready=lambda: log.info("[^Ingest]: Ready"))
+    except (DeliveryFailed, KafkaException) as exc:
+        log.error("%s: exiting without committing the batch", exc)
+        raise typer.Exit(1)
+
+
+def _child(web_port: int = typer.Option(..., "--web-port"), batch_size: int = typer.Option(..., "--batch-size", min=1),
+           loglevel: str = typer.Option("info", "--loglevel"), log_format: str = typer.Option("text", "--log-format"),
+           parent_pid: Optional[int] = typer.Option(None, "--parent-pid")) -> None:
+    from schemas.deadletter import reason_of
+    from streams.logs import configure_logging
+
+    try:
+        configure_logging(log_format, loglevel)
+    except ValueError as exc:
+        cli_fail(str(exc))
+    try:
+        settings, kafka = WorkerSettings(web_port=web_port), KafkaSettings()
+    except ValueError as exc:  # pydantic.ValidationError is a ValueError
+        cli_fail(f"worker settings: {reason_of(exc, most=None)}")
+    run_stage(settings, kafka, batch_size, parent_pid)
+
+
+def main() -> None:
+    """The whole worker's ingest child (``python -m streams.ingest``, started by
+    ``streams.app.IngestService`` with :func:`streams.app.ingest_command`): the options of
+    ``faultstream worker --stage ingest`` it is given, every other setting from the
+    ``FAULTSTREAM_*`` and ``KAFKA_*`` environment. Its own entry, so the child loads the
+    stage's modules only, not the command line's connectors."""
+    typer.run(_child)
+
+
+if __name__ == "__main__":
+    main()

@@ -3,8 +3,11 @@ CLI tree is walked and every connector must take the same options with the same 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
+import click
 import pytest
 import typer
 from typer.main import get_command
@@ -13,6 +16,8 @@ from typer.testing import CliRunner
 from connectors.command import SHARED_OPTIONS, Shared, _settings, connector
 from connectors.registry import BUILTIN
 from streams.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED = {
     # name -> (option strings, secondary option strings, is_flag, lower bound, default)
@@ -27,8 +32,24 @@ ONE_SHOT = {"bundle", "certifications", "topology"}
 
 
 def _connect_commands() -> dict:
-    """name -> the click command of ``faultstream connect <name>`` (typer's click objects)."""
-    return dict(get_command(app).commands["connect"].commands)
+    """name -> the click command of ``faultstream connect <name>`` (typer's click objects),
+    each loaded through the group as the command line does."""
+    group = get_command(app).commands["connect"]
+    ctx = click.Context(group)
+    return {name: group.get_command(ctx, name) for name in group.list_commands(ctx)}
+
+
+def test_the_command_line_imports_a_connector_only_when_it_is_used() -> None:
+    """``faultstream worker`` and the other commands load no connector module (the gRPC,
+    OTLP and HTTP clients stay out of the worker's memory); ``connect <name>`` loads its own."""
+    probe = ("import sys, streams.cli\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'opentelemetry', 'httpx')\n"
+             "             or m in {t.split(':')[0] for t in __import__('connectors.registry').registry.BUILTIN.values()}))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    help_text = CliRunner().invoke(app, ["connect", "otlp", "--help"]).output
+    assert "--from-topic" in help_text and "OTLP" in help_text
 
 
 def test_every_connector_takes_the_shared_options_with_one_meaning() -> None:

@@ -189,8 +189,8 @@ def test_the_child_gets_the_workers_effective_settings(tmp_path, monkeypatch):
                               group_instance_id="fs-worker-1", producer_linger_ms=0)
     command, env = ingest_command(settings, metrics_port=6123, batch_size=750, loglevel="warning",
                                   log_format="json")
-    assert command[:3] == [sys.executable, "-m", "streams.cli"]
-    assert command[3:] == ["worker", "--stage", "ingest", "--web-port", "6123", "--batch-size", "750",
+    assert command[:3] == [sys.executable, "-m", "streams.ingest"]
+    assert command[3:] == ["--web-port", "6123", "--batch-size", "750",
                            "--loglevel", "warning", "--log-format", "json", "--parent-pid", str(os.getpid())]
     # the child's metrics are read by the worker only
     assert env["FAULTSTREAM_WEB_BIND"] == "127.0.0.1"

@@ -203,12 +203,12 @@ def produce(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]]) -> 
 
 
 #: What a whole worker's two processes may hold once a burst is handled (MiB of RSS): the
-#: Faust worker (~150 MiB at start on the development machine; it keeps each closed window's
-#: events in memory, ~13 MiB per burst here: 181, 195, 207 MiB measured after the three) and
-#: its ingest child (~135 MiB at start; back to 133-136 after each burst, 167-185 before it
-#: returned freed heap to the system).
+#: Faust worker (~136 MiB at start on the development machine; it keeps each closed window's
+#: events in memory, ~15 MiB per burst here: 166, 182, 197 MiB measured after the three) and
+#: its ingest child (~118 MiB at start, ``python -m streams.ingest``; back to 120-127 after
+#: each burst, 154-160 at its peak before it returned freed heap to the system).
 WORKER_CEILING_MIB = 240
-CHILD_CEILING_MIB = 170
+CHILD_CEILING_MIB = 160
 
 
 def test_worker_memory_returns_under_a_ceiling_after_bursts(stream_env, kafka_bootstrap):
