@@ -230,6 +230,14 @@ class PeerTracker:
         return np.concatenate([self.history[at:, rank], self.history[:at, rank]])
 
 
+def _column_means(rows: list[np.ndarray]) -> np.ndarray:
+    """The mean of each column of ``rows`` (equal lengths) over its non-NaN values; NaN where
+    a column has none (numpy's ``nanmean`` without its empty-slice warning)."""
+    m = np.asarray(rows, dtype=float)
+    seen = (~np.isnan(m)).sum(axis=0)
+    return np.where(seen > 0, np.nansum(m, axis=0) / np.maximum(seen, 1), np.nan)
+
+
 def change_point(ratios: np.ndarray) -> int:
     """Index of the first step of the slower segment of ``ratios`` (one change in mean, the
     CUSUM split); 0 when the series is slow from its start or has no clear change. NaNs are
@@ -381,7 +389,7 @@ def _from_steps(events: Sequence[Event], alloc: Allocation, params: StragglerPar
         for group in groups:
             det_i = min(first[c] for c in group)
             # one change point for the group: on the mean of its ranks' ratios
-            since_i = change_point(np.nanmean([tracker.ratios(c)[: det_i + 1] for c in group], axis=0))
+            since_i = change_point(_column_means([tracker.ratios(c)[: det_i + 1] for c in group]))
             lead = group[0]
             s_ev = sample(keys[since_i], ranks[lead])
             d_ev = sample(keys[det_i], ranks[lead])
