@@ -34,7 +34,9 @@ no traceback.
 
 from __future__ import annotations
 
+import enum
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -53,7 +55,9 @@ app = typer.Typer(
     help="faultstream: root-cause attribution for GPU cluster failures.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # plain click help: docstring paragraphs re-wrapped to the terminal, flags without a
+    # placeholder, \b keeps a block as written
+    rich_markup_mode=None,
 )
 schemas_app = typer.Typer(help="JSON Schema files of faultstream's records.", no_args_is_help=True)
 app.add_typer(schemas_app, name="schemas")
@@ -61,6 +65,34 @@ rules_app = typer.Typer(help="The extraction rule pack and the lines it does not
 app.add_typer(rules_app, name="rules")
 
 err = Console(stderr=True)
+
+
+class Format(str, enum.Enum):
+    """``--format`` of the commands that print verdicts: ``text`` (rich, for a person),
+    ``line`` (one line per verdict or revision, :func:`streams.render.verdict_line`), ``json``
+    (JSON Lines of Attributions)."""
+
+    text = "text"
+    line = "line"
+    json = "json"
+
+
+FORMAT_HELP = "text: for a person; line: one line per verdict; json: JSON Lines of Attributions"
+#: ``--json``, kept for scripts: the same as ``--format json``.
+JSON_ALIAS = typer.Option(False, "--json", hidden=True, help="the same as --format json")
+
+
+def _format(fmt: Format, json_alias: bool) -> Format:
+    return Format.json if json_alias else fmt
+
+
+def output_console() -> Console:
+    """The console for verdicts on stdout: a terminal's width; piped, ``COLUMNS`` when set
+    (rich reads it), else 140 columns."""
+    probe = Console()
+    if probe.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return probe
+    return Console(width=140)
 # clickhouse-connect logs every failed HTTP attempt at ERROR; the sink retries and reports
 # one clear error itself
 logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
@@ -109,7 +141,9 @@ SourceOption = {
     "cluster": typer.Option(None, "--cluster", help="only this cluster"),
     "topic_prefix": typer.Option(None, "--topic-prefix", help="topic name prefix (default: FAULTSTREAM_TOPIC_PREFIX or faultstream)"),
     "bootstrap": typer.Option(None, "--bootstrap", help="Kafka host:port[,...] (default: KAFKA_BOOTSTRAP_SERVERS)"),
-    "kafka_timeout": typer.Option(10.0, "--kafka-timeout", min=0.1, help="seconds to wait for the broker"),
+    "timeout": typer.Option(10.0, "--timeout", min=0.1, help="seconds to wait for the broker"),
+    # the former name of --timeout, kept for scripts
+    "kafka_timeout": typer.Option(None, "--kafka-timeout", min=0.1, hidden=True, help="the same as --timeout"),
 }
 
 
@@ -187,7 +221,9 @@ def _print_diff(verdicts, clickhouse: str, json_lines: bool, workloads) -> None:
 @app.command()
 def replay(
     bundle: Optional[Path] = typer.Argument(None, help="incident bundle directory (BUNDLE.md v1)"),
-    json_lines: bool = typer.Option(False, "--json", help="print JSON Lines of Attributions"),
+    fmt: Format = typer.Option(Format.text, "--format", help=FORMAT_HELP),
+    json_alias: bool = JSON_ALIAS,
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="text: also the coverage table and every timeline row"),
     clickhouse: str = typer.Option(
         DEFAULT_CLICKHOUSE, "--clickhouse", envvar="FAULTSTREAM_CLICKHOUSE", help="chdb://DIR or http(s)://host:8123"
     ),
@@ -200,15 +236,23 @@ def replay(
     cluster: Optional[str] = SourceOption["cluster"],
     topic_prefix: Optional[str] = SourceOption["topic_prefix"],
     bootstrap: Optional[str] = SourceOption["bootstrap"],
-    kafka_timeout: float = SourceOption["kafka_timeout"],
+    timeout: float = SourceOption["timeout"],
+    kafka_timeout: Optional[float] = SourceOption["kafka_timeout"],
     diff: bool = typer.Option(False, "--diff", help="print what changed against the stored verdicts; exit 1 if anything did"),
     html: Optional[Path] = typer.Option(None, "--html", help="also write the verdicts as one self-contained HTML page (opens offline)"),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="AICR recipe YAML: the stack versions the nodes should run (drift is a cause)"),
 ) -> None:
     """Replay an incident bundle, a Kafka time range or stored observations, and print the
-    verdicts -- or, with --diff, what changed against the verdicts stored in ClickHouse
-    (latest revision per attribution id; exit 0: nothing changed, 1: a verdict changed, is new
-    or is gone). Only a bundle's replay is stored, and never with --diff."""
+    verdicts.
+
+    Each verdict fits a screen: cause, culprits, the main symptoms and the reasoning;
+    --verbose adds the coverage of every input source and the whole evidence timeline. With
+    --diff it prints what changed against the verdicts stored in ClickHouse (latest revision
+    per attribution id; exit 0: nothing changed, 1: a verdict changed, is new or is gone).
+    Only a bundle's replay is stored, and never with --diff."""
+    fmt = _format(fmt, json_alias)
+    json_lines = fmt is Format.json
+    timeout = kafka_timeout if kafka_timeout is not None else timeout
     if sum([bundle is not None, from_kafka, from_clickhouse]) != 1:
         cli_fail("give exactly one source: a BUNDLE directory, --from-kafka or --from-clickhouse")
     if bundle is None and html is not None:
@@ -217,7 +261,7 @@ def replay(
     if bundle is None:
         _replay_source(config, from_kafka=from_kafka, clickhouse=clickhouse, since=since, until=until,
                        workload=workload, cluster=cluster, topic_prefix=topic_prefix, bootstrap=bootstrap,
-                       kafka_timeout=kafka_timeout, diff=diff, json_lines=json_lines)
+                       kafka_timeout=timeout, diff=diff, fmt=fmt, verbose=verbose)
         return
     if since or until or workload or cluster:
         cli_fail("--since, --until, --workload and --cluster select from --from-kafka or --from-clickhouse, not a bundle")
@@ -243,18 +287,19 @@ def replay(
         if store_error:
             cli_fail(store_error)
         return
-    out = _print_verdicts(result.attributions)
-    out.print(
-        f"[dim]{result.lines_read:,} lines read, {len(result.events):,} events"
-        + (f", stored in {stored}" if stored else "")
-        + "[/]"
-    )
+    out = _print_verdicts(result.attributions, fmt, verbose)
+    if fmt is Format.text:
+        out.print(
+            f"[dim]{result.lines_read:,} lines read, {len(result.events):,} events"
+            + (f", stored in {stored}" if stored else "")
+            + "[/]"
+        )
     if store_error:
         cli_fail(store_error)
 
 
-def _replay_source(config: Any, *, from_kafka: bool, clickhouse: str, diff: bool, json_lines: bool,
-                   **selection: Any) -> None:
+def _replay_source(config: Any, *, from_kafka: bool, clickhouse: str, diff: bool, fmt: Format,
+                   verbose: bool, **selection: Any) -> None:
     """``replay --from-kafka | --from-clickhouse``: read the selected observations
     (:func:`_read_source`), replay them and print the verdicts (the asked workload's first) or
     their diff against the stored ones."""
@@ -268,11 +313,9 @@ def _replay_source(config: Any, *, from_kafka: bool, clickhouse: str, diff: bool
     # the asked workload's verdict first, the rest in replay order (sort is stable)
     verdicts.sort(key=lambda a: a.scope.kind != "workload" or a.scope.id != plan.focus)
     if diff:
-        _print_diff(verdicts, clickhouse, json_lines, plan.workloads)
-    elif json_lines:
-        sys.stdout.write("".join(canonical_json(att) + "\n" for att in verdicts))
+        _print_diff(verdicts, clickhouse, fmt is Format.json, plan.workloads)
     else:
-        _print_verdicts(verdicts)
+        _print_verdicts(verdicts, fmt, verbose)
 
 
 def _store_replay(result: Any, clickhouse: str) -> tuple[str | None, str | None]:
@@ -295,13 +338,24 @@ def _store_replay(result: Any, clickhouse: str) -> tuple[str | None, str | None]
         return None, f"ClickHouse: {message} -- the verdicts were not stored ({hint})"
 
 
-def _print_verdicts(verdicts: list) -> Console:
-    """Render each verdict for a person; returns the console (140 columns off a terminal)."""
-    from streams.render import render_attribution
+def _print_verdicts(verdicts: list, fmt: Format = Format.text, verbose: bool = False,
+                    out: Console | None = None) -> Console:
+    """Print ``verdicts`` in ``fmt``: text fits each on a screen (``verbose``: the coverage
+    table and every timeline row too), line gives one line each, json one JSON line each.
+    Returns the console (:func:`output_console` unless ``out`` is given)."""
+    from streams.render import render_attribution, render_summary, verdict_line
 
-    out = Console() if Console().is_terminal else Console(width=140)
+    out = out or output_console()
     for att in verdicts:
-        render_attribution(att, out)
+        if fmt is Format.json:
+            sys.stdout.write(canonical_json(att) + "\n")
+        elif fmt is Format.line:
+            out.print(verdict_line(att), markup=False, highlight=False, soft_wrap=True)
+        elif verbose:
+            render_attribution(att, out, max_timeline=None)
+        else:
+            render_summary(att, out)
+    sys.stdout.flush()
     return out
 
 
@@ -323,7 +377,8 @@ def bundle_export(
     cluster: Optional[str] = SourceOption["cluster"],
     topic_prefix: Optional[str] = SourceOption["topic_prefix"],
     bootstrap: Optional[str] = SourceOption["bootstrap"],
-    kafka_timeout: float = SourceOption["kafka_timeout"],
+    timeout: float = SourceOption["timeout"],
+    kafka_timeout: Optional[float] = SourceOption["kafka_timeout"],
 ) -> None:
     """Write a stored incident as a bundle: the observations `replay --workload` selects
     (from ClickHouse, or from a Kafka range), rebuilt into workload.yaml, workloads/*.yaml,
@@ -334,7 +389,7 @@ def bundle_export(
     observations, _, report = _read_source(
         EngineConfig.default(), from_kafka=from_kafka, clickhouse=clickhouse, since=since, until=until,
         workload=workload_id, cluster=cluster, topic_prefix=topic_prefix, bootstrap=bootstrap,
-        kafka_timeout=kafka_timeout)
+        kafka_timeout=kafka_timeout if kafka_timeout is not None else timeout)
     try:
         written = export_bundle(observations, workload_id, out)
     except ExportError as exc:
@@ -501,78 +556,44 @@ def _run_ingest(settings: Any, kafka: Any, batch_size: int, parent_pid: int | No
 
 @app.command()
 def verdicts(
-    follow: bool = typer.Option(False, "--follow", help="keep waiting for new verdicts"),
-    json_lines: bool = typer.Option(False, "--json", help="print JSON Lines instead of the rich view"),
-    workload: Optional[str] = typer.Option(None, help="only this workload (scope id)"),
-    topic: Optional[str] = typer.Option(None, help="default: <FAULTSTREAM_TOPIC_PREFIX>.attributions"),
-    timeout: float = typer.Option(5.0, help="without --follow: stop after this many idle seconds"),
-    connect_timeout: float = typer.Option(10.0, "--connect-timeout", min=0.1,
-                                          help="give up when no broker answers within this many seconds"),
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep waiting for new verdicts"),
+    fmt: Format = typer.Option(Format.text, "--format", help=FORMAT_HELP + " (line suits --follow)"),
+    json_alias: bool = JSON_ALIAS,
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="text: also the coverage table and every timeline row"),
+    workload: Optional[str] = typer.Option(None, "--workload", help="only this workload (scope id)"),
+    topic: Optional[str] = typer.Option(None, "--topic", help="default: <FAULTSTREAM_TOPIC_PREFIX>.attributions"),
+    bootstrap: Optional[str] = SourceOption["bootstrap"],
+    idle_timeout: float = typer.Option(5.0, "--idle-timeout", min=0.1,
+                                       help="without --follow: stop after this many seconds without a record"),
+    timeout: float = SourceOption["timeout"],
+    connect_timeout: Optional[float] = typer.Option(None, "--connect-timeout", min=0.1, hidden=True,
+                                                    help="the same as --timeout"),
 ) -> None:
     """Print the verdicts on the attributions topic (every revision, in topic order).
 
     A tombstone (the null value after a withdrawn verdict, already printed) prints nothing; a
     record that is not a verdict (bad JSON, another schema) is skipped with a warning on
-    stderr; a broker that does not answer within --connect-timeout seconds exits 2
-    with a message."""
-    import uuid
+    stderr; a broker that does not answer within --timeout seconds exits 2 with a message."""
+    from confluent_kafka import KafkaException
 
-    from confluent_kafka import Consumer, KafkaException
-    from pydantic import ValidationError
-
-    from schemas.records import Attribution
     from schemas.topics import catalogue
-    from transport.kafka_settings import KafkaSettings
-    from streams.render import render_attribution
+    from transport.kafka_settings import KafkaSettingsError, kafka_settings
 
-    kafka = KafkaSettings()
+    try:
+        kafka = kafka_settings(bootstrap)
+    except KafkaSettingsError as exc:
+        cli_fail(str(exc))
     name = topic or catalogue()["attributions"].name
-    consumer = Consumer(kafka.confluent_config() | {
-        "group.id": f"faultstream-verdicts-{uuid.uuid4().hex}",
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        "log_level": 0,  # connection errors are reported below, once
-    })
-    out = Console() if Console().is_terminal else Console(width=140)
+    fmt = _format(fmt, json_alias)
+    consumer = _verdict_consumer(kafka, name, connect_timeout if connect_timeout is not None else timeout)
+    out = output_console()
     skipped = 0
     try:
-        try:
-            # raises KafkaException when no broker answers in time
-            metadata = consumer.list_topics(name, timeout=connect_timeout)
-        except KafkaException as exc:
-            detail = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
-            cli_fail(f"Kafka at {kafka.bootstrap_servers}: no broker answered within "
-                     f"{connect_timeout:g} s ({detail})")
-        missing = metadata.topics.get(name)
-        if missing is None or missing.error is not None:
-            err.print(f"warning: topic {name} does not exist (yet)", markup=False, highlight=False)
-        consumer.subscribe([name])
-        import time as _time
-
-        idle_since = _time.monotonic()
-        while follow or _time.monotonic() - idle_since < timeout:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                raise KafkaException(msg.error())
-            idle_since = _time.monotonic()
-            where = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
-            if msg.value() is None:
-                continue
-            try:
-                att = Attribution.model_validate_json(msg.value())
-            except (ValueError, ValidationError, RecursionError) as exc:
+        for att in _read_verdicts(consumer, follow=follow, idle_timeout=idle_timeout):
+            if att is None:
                 skipped += 1
-                err.print(f"warning: skipped {where}: not a verdict: {str(exc).splitlines()[0][:200]}",
-                          markup=False, highlight=False)
-                continue
-            if workload and att.scope.id != workload:
-                continue
-            if json_lines:
-                sys.stdout.write(canonical_json(att) + "\n")
-                sys.stdout.flush()
-            else:
-                render_attribution(att, out, max_timeline=15)
+            elif not workload or att.scope.id == workload:
+                _print_verdicts([att], fmt, verbose, out)
     except KafkaException as exc:
         cli_fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
     except KeyboardInterrupt:
@@ -581,6 +602,64 @@ def verdicts(
         consumer.close()
     if skipped:
         err.print(f"{skipped} records skipped: not verdicts", markup=False, highlight=False)
+
+
+def _verdict_consumer(kafka: Any, topic: str, timeout_s: float) -> Any:
+    """A consumer of ``topic`` from its start in a group of its own, once a broker answered
+    within ``timeout_s`` seconds (else exit 2); warns on stderr when the topic does not exist
+    yet."""
+    import uuid
+
+    from confluent_kafka import Consumer, KafkaException
+
+    consumer = Consumer(kafka.confluent_config() | {
+        "group.id": f"faultstream-verdicts-{uuid.uuid4().hex}",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "log_level": 0,  # connection errors are reported below, once
+    })
+    try:
+        # raises KafkaException when no broker answers in time
+        metadata = consumer.list_topics(topic, timeout=timeout_s)
+    except KafkaException as exc:
+        consumer.close()
+        detail = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        cli_fail(f"Kafka at {kafka.bootstrap_servers}: no broker answered within {timeout_s:g} s ({detail})")
+    known = metadata.topics.get(topic)
+    if known is None or known.error is not None:
+        err.print(f"warning: topic {topic} does not exist (yet)", markup=False, highlight=False)
+    consumer.subscribe([topic])
+    return consumer
+
+
+def _read_verdicts(consumer: Any, *, follow: bool, idle_timeout: float):
+    """Yield each verdict on the consumer's topic (an :class:`schemas.records.Attribution`),
+    or None for a record that is not one (warned on stderr); tombstones are passed over.
+    Without ``follow`` it ends after ``idle_timeout`` seconds without a record. Raises
+    ``KafkaException`` on a consumer error."""
+    import time
+
+    from confluent_kafka import KafkaException
+    from pydantic import ValidationError
+
+    from schemas.records import Attribution
+
+    idle_since = time.monotonic()
+    while follow or time.monotonic() - idle_since < idle_timeout:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            raise KafkaException(msg.error())
+        idle_since = time.monotonic()
+        if msg.value() is None:
+            continue
+        try:
+            att = Attribution.model_validate_json(msg.value())
+        except (ValueError, ValidationError, RecursionError) as exc:
+            err.print(f"warning: skipped {msg.topic()}/{msg.partition()}/{msg.offset()}: not a verdict: "
+                      f"{str(exc).splitlines()[0][:200]}", markup=False, highlight=False)
+            att = None
+        yield att
 
 
 @schemas_app.command("export")
