@@ -34,9 +34,7 @@ no traceback.
 
 from __future__ import annotations
 
-import enum
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -48,6 +46,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn
 from connectors.bundle import BundleError
 from connectors.registry import cli_fail
 from schemas.records import canonical_json
+from streams.terminal import FORMAT_HELP, JSON_ALIAS, Format, chosen_format as _format, output_console
 
 DEFAULT_CLICKHOUSE = "chdb://.state/clickhouse"
 
@@ -67,32 +66,7 @@ app.add_typer(rules_app, name="rules")
 err = Console(stderr=True)
 
 
-class Format(str, enum.Enum):
-    """``--format`` of the commands that print verdicts: ``text`` (rich, for a person),
-    ``line`` (one line per verdict or revision, :func:`streams.render.verdict_line`), ``json``
-    (JSON Lines of Attributions)."""
 
-    text = "text"
-    line = "line"
-    json = "json"
-
-
-FORMAT_HELP = "text: for a person; line: one line per verdict; json: JSON Lines of Attributions"
-#: ``--json``, kept for scripts: the same as ``--format json``.
-JSON_ALIAS = typer.Option(False, "--json", hidden=True, help="the same as --format json")
-
-
-def _format(fmt: Format, json_alias: bool) -> Format:
-    return Format.json if json_alias else fmt
-
-
-def output_console() -> Console:
-    """The console for verdicts on stdout: a terminal's width; piped, ``COLUMNS`` when set
-    (rich reads it), else 140 columns."""
-    probe = Console()
-    if probe.is_terminal or os.environ.get("COLUMNS", "").isdigit():
-        return probe
-    return Console(width=140)
 # clickhouse-connect logs every failed HTTP attempt at ERROR; the sink retries and reports
 # one clear error itself
 logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
@@ -145,6 +119,10 @@ SourceOption = {
     # the former name of --timeout, kept for scripts
     "kafka_timeout": typer.Option(None, "--kafka-timeout", min=0.1, hidden=True, help="the same as --timeout"),
 }
+
+
+#: ``topics --prefix``, the former name of --topic-prefix, kept for scripts.
+TOPIC_PREFIX_ALIAS = typer.Option(None, "--prefix", hidden=True, help="the same as --topic-prefix")
 
 
 def _read_source(config, *, from_kafka: bool, clickhouse: str, since: Optional[str], until: Optional[str],
@@ -822,8 +800,9 @@ def _topics_settings(bootstrap: str | None):
 def topics_create(
     bootstrap: str = typer.Option(None, "--bootstrap", help="host:port[,...] (default: KAFKA_BOOTSTRAP_SERVERS)"),
     partitions: int = typer.Option(None, "--partitions", min=1, help="override every topic's partition count"),
-    prefix: str = typer.Option(None, "--prefix", help="topic name prefix (default: FAULTSTREAM_TOPIC_PREFIX or faultstream)"),
-    timeout: float = typer.Option(30.0, "--timeout", help="seconds per admin request"),
+    prefix: Optional[str] = SourceOption["topic_prefix"],
+    prefix_alias: Optional[str] = TOPIC_PREFIX_ALIAS,
+    timeout: float = typer.Option(30.0, "--timeout", min=0.1, help="seconds per admin request"),
 ) -> None:
     """Create the catalogue's topics that do not exist yet (idempotent); exit 1 when an existing
     topic's partitions or cleanup policy differ, 2 when the broker cannot be reached."""
@@ -832,7 +811,7 @@ def topics_create(
     from schemas.topics import TopicMismatchError, catalogue, create_topics
 
     settings = _topics_settings(bootstrap)
-    specs = catalogue(prefix)
+    specs = catalogue(prefix_alias or prefix)
     try:
         config = dict(settings.confluent_config(), log_level=0)  # errors are reported below, once
         created = create_topics(config, specs, partitions_override=partitions, timeout_s=timeout)
@@ -850,7 +829,8 @@ def topics_create(
 
 @topics_app.command("list")
 def topics_list(
-    prefix: str = typer.Option(None, "--prefix", help="topic name prefix (default: FAULTSTREAM_TOPIC_PREFIX or faultstream)"),
+    prefix: Optional[str] = SourceOption["topic_prefix"],
+    prefix_alias: Optional[str] = TOPIC_PREFIX_ALIAS,
 ) -> None:
     """Print the catalogue: name, key, value schema, partitions, cleanup policy, retention."""
     from rich.table import Table
@@ -859,12 +839,12 @@ def topics_list(
     from schemas.topics import catalogue
 
     table = Table("topic", "key", "value", "partitions", "cleanup", "retention")
-    for spec in catalogue(prefix).values():
+    for spec in catalogue(prefix_alias or prefix).values():
         retention = "-" if spec.retention_ms is None else f"{spec.retention_ms / 86_400_000:g} d"
         # the key recipes hold [..] lists: plain text, not rich markup
         table.add_row(spec.name, Text(spec.key), spec.value_schema or "-", str(spec.partitions), spec.cleanup_policy,
                       retention)
-    Console(width=160).print(table)
+    output_console(piped_width=160).print(table)
 
 
 if __name__ == "__main__":  # pragma: no cover -- after every sub-app is registered
