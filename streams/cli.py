@@ -2,8 +2,10 @@
 
 Commands:
 
-* ``faultstream replay BUNDLE [--json] [--clickhouse URL | --no-store]`` -- the verdict of one
-  incident bundle, for a person (rich) or as JSON Lines of Attributions; events, evidence
+* ``faultstream replay BUNDLE [--format text|line|json] [--verbose] [--clickhouse URL | --no-store]``
+  -- the verdicts of one incident bundle: for a person, each on one screen
+  (:func:`streams.render.render_summary`; ``--verbose``: with the coverage table and every
+  timeline row), one line each, or JSON Lines of Attributions; events, evidence
   observations and the verdict are written to ClickHouse (embedded chDB under
   ``.state/clickhouse`` by default, or any ``http(s)://`` server).
 * ``faultstream replay --from-kafka|--from-clickhouse [--since T] [--until T] [--workload W]
@@ -24,12 +26,15 @@ Commands:
 * ``faultstream worker`` -- a stream worker (``streams/app.py``), until stopped.
 * ``faultstream connect bundle|files|slurm|topology|counters|certifications`` -- publish
   inputs to Kafka (connectors from the ``faultstream.connectors`` entry points).
-* ``faultstream verdicts`` -- print the verdicts on the attributions topic.
+* ``faultstream verdicts [--follow] [--format text|line|json]`` -- print the verdicts on the
+  attributions topic (``line``: one line per revision).
 * ``faultstream rules suggest BUNDLE... [--min-count N]`` -- a YAML rule skeleton for each
   template of error lines no rule knows (``correlators/unrecognised.py``).
 
 User errors (a bad bundle, an unreachable ClickHouse) print one line on stderr and exit 2;
-no traceback.
+no traceback. Option names, formats and widths follow ``streams/terminal.py``; help is click's
+plain layout (paragraphs re-wrapped to the terminal, flags without a value placeholder);
+``--install-completion`` / ``--show-completion`` set up shell completion.
 """
 
 from __future__ import annotations

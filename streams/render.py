@@ -240,7 +240,9 @@ def _symptoms(att: Attribution, top: int | None = None) -> Any:
     notes = []
     if len(shown) < len(groups):
         rest = groups[len(shown):]
-        notes.append(Text(f"... {len(rest)} more types ({sum(len(g) for _, g in rest)} events)", style="dim"))
+        events = sum(len(g) for _, g in rest)
+        notes.append(Text(f"... {len(rest)} more type{'s' if len(rest) != 1 else ''} "
+                          f"({events} event{'s' if events != 1 else ''})", style="dim"))
     missing = len(set(att.symptoms) - in_trail)
     if missing:
         notes.append(Text(f"{missing} symptom events not in the evidence trail", style="dim"))
