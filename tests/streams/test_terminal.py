@@ -200,3 +200,43 @@ def test_shell_completion_installs(tmp_path: Path) -> None:
     script = tmp_path / ".bash_completions" / "faultstream.sh"
     assert script.is_file() and "_FAULTSTREAM_COMPLETE" in script.read_text()
     assert str(script) in (tmp_path / ".bashrc").read_text()
+
+
+def test_verdicts_follow_prints_one_line_per_revision(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Two revisions of one verdict and a tombstone on a real broker: ``verdicts --follow
+    --format line`` prints one line per revision as they come, and nothing for the tombstone."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    from schemas.records import canonical_json
+    from schemas.topics import catalogue, create_topics
+    from tests.schemas.test_schema_files import sample_attribution
+    from tests.streams.test_poison import produce
+
+    prefix = f"term-{uuid.uuid4().hex[:8]}"
+    topic = catalogue(prefix)["attributions"]
+    create_topics({"bootstrap.servers": kafka_bootstrap}, [topic])
+    first = sample_attribution().model_copy(update={"status": "provisional", "revision": 1})
+    second = first.model_copy(update={"status": "final", "revision": 2})
+    produce(kafka_bootstrap, topic.name, [(b"k", canonical_json(first).encode()), (b"k", None)])
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "FAULTSTREAM_TOPIC_PREFIX": prefix}
+    proc = subprocess.Popen([sys.executable, "-m", "streams.cli", "verdicts", "--follow", "--format", "line"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def next_line(timeout_s: float = 60) -> str:
+        import select
+
+        ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+        assert ready, f"no line within {timeout_s} s; the command {'ended: ' + proc.stderr.read() if proc.poll() is not None else 'is still waiting'}"
+        return proc.stdout.readline().rstrip("\n")
+
+    try:
+        assert next_line() == verdict_line(first)
+        produce(kafka_bootstrap, topic.name, [(b"k", canonical_json(second).encode())])
+        line = next_line()
+        assert line == verdict_line(second) and " r2 final " in line
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert proc.stdout.read() == ""  # nothing for the tombstone, nothing more
