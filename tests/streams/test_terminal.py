@@ -185,6 +185,9 @@ def test_old_option_names_still_work(tmp_path: Path) -> None:
     for args in (["verdicts", "--connect-timeout", "1"], ["verdicts", "--timeout", "1"]):
         result = runner.invoke(app, [*args, "--bootstrap", f"127.0.0.1:{port}"])
         assert result.exit_code == 2 and "no broker answered within 1 s" in result.output, result.output
+    for fmt in (["--json"], ["--format", "json"]):
+        result = runner.invoke(app, ["remediation", "list", *fmt, "--timeout", "1", "--bootstrap", f"127.0.0.1:{port}"])
+        assert result.exit_code == 2 and "did not answer within 1 s" in result.output, result.output
     listed = runner.invoke(app, ["topics", "list", "--prefix", "t-9"], env={"COLUMNS": "200"})
     assert listed.exit_code == 0 and "t-9.attributions" in listed.stdout
 
