@@ -70,8 +70,6 @@ app.add_typer(rules_app, name="rules")
 
 err = Console(stderr=True)
 
-
-
 # clickhouse-connect logs every failed HTTP attempt at ERROR; the sink retries and reports
 # one clear error itself
 logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
