@@ -1065,7 +1065,13 @@ def _item(event: Event, role: str) -> EvidenceItem:
 
 
 def _evidence(causes: Sequence[Event], symptoms: Sequence[Event], context: Sequence[Event]) -> list[EvidenceItem]:
-    items = [_item(e, "cause") for e in causes]
-    items += [_item(e, "symptom") for e in symptoms[:MAX_EVIDENCE_SYMPTOMS]]
-    items += [_item(e, "context") for e in context[:MAX_EVIDENCE_CONTEXT]]
+    """The evidence trail: each event once, in its strongest role (cause, then symptom, then
+    context), at most MAX_EVIDENCE_SYMPTOMS symptoms and MAX_EVIDENCE_CONTEXT context events,
+    sorted by (time, event id)."""
+    listed = {e.event_id for e in causes}
+    symptoms = [e for e in symptoms if e.event_id not in listed][:MAX_EVIDENCE_SYMPTOMS]
+    listed |= {e.event_id for e in symptoms}
+    context = [e for e in context if e.event_id not in listed][:MAX_EVIDENCE_CONTEXT]
+    items = [_item(e, "cause") for e in causes] + [_item(e, "symptom") for e in symptoms]
+    items += [_item(e, "context") for e in context]
     return sorted(items, key=lambda i: (i.at, i.event_id))

@@ -2,8 +2,10 @@
 
 Commands:
 
-* ``faultstream replay BUNDLE [--json] [--clickhouse URL | --no-store]`` -- the verdict of one
-  incident bundle, for a person (rich) or as JSON Lines of Attributions; events, evidence
+* ``faultstream replay BUNDLE [--format text|line|json] [--verbose] [--clickhouse URL | --no-store]``
+  -- the verdicts of one incident bundle: for a person, each on one screen
+  (:func:`streams.render.render_summary`; ``--verbose``: with the coverage table and every
+  timeline row), one line each, or JSON Lines of Attributions; events, evidence
   observations and the verdict are written to ClickHouse (embedded chDB under
   ``.state/clickhouse`` by default, or any ``http(s)://`` server).
 * ``faultstream replay --from-kafka|--from-clickhouse [--since T] [--until T] [--workload W]
@@ -24,12 +26,15 @@ Commands:
 * ``faultstream worker`` -- a stream worker (``streams/app.py``), until stopped.
 * ``faultstream connect bundle|files|slurm|topology|counters|certifications`` -- publish
   inputs to Kafka (connectors from the ``faultstream.connectors`` entry points).
-* ``faultstream verdicts`` -- print the verdicts on the attributions topic.
+* ``faultstream verdicts [--follow] [--format text|line|json]`` -- print the verdicts on the
+  attributions topic (``line``: one line per revision).
 * ``faultstream rules suggest BUNDLE... [--min-count N]`` -- a YAML rule skeleton for each
   template of error lines no rule knows (``correlators/unrecognised.py``).
 
 User errors (a bad bundle, an unreachable ClickHouse) print one line on stderr and exit 2;
-no traceback.
+no traceback. Option names, formats and widths follow ``streams/terminal.py``; help is click's
+plain layout (paragraphs re-wrapped to the terminal, flags without a value placeholder);
+``--install-completion`` / ``--show-completion`` set up shell completion.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn
 
 from connectors.registry import cli_fail
 from schemas.records import canonical_json
+from streams.terminal import FORMAT_HELP, JSON_ALIAS, Format, chosen_format as _format, output_console
 
 DEFAULT_CLICKHOUSE = "chdb://.state/clickhouse"
 
@@ -52,7 +58,9 @@ app = typer.Typer(
     help="faultstream: root-cause attribution for GPU cluster failures.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # plain click help: docstring paragraphs re-wrapped to the terminal, flags without a
+    # placeholder, \b keeps a block as written
+    rich_markup_mode=None,
 )
 schemas_app = typer.Typer(help="JSON Schema files of faultstream's records.", no_args_is_help=True)
 app.add_typer(schemas_app, name="schemas")
@@ -60,6 +68,7 @@ rules_app = typer.Typer(help="The extraction rule pack and the lines it does not
 app.add_typer(rules_app, name="rules")
 
 err = Console(stderr=True)
+
 # clickhouse-connect logs every failed HTTP attempt at ERROR; the sink retries and reports
 # one clear error itself
 logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
@@ -108,8 +117,14 @@ SourceOption = {
     "cluster": typer.Option(None, "--cluster", help="only this cluster"),
     "topic_prefix": typer.Option(None, "--topic-prefix", help="topic name prefix (default: FAULTSTREAM_TOPIC_PREFIX or faultstream)"),
     "bootstrap": typer.Option(None, "--bootstrap", help="Kafka host:port[,...] (default: KAFKA_BOOTSTRAP_SERVERS)"),
-    "kafka_timeout": typer.Option(10.0, "--kafka-timeout", min=0.1, help="seconds to wait for the broker"),
+    "timeout": typer.Option(10.0, "--timeout", min=0.1, help="seconds to wait for the broker"),
+    # the former name of --timeout, kept for scripts
+    "kafka_timeout": typer.Option(None, "--kafka-timeout", min=0.1, hidden=True, help="the same as --timeout"),
 }
+
+
+#: ``topics --prefix``, the former name of --topic-prefix, kept for scripts.
+TOPIC_PREFIX_ALIAS = typer.Option(None, "--prefix", hidden=True, help="the same as --topic-prefix")
 
 
 def _read_source(config, *, from_kafka: bool, clickhouse: str, since: Optional[str], until: Optional[str],
@@ -186,7 +201,9 @@ def _print_diff(verdicts, clickhouse: str, json_lines: bool, workloads) -> None:
 @app.command()
 def replay(
     bundle: Optional[Path] = typer.Argument(None, help="incident bundle directory (BUNDLE.md v1)"),
-    json_lines: bool = typer.Option(False, "--json", help="print JSON Lines of Attributions"),
+    fmt: Format = typer.Option(Format.text, "--format", help=FORMAT_HELP),
+    json_alias: bool = JSON_ALIAS,
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="text: also the coverage table and every timeline row"),
     clickhouse: str = typer.Option(
         DEFAULT_CLICKHOUSE, "--clickhouse", envvar="FAULTSTREAM_CLICKHOUSE", help="chdb://DIR or http(s)://host:8123"
     ),
@@ -199,15 +216,23 @@ def replay(
     cluster: Optional[str] = SourceOption["cluster"],
     topic_prefix: Optional[str] = SourceOption["topic_prefix"],
     bootstrap: Optional[str] = SourceOption["bootstrap"],
-    kafka_timeout: float = SourceOption["kafka_timeout"],
+    timeout: float = SourceOption["timeout"],
+    kafka_timeout: Optional[float] = SourceOption["kafka_timeout"],
     diff: bool = typer.Option(False, "--diff", help="print what changed against the stored verdicts; exit 1 if anything did"),
     html: Optional[Path] = typer.Option(None, "--html", help="also write the verdicts as one self-contained HTML page (opens offline)"),
     recipe: Optional[Path] = typer.Option(None, "--recipe", help="AICR recipe YAML: the stack versions the nodes should run (drift is a cause)"),
 ) -> None:
     """Replay an incident bundle, a Kafka time range or stored observations, and print the
-    verdicts -- or, with --diff, what changed against the verdicts stored in ClickHouse
-    (latest revision per attribution id; exit 0: nothing changed, 1: a verdict changed, is new
-    or is gone). Only a bundle's replay is stored, and never with --diff."""
+    verdicts.
+
+    Each verdict fits a screen: cause, culprits, the main symptoms and the reasoning;
+    --verbose adds the coverage of every input source and the whole evidence timeline. With
+    --diff it prints what changed against the verdicts stored in ClickHouse (latest revision
+    per attribution id; exit 0: nothing changed, 1: a verdict changed, is new or is gone).
+    Only a bundle's replay is stored, and never with --diff."""
+    fmt = _format(fmt, json_alias)
+    json_lines = fmt is Format.json
+    timeout = kafka_timeout if kafka_timeout is not None else timeout
     if sum([bundle is not None, from_kafka, from_clickhouse]) != 1:
         cli_fail("give exactly one source: a BUNDLE directory, --from-kafka or --from-clickhouse")
     if bundle is None and html is not None:
@@ -218,7 +243,7 @@ def replay(
     if bundle is None:
         _replay_source(config, from_kafka=from_kafka, clickhouse=clickhouse, since=since, until=until,
                        workload=workload, cluster=cluster, topic_prefix=topic_prefix, bootstrap=bootstrap,
-                       kafka_timeout=kafka_timeout, diff=diff, json_lines=json_lines)
+                       kafka_timeout=timeout, diff=diff, fmt=fmt, verbose=verbose)
         return
     if since or until or workload or cluster:
         cli_fail("--since, --until, --workload and --cluster select from --from-kafka or --from-clickhouse, not a bundle")
@@ -244,18 +269,19 @@ def replay(
         if store_error:
             cli_fail(store_error)
         return
-    out = _print_verdicts(result.attributions)
-    out.print(
-        f"[dim]{result.lines_read:,} lines read, {len(result.events):,} events"
-        + (f", stored in {stored}" if stored else "")
-        + "[/]"
-    )
+    out = _print_verdicts(result.attributions, fmt, verbose)
+    if fmt is Format.text:
+        out.print(
+            f"[dim]{result.lines_read:,} lines read, {len(result.events):,} events"
+            + (f", stored in {stored}" if stored else "")
+            + "[/]"
+        )
     if store_error:
         cli_fail(store_error)
 
 
-def _replay_source(config: Any, *, from_kafka: bool, clickhouse: str, diff: bool, json_lines: bool,
-                   **selection: Any) -> None:
+def _replay_source(config: Any, *, from_kafka: bool, clickhouse: str, diff: bool, fmt: Format,
+                   verbose: bool, **selection: Any) -> None:
     """``replay --from-kafka | --from-clickhouse``: read the selected observations
     (:func:`_read_source`), replay them and print the verdicts (the asked workload's first) or
     their diff against the stored ones."""
@@ -269,11 +295,9 @@ def _replay_source(config: Any, *, from_kafka: bool, clickhouse: str, diff: bool
     # the asked workload's verdict first, the rest in replay order (sort is stable)
     verdicts.sort(key=lambda a: a.scope.kind != "workload" or a.scope.id != plan.focus)
     if diff:
-        _print_diff(verdicts, clickhouse, json_lines, plan.workloads)
-    elif json_lines:
-        sys.stdout.write("".join(canonical_json(att) + "\n" for att in verdicts))
+        _print_diff(verdicts, clickhouse, fmt is Format.json, plan.workloads)
     else:
-        _print_verdicts(verdicts)
+        _print_verdicts(verdicts, fmt, verbose)
 
 
 def _store_replay(result: Any, clickhouse: str) -> tuple[str | None, str | None]:
@@ -296,13 +320,24 @@ def _store_replay(result: Any, clickhouse: str) -> tuple[str | None, str | None]
         return None, f"ClickHouse: {message} -- the verdicts were not stored ({hint})"
 
 
-def _print_verdicts(verdicts: list) -> Console:
-    """Render each verdict for a person; returns the console (140 columns off a terminal)."""
-    from streams.render import render_attribution
+def _print_verdicts(verdicts: list, fmt: Format = Format.text, verbose: bool = False,
+                    out: Console | None = None) -> Console:
+    """Print ``verdicts`` in ``fmt``: text fits each on a screen (``verbose``: the coverage
+    table and every timeline row too), line gives one line each, json one JSON line each.
+    Returns the console (:func:`output_console` unless ``out`` is given)."""
+    from streams.render import render_attribution, render_summary, verdict_line
 
-    out = Console() if Console().is_terminal else Console(width=140)
+    out = out or output_console()
     for att in verdicts:
-        render_attribution(att, out)
+        if fmt is Format.json:
+            sys.stdout.write(canonical_json(att) + "\n")
+        elif fmt is Format.line:
+            out.print(verdict_line(att), markup=False, highlight=False, soft_wrap=True)
+        elif verbose:
+            render_attribution(att, out, max_timeline=None)
+        else:
+            render_summary(att, out)
+    sys.stdout.flush()
     return out
 
 
@@ -324,7 +359,8 @@ def bundle_export(
     cluster: Optional[str] = SourceOption["cluster"],
     topic_prefix: Optional[str] = SourceOption["topic_prefix"],
     bootstrap: Optional[str] = SourceOption["bootstrap"],
-    kafka_timeout: float = SourceOption["kafka_timeout"],
+    timeout: float = SourceOption["timeout"],
+    kafka_timeout: Optional[float] = SourceOption["kafka_timeout"],
 ) -> None:
     """Write a stored incident as a bundle: the observations `replay --workload` selects
     (from ClickHouse, or from a Kafka range), rebuilt into workload.yaml, workloads/*.yaml,
@@ -335,7 +371,7 @@ def bundle_export(
     observations, _, report = _read_source(
         EngineConfig.default(), from_kafka=from_kafka, clickhouse=clickhouse, since=since, until=until,
         workload=workload_id, cluster=cluster, topic_prefix=topic_prefix, bootstrap=bootstrap,
-        kafka_timeout=kafka_timeout)
+        kafka_timeout=kafka_timeout if kafka_timeout is not None else timeout)
     try:
         written = export_bundle(observations, workload_id, out)
     except ExportError as exc:
@@ -463,78 +499,44 @@ def worker(
 
 @app.command()
 def verdicts(
-    follow: bool = typer.Option(False, "--follow", help="keep waiting for new verdicts"),
-    json_lines: bool = typer.Option(False, "--json", help="print JSON Lines instead of the rich view"),
-    workload: Optional[str] = typer.Option(None, help="only this workload (scope id)"),
-    topic: Optional[str] = typer.Option(None, help="default: <FAULTSTREAM_TOPIC_PREFIX>.attributions"),
-    timeout: float = typer.Option(5.0, help="without --follow: stop after this many idle seconds"),
-    connect_timeout: float = typer.Option(10.0, "--connect-timeout", min=0.1,
-                                          help="give up when no broker answers within this many seconds"),
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep waiting for new verdicts"),
+    fmt: Format = typer.Option(Format.text, "--format", help=FORMAT_HELP + " (line suits --follow)"),
+    json_alias: bool = JSON_ALIAS,
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="text: also the coverage table and every timeline row"),
+    workload: Optional[str] = typer.Option(None, "--workload", help="only this workload (scope id)"),
+    topic: Optional[str] = typer.Option(None, "--topic", help="default: <FAULTSTREAM_TOPIC_PREFIX>.attributions"),
+    bootstrap: Optional[str] = SourceOption["bootstrap"],
+    idle_timeout: float = typer.Option(5.0, "--idle-timeout", min=0.1,
+                                       help="without --follow: stop after this many seconds without a record"),
+    timeout: float = SourceOption["timeout"],
+    connect_timeout: Optional[float] = typer.Option(None, "--connect-timeout", min=0.1, hidden=True,
+                                                    help="the same as --timeout"),
 ) -> None:
     """Print the verdicts on the attributions topic (every revision, in topic order).
 
     A tombstone (the null value after a withdrawn verdict, already printed) prints nothing; a
     record that is not a verdict (bad JSON, another schema) is skipped with a warning on
-    stderr; a broker that does not answer within --connect-timeout seconds exits 2
-    with a message."""
-    import uuid
+    stderr; a broker that does not answer within --timeout seconds exits 2 with a message."""
+    from confluent_kafka import KafkaException
 
-    from confluent_kafka import Consumer, KafkaException
-    from pydantic import ValidationError
-
-    from schemas.records import Attribution
     from schemas.topics import catalogue
-    from transport.kafka_settings import KafkaSettings
-    from streams.render import render_attribution
+    from transport.kafka_settings import KafkaSettingsError, kafka_settings
 
-    kafka = KafkaSettings()
+    try:
+        kafka = kafka_settings(bootstrap)
+    except KafkaSettingsError as exc:
+        cli_fail(str(exc))
     name = topic or catalogue()["attributions"].name
-    consumer = Consumer(kafka.confluent_config() | {
-        "group.id": f"faultstream-verdicts-{uuid.uuid4().hex}",
-        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        "log_level": 0,  # connection errors are reported below, once
-    })
-    out = Console() if Console().is_terminal else Console(width=140)
+    fmt = _format(fmt, json_alias)
+    consumer = _verdict_consumer(kafka, name, connect_timeout if connect_timeout is not None else timeout)
+    out = output_console()
     skipped = 0
     try:
-        try:
-            # raises KafkaException when no broker answers in time
-            metadata = consumer.list_topics(name, timeout=connect_timeout)
-        except KafkaException as exc:
-            detail = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
-            cli_fail(f"Kafka at {kafka.bootstrap_servers}: no broker answered within "
-                     f"{connect_timeout:g} s ({detail})")
-        missing = metadata.topics.get(name)
-        if missing is None or missing.error is not None:
-            err.print(f"warning: topic {name} does not exist (yet)", markup=False, highlight=False)
-        consumer.subscribe([name])
-        import time as _time
-
-        idle_since = _time.monotonic()
-        while follow or _time.monotonic() - idle_since < timeout:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                raise KafkaException(msg.error())
-            idle_since = _time.monotonic()
-            where = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
-            if msg.value() is None:
-                continue
-            try:
-                att = Attribution.model_validate_json(msg.value())
-            except (ValueError, ValidationError, RecursionError) as exc:
+        for att in _read_verdicts(consumer, follow=follow, idle_timeout=idle_timeout):
+            if att is None:
                 skipped += 1
-                err.print(f"warning: skipped {where}: not a verdict: {str(exc).splitlines()[0][:200]}",
-                          markup=False, highlight=False)
-                continue
-            if workload and att.scope.id != workload:
-                continue
-            if json_lines:
-                sys.stdout.write(canonical_json(att) + "\n")
-                sys.stdout.flush()
-            else:
-                render_attribution(att, out, max_timeline=15)
+            elif not workload or att.scope.id == workload:
+                _print_verdicts([att], fmt, verbose, out)
     except KafkaException as exc:
         cli_fail(f"Kafka at {kafka.bootstrap_servers}: {exc}")
     except KeyboardInterrupt:
@@ -543,6 +545,64 @@ def verdicts(
         consumer.close()
     if skipped:
         err.print(f"{skipped} records skipped: not verdicts", markup=False, highlight=False)
+
+
+def _verdict_consumer(kafka: Any, topic: str, timeout_s: float) -> Any:
+    """A consumer of ``topic`` from its start in a group of its own, once a broker answered
+    within ``timeout_s`` seconds (else exit 2); warns on stderr when the topic does not exist
+    yet."""
+    import uuid
+
+    from confluent_kafka import Consumer, KafkaException
+
+    consumer = Consumer(kafka.confluent_config() | {
+        "group.id": f"faultstream-verdicts-{uuid.uuid4().hex}",
+        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+        "log_level": 0,  # connection errors are reported below, once
+    })
+    try:
+        # raises KafkaException when no broker answers in time
+        metadata = consumer.list_topics(topic, timeout=timeout_s)
+    except KafkaException as exc:
+        consumer.close()
+        detail = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        cli_fail(f"Kafka at {kafka.bootstrap_servers}: no broker answered within {timeout_s:g} s ({detail})")
+    known = metadata.topics.get(topic)
+    if known is None or known.error is not None:
+        err.print(f"warning: topic {topic} does not exist (yet)", markup=False, highlight=False)
+    consumer.subscribe([topic])
+    return consumer
+
+
+def _read_verdicts(consumer: Any, *, follow: bool, idle_timeout: float):
+    """Yield each verdict on the consumer's topic (an :class:`schemas.records.Attribution`),
+    or None for a record that is not one (warned on stderr); tombstones are passed over.
+    Without ``follow`` it ends after ``idle_timeout`` seconds without a record. Raises
+    ``KafkaException`` on a consumer error."""
+    import time
+
+    from confluent_kafka import KafkaException
+    from pydantic import ValidationError
+
+    from schemas.records import Attribution
+
+    idle_since = time.monotonic()
+    while follow or time.monotonic() - idle_since < idle_timeout:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            raise KafkaException(msg.error())
+        idle_since = time.monotonic()
+        if msg.value() is None:
+            continue
+        try:
+            att = Attribution.model_validate_json(msg.value())
+        except (ValueError, ValidationError, RecursionError) as exc:
+            err.print(f"warning: skipped {msg.topic()}/{msg.partition()}/{msg.offset()}: not a verdict: "
+                      f"{str(exc).splitlines()[0][:200]}", markup=False, highlight=False)
+            att = None
+        yield att
 
 
 @schemas_app.command("export")
@@ -707,8 +767,9 @@ def _topics_settings(bootstrap: str | None):
 def topics_create(
     bootstrap: str = typer.Option(None, "--bootstrap", help="host:port[,...] (default: KAFKA_BOOTSTRAP_SERVERS)"),
     partitions: int = typer.Option(None, "--partitions", min=1, help="override every topic's partition count"),
-    prefix: str = typer.Option(None, "--prefix", help="topic name prefix (default: FAULTSTREAM_TOPIC_PREFIX or faultstream)"),
-    timeout: float = typer.Option(30.0, "--timeout", help="seconds per admin request"),
+    prefix: Optional[str] = SourceOption["topic_prefix"],
+    prefix_alias: Optional[str] = TOPIC_PREFIX_ALIAS,
+    timeout: float = typer.Option(30.0, "--timeout", min=0.1, help="seconds per admin request"),
 ) -> None:
     """Create the catalogue's topics that do not exist yet (idempotent); exit 1 when an existing
     topic's partitions or cleanup policy differ, 2 when the broker cannot be reached."""
@@ -717,7 +778,7 @@ def topics_create(
     from schemas.topics import TopicMismatchError, catalogue, create_topics
 
     settings = _topics_settings(bootstrap)
-    specs = catalogue(prefix)
+    specs = catalogue(prefix_alias or prefix)
     try:
         config = dict(settings.confluent_config(), log_level=0)  # errors are reported below, once
         created = create_topics(config, specs, partitions_override=partitions, timeout_s=timeout)
@@ -735,7 +796,8 @@ def topics_create(
 
 @topics_app.command("list")
 def topics_list(
-    prefix: str = typer.Option(None, "--prefix", help="topic name prefix (default: FAULTSTREAM_TOPIC_PREFIX or faultstream)"),
+    prefix: Optional[str] = SourceOption["topic_prefix"],
+    prefix_alias: Optional[str] = TOPIC_PREFIX_ALIAS,
 ) -> None:
     """Print the catalogue: name, key, value schema, partitions, cleanup policy, retention."""
     from rich.table import Table
@@ -744,12 +806,12 @@ def topics_list(
     from schemas.topics import catalogue
 
     table = Table("topic", "key", "value", "partitions", "cleanup", "retention")
-    for spec in catalogue(prefix).values():
+    for spec in catalogue(prefix_alias or prefix).values():
         retention = "-" if spec.retention_ms is None else f"{spec.retention_ms / 86_400_000:g} d"
         # the key recipes hold [..] lists: plain text, not rich markup
         table.add_row(spec.name, Text(spec.key), spec.value_schema or "-", str(spec.partitions), spec.cleanup_policy,
                       retention)
-    Console(width=160).print(table)
+    output_console(piped_width=160).print(table)
 
 
 if __name__ == "__main__":  # pragma: no cover -- after every sub-app is registered

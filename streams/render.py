@@ -49,7 +49,7 @@ from schemas.records import Attribution, Cost, CoverageEntry, EvidenceItem, GpuR
 if TYPE_CHECKING:
     from streams.replay import CalibrationRow, ScoreRow
 
-__all__ = ["render_attribution", "render_score_table", "render_calibration", "format_ns", "format_ranks"]
+__all__ = ["render_attribution", "render_summary", "verdict_line", "render_score_table", "render_calibration", "format_ns", "format_ranks"]
 
 _QUALITY_STYLE = {
     "definitive": "green",
@@ -100,32 +100,47 @@ def _gpu_label(gpu: GpuRef) -> str:
     return " / ".join(parts) or "?"
 
 
-def _header(att: Attribution) -> Panel:
+def _header(att: Attribution, *, compact: bool = False) -> Panel:
+    """The verdict panel; ``compact`` joins outcome and domain, and quality, confidence and
+    revision, on one row each, adds the culprits (:func:`_culprit_rows`) and leaves out the
+    rule and engine versions."""
     style = _QUALITY_STYLE.get(att.quality, "white")
     grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
     scope = f"{att.scope.kind} {att.scope.id}"
     if att.scope.cluster:
         scope += f" (cluster {att.scope.cluster})"
+    revision = f"{att.revision} ({'provisional: the window is still open' if att.status == 'provisional' else att.status})"
     _row(grid, "Scope", scope)
-    _row(grid, "Outcome", att.outcome)
-    _row(grid, "Domain", att.domain)
+    if compact:
+        _row(grid, "Outcome", f"{att.outcome}, domain {att.domain}")
+    else:
+        _row(grid, "Outcome", att.outcome)
+        _row(grid, "Domain", att.domain)
     if att.root_cause is not None:
-        _row(grid, "Root cause", Text.assemble((att.root_cause.code, "bold"), " -- ", att.root_cause.text))
+        _row(grid, "Root cause", Text.assemble((att.root_cause.code, "bold"), " -- ", _safe(att.root_cause.text)))
     else:
         _row(grid, "Root cause", "none: withdrawn" + (f", superseded by {', '.join(att.superseded_by)}"
                                                       if att.superseded_by else ""))
-    _row(grid, "Quality", Text(att.quality, style=f"bold {style}"))
-    _row(grid, "Confidence", f"{att.confidence:.2f}")
-    _row(grid, "Revision", f"{att.revision} ({'provisional: the window is still open' if att.status == 'provisional' else att.status})")
+    if compact:
+        _row(grid, "Quality", Text.assemble((att.quality, f"bold {style}"),
+                                            f", confidence {att.confidence:.2f}, revision {revision}"))
+    else:
+        _row(grid, "Quality", Text(att.quality, style=f"bold {style}"))
+        _row(grid, "Confidence", f"{att.confidence:.2f}")
+        _row(grid, "Revision", revision)
     _row(grid, "Window", f"{format_ns(att.window.start)} .. {format_ns(att.window.end)} UTC")
+    if compact:
+        for key, value in _culprit_rows(att) or [("Culprits", "none named")]:
+            _row(grid, key, value)
     if att.cost is not None:
         _row(grid, "Cost", cost_line(att.cost))
     if att.incident_id:
         _row(grid, "Incident", att.incident_id)
     _row(grid, "Verdict id", att.attribution_id)  # what an incident's Members name
-    _row(grid, "Rules", f"{att.ruleset_version}, engine {att.engine_version}")
+    if not compact:
+        _row(grid, "Rules", f"{att.ruleset_version}, engine {att.engine_version}")
     return Panel(grid, title="faultstream verdict", title_align="left", border_style=style,
                  box=box.ROUNDED)
 
@@ -157,11 +172,10 @@ def cost_line(cost: Cost) -> str:
             f"{cost.jobs_hit} job(s), {cost.nodes_hit} node(s) hit")
 
 
-def _culprits(att: Attribution) -> Panel:
+def _culprit_rows(att: Attribution) -> list[tuple[str, str]]:
+    """(label, value) of each culprit kind the verdict names: hosts, ranks, GPUs, ports, and
+    for a fabric or incident verdict the workloads hit and its member verdicts."""
     c = att.culprits
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
     rows = [
         ("Hosts", ", ".join(c.hosts)),
         ("Ranks", format_ranks(c.ranks)),
@@ -172,7 +186,14 @@ def _culprits(att: Attribution) -> Panel:
         # a fabric or incident verdict: the jobs the fault broke, and the verdicts it groups
         rows += [("Workloads hit", ", ".join(att.affected.workloads) or "none named"),
                  ("Members", ", ".join(att.members))]
-    shown = [(k, v) for k, v in rows if v]
+    return [(k, v) for k, v in rows if v]
+
+
+def _culprits(att: Attribution) -> Panel:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    shown = _culprit_rows(att)
     if not shown:
         body: Any = Text("none named", style="dim")
     else:
@@ -182,7 +203,9 @@ def _culprits(att: Attribution) -> Panel:
     return Panel(body, title="Culprits", title_align="left", box=box.ROUNDED)
 
 
-def _symptoms(att: Attribution) -> Any:
+def _symptoms(att: Attribution, top: int | None = None) -> Any:
+    """The symptom events by type, most frequent first; ``top``: at most that many types, the
+    rest summed on one line."""
     items = [e for e in att.evidence if e.role == "symptom"]
     in_trail = {e.event_id for e in items}
     by_type: dict[str, list[EvidenceItem]] = {}
@@ -202,23 +225,46 @@ def _symptoms(att: Attribution) -> Any:
                     f"({', '.join(hit)}), on {len(att.affected.hosts)} hosts: see their verdicts", style="bold")
     if not items:
         return Group(Text(title, style="bold"), Text("no symptom events in the evidence", style="dim"))
-    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD)
-    table.add_column("type")
+    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+                  show_edge=top is None)
+    table.add_column("type", overflow="fold")
     table.add_column("events", justify="right")
     table.add_column("hosts", justify="right")
-    table.add_column("ranks")
-    for typ, group in sorted(by_type.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    table.add_column("ranks", overflow="fold")
+    groups = sorted(by_type.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    shown = groups if top is None or len(groups) <= top else groups[:top]
+    for typ, group in shown:
         group_ranks = [e.rank for e in group if e.rank is not None]
         _row(table, typ, str(len(group)), str(len({e.host for e in group})),
                       format_ranks(group_ranks) or "-")
+    notes = []
+    if len(shown) < len(groups):
+        rest = groups[len(shown):]
+        events = sum(len(g) for _, g in rest)
+        notes.append(Text(f"... {len(rest)} more type{'s' if len(rest) != 1 else ''} "
+                          f"({events} event{'s' if events != 1 else ''})", style="dim"))
     missing = len(set(att.symptoms) - in_trail)
     if missing:
-        return Group(table, Text(f"{missing} symptom events not in the evidence trail",
-                                 style="dim"))
-    return table
+        notes.append(Text(f"{missing} symptom events not in the evidence trail", style="dim"))
+    return Group(table, *notes) if notes else table
+
+
+def _alternatives_brief(att: Attribution, top: int) -> Group:
+    """The ``top`` best alternatives, one wrapped line each (code, domain, score, where, why),
+    and the count of the rest."""
+    ranked = sorted(att.alternatives, key=lambda a: (-a.score, a.code))
+    lines: list[Any] = [Text("Alternatives", style="bold")]
+    for alt in ranked[:top]:
+        where = ", ".join(alt.hosts) + (f" rank {format_ranks(alt.ranks)}" if alt.ranks else "")
+        lines.append(Text.assemble("- ", (alt.code, "bold"), f" ({alt.domain}, {alt.score:.2f})",
+                                   f" on {where}" if where else "", ": ", _safe(alt.text)))
+    if len(ranked) > top:
+        lines.append(Text(f"... {len(ranked) - top} more", style="dim"))
+    return Group(*lines)
 
 
 def _alternatives(att: Attribution) -> Table:
+    """Other causes that fit, best first, as a table."""
     table = Table(title="Alternatives", title_justify="left", title_style="bold",
                   box=box.SIMPLE_HEAD)
     table.add_column("code")
@@ -253,32 +299,43 @@ def _coverage_rows(entries: list[CoverageEntry]) -> tuple[list[CoverageEntry], s
     return [entries[i] for i in shown], f"... {len(left):,} more sources: " + ", ".join(parts)
 
 
-def _coverage(att: Attribution) -> Any:
+def _coverage(att: Attribution, narrow: bool = False) -> Any:
+    """The coverage table (:func:`_coverage_rows` picks the rows). ``narrow``: the counts
+    share one column and the detail goes under the source, so a file name keeps its width."""
     if not att.coverage:
         return Text("Coverage: no sources reported", style="bold yellow")
     table = Table(title="Coverage", title_justify="left", title_style="bold",
                   box=box.SIMPLE_HEAD)
-    table.add_column("source")
-    table.add_column("status")
-    table.add_column("records", justify="right")
-    table.add_column("unparsed", justify="right")
-    table.add_column("events", justify="right")
-    table.add_column("unknown", justify="right")
-    table.add_column("detail")
+    # a file name keeps its width (folded only when it alone is wider than the screen)
+    table.add_column("source", no_wrap=True, overflow="fold")
+    table.add_column("status", no_wrap=True)
+    if narrow:
+        table.add_column("records, events", overflow="fold")
+    else:
+        for name in ("records", "unparsed", "events", "unknown"):
+            table.add_column(name, justify="right")
+        table.add_column("detail", overflow="fold")
     shown, rest = _coverage_rows(list(att.coverage))
     for entry in shown:
         style = _COVERAGE_STYLE.get(entry.status, "")
         row_style = style if entry.status != "present" else None
-        _row(table, entry.source, Text(entry.status, style=style), str(entry.records),
-                      str(entry.unparsed), str(entry.events), str(entry.unrecognised),
-                      entry.detail, style=row_style)
+        status = Text(entry.status, style=style)
+        if narrow:
+            counts = f"{entry.records:,} records, {entry.events:,} events" + "".join(
+                f", {n:,} {what}" for n, what in ((entry.unparsed, "unparsed"), (entry.unrecognised, "unknown")) if n)
+            source = Text(_safe(entry.source)) + (Text("\n" + _safe(entry.detail), style="dim") if entry.detail else Text(""))
+            _row(table, source, status, counts, style=row_style)
+        else:
+            _row(table, entry.source, status, str(entry.records), str(entry.unparsed), str(entry.events),
+                 str(entry.unrecognised), entry.detail, style=row_style)
     if rest:
         table.caption, table.caption_justify = rest, "left"
     return table
 
 
-def _unrecognised(att: Attribution) -> Any:
-    """The error lines no rule knows, as templates, or None when there are none."""
+def _unrecognised(att: Attribution, top: int | None = None) -> Any:
+    """The error lines no rule knows, as templates (``top``: at most that many, those near
+    the cause first), or None when there are none."""
     if not att.unrecognised:
         return None
     lines = sum(t.count for t in att.unrecognised)
@@ -290,17 +347,24 @@ def _unrecognised(att: Attribution) -> Any:
     table.add_column("lines", justify="right")
     table.add_column("severity")
     table.add_column("hosts")
-    table.add_column("template")
-    for t in att.unrecognised:
+    table.add_column("template", overflow="fold")
+    templates = list(att.unrecognised)
+    if top is not None:
+        templates = sorted(templates, key=lambda t: not t.near_cause)[:top]
+        table.show_edge = False
+    for t in templates:
         hosts = ", ".join(t.hosts[:3]) + (f" +{len(t.hosts) - 3}" if len(t.hosts) > 3 else "")
         _row(table, str(t.count), t.severity, hosts,
              Text(_safe(t.template) + ("  <- near the cause" if t.near_cause else "")),
              style="yellow" if t.near_cause else None)
+    if len(templates) < len(att.unrecognised):
+        table.caption, table.caption_justify = f"... {len(att.unrecognised) - len(templates)} more templates", "left"
     return Group(head, table)
 
 
-def _reasoning(att: Attribution) -> Any:
-    """The reasoning chain and the unexplained symptoms, or None when the verdict has neither."""
+def _reasoning(att: Attribution, top: int | None = None) -> Any:
+    """The reasoning chain and the unexplained symptoms (``top``: at most that many types),
+    or None when the verdict has neither."""
     if not att.reasoning and not att.unexplained:
         return None
     parts: list[Any] = [Text("Reasoning", style="bold")]
@@ -308,14 +372,16 @@ def _reasoning(att: Attribution) -> Any:
         parts.append(Text(f"{i}. {_safe(sentence)}"))
     if att.unexplained:
         table = Table(title="Left unexplained", title_justify="left", title_style="bold yellow",
-                      box=box.SIMPLE_HEAD)
-        table.add_column("type")
+                      box=box.SIMPLE_HEAD, show_edge=top is None)
+        table.add_column("type", overflow="fold")
         table.add_column("events", justify="right")
-        table.add_column("hosts")
-        table.add_column("ranks")
+        table.add_column("hosts", overflow="fold")
+        table.add_column("ranks", overflow="fold")
         table.add_column("first (UTC)", no_wrap=True)
-        for u in att.unexplained:
+        for u in att.unexplained[:top]:
             _row(table, u.type, str(u.count), ", ".join(u.hosts), format_ranks(u.ranks), format_ns(u.first_at))
+        if top is not None and len(att.unexplained) > top:
+            table.caption, table.caption_justify = f"... {len(att.unexplained) - top} more types", "left"
         parts.append(table)
     return Group(*parts)
 
@@ -340,52 +406,144 @@ def _select_timeline(items: Sequence[EvidenceItem], max_rows: int) -> list[Evide
     return [items[i] for i in sorted(chosen, key=lambda i: (items[i].at, i))]
 
 
-def _timeline(att: Attribution, max_timeline: int) -> Any:
-    items = att.evidence
+def _fold(items: Sequence[EvidenceItem]) -> tuple[list[EvidenceItem], dict[int, int]]:
+    """One row per distinct (time, role, type, host, rank, summary): events that read the same
+    (one error printed on three lines, the same frame in eight stack dumps) are one row.
+    Returns the first item of each group, in trail order, and its group size by ``id()``."""
+    first: dict[tuple, EvidenceItem] = {}
+    size: dict[int, int] = {}
+    for item in items:
+        head = first.setdefault((item.at, item.role, item.type, item.host, item.rank, item.summary), item)
+        size[id(head)] = size.get(id(head), 0) + 1
+    return list(first.values()), size
+
+
+def _timeline(att: Attribution, max_timeline: int | None, narrow: bool = False) -> Any:
+    """The evidence rows in time order, identical rows folded (:func:`_fold`); at most
+    ``max_timeline`` rows (None: all). ``narrow`` (a console under :data:`WIDE` columns): type,
+    host and rank share one column with the summary below them."""
+    items, size = _fold(att.evidence)
     if not items:
         return Text("Evidence: none", style="bold yellow")
-    shown = _select_timeline(items, max(1, max_timeline))
-    table = Table(title=f"Evidence timeline ({len(items)} events, UTC)", title_justify="left",
+    shown = _select_timeline(items, len(items) if max_timeline is None else max(1, max_timeline))
+    table = Table(title=f"Evidence timeline ({len(att.evidence)} events, UTC)", title_justify="left",
                   title_style="bold", box=box.SIMPLE_HEAD)
     table.add_column("time (UTC)", no_wrap=True)
-    table.add_column("role")
-    table.add_column("type")
-    table.add_column("host")
-    table.add_column("rank", justify="right")
-    table.add_column("summary")
+    table.add_column("role", no_wrap=True)
+    if narrow:
+        table.add_column("event", overflow="fold")
+    else:
+        table.add_column("type", overflow="fold")
+        table.add_column("host", overflow="fold")
+        table.add_column("rank", justify="right")
+        table.add_column("summary", overflow="fold")
     for item in shown:
         style = _ROLE_STYLE.get(item.role, "")
-        _row(table, format_ns(item.at), Text(item.role, style=style), item.type, item.host,
-                      "" if item.rank is None else str(item.rank), item.summary,
-                      style="bold" if item.role == "cause" else None)
-    hidden = len(items) - len(shown)
-    if not hidden:
-        return table
+        n = size[id(item)]
+        rank = "" if item.rank is None else str(item.rank)
+        summary = item.summary + (f" (x{n} events)" if n > 1 else "")
+        if narrow:
+            what = Text.assemble((_safe(item.type), "bold"), f" {_safe(item.host)}", f" rank {rank}" if rank else "",
+                                 "\n", (_safe(summary), "dim" if item.role != "cause" else ""))
+            _row(table, format_ns(item.at), Text(item.role, style=style), what)
+        else:
+            _row(table, format_ns(item.at), Text(item.role, style=style), item.type, item.host, rank, summary,
+                 style="bold" if item.role == "cause" else None)
     shown_ids = {id(i) for i in shown}
     counts: dict[str, int] = {}
     for item in items:
         if id(item) not in shown_ids:
-            counts[item.role] = counts.get(item.role, 0) + 1
+            counts[item.role] = counts.get(item.role, 0) + size[id(item)]
+    hidden = sum(counts.values())
+    if not hidden:
+        return table
     detail = ", ".join(f"{n} {role}" for role, n in sorted(counts.items()))
     return Group(table, Text(f"... {hidden} more ({detail})", style="dim"))
 
 
-def render_attribution(att: Attribution, console: Console, *, max_timeline: int = 40) -> None:
+def _coverage_line(att: Attribution) -> Text:
+    """One line on the inputs: source count by status, the first sources that are not
+    present named (``Coverage: 12 sources: 10 present, 1 failed, 1 empty (metrics/node-a01,
+    fabric/leaf-02)``)."""
+    if not att.coverage:
+        return Text("Coverage: no sources reported", style="bold yellow")
+    by_status: dict[str, int] = {}
+    for entry in att.coverage:
+        by_status[entry.status] = by_status.get(entry.status, 0) + 1
+    n = len(att.coverage)
+    if set(by_status) == {"present"}:
+        return Text(f"Coverage: {n} source{'s' if n != 1 else ''}, all present", style="dim")
+    counts = ", ".join(f"{k} {status}" for status, k in sorted(by_status.items(), key=lambda kv: kv[0] != "present"))
+    names = [e.source for e in att.coverage if e.status != "present"]
+    named = ", ".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "")
+    return Text(f"Coverage: {n} sources: {counts} ({_safe(named)})", style="bold yellow")
+
+
+#: Consoles narrower than this get the stacked timeline (:func:`_timeline`).
+WIDE = 120
+
+#: Rows of each section of :func:`render_summary`.
+SUMMARY_ROWS = 5
+
+
+def render_summary(att: Attribution, console: Console) -> None:
+    """Print ``att`` to fit one screen (about 40 lines): the compact verdict panel with the
+    culprits, the :data:`SUMMARY_ROWS` most frequent symptom types, the best alternatives
+    and unknown-line templates (3 each), the reasoning, then one line on the coverage and
+    what ``--verbose`` (:func:`render_attribution`) adds. Long names (files, hosts) wrap
+    whole, never cut."""
+    console.print(_header(att, compact=True))
+    console.print(_symptoms(att, top=SUMMARY_ROWS))
+    if att.alternatives:
+        console.print(_alternatives_brief(att, top=3))
+    unknown = _unrecognised(att, top=3)
+    if unknown is not None:
+        console.print(unknown)
+    reasoning = _reasoning(att, top=3)
+    if reasoning is not None:
+        console.print(reasoning)
+    line = _coverage_line(att)
+    line.append(f"; --verbose: the coverage table and the {len(att.evidence)}-event timeline", style="dim")
+    console.print(line)
+
+
+def verdict_line(att: Attribution) -> str:
+    """One line per verdict revision, for following a topic: decision time (UTC, ms), scope,
+    revision and status, quality and confidence, root cause, culprit hosts (and ranks, ports
+    when named), ``superseded by`` for a withdrawn verdict. Control characters are made
+    visible (:func:`_safe`). Example:
+    ``2026-11-30 01:21:10.000 workload:job-1001 r1 final definitive 0.93 gpu.xid.79 hosts=node-a01 ranks=0``"""
+    c = att.culprits
+    parts = [format_ns(att.decided_at), f"{att.scope.kind}:{att.scope.id}", f"r{att.revision}", att.status,
+             att.quality, f"{att.confidence:.2f}",
+             att.root_cause.code if att.root_cause is not None else "withdrawn"]
+    if c.hosts:
+        parts.append("hosts=" + ",".join(c.hosts))
+    if c.ranks:
+        parts.append("ranks=" + format_ranks(c.ranks))
+    if c.ports:
+        parts.append("ports=" + ",".join(c.ports))
+    if att.superseded_by:
+        parts.append("superseded_by=" + ",".join(att.superseded_by))
+    return _safe(" ".join(parts)).replace("\n", " ").replace("\t", " ")
+
+
+def render_attribution(att: Attribution, console: Console, *, max_timeline: int | None = 40) -> None:
     """Print ``att`` for a person on ``console`` (see the module docstring for the layout).
-    ``max_timeline`` caps the evidence rows (>= 1)."""
+    ``max_timeline`` caps the evidence rows (>= 1; None: every row)."""
     console.print(_header(att))
     console.print(_culprits(att))
     console.print(_symptoms(att))
     if att.alternatives:
         console.print(_alternatives(att))
-    console.print(_coverage(att))
+    console.print(_coverage(att, narrow=console.width < WIDE))
     unknown = _unrecognised(att)
     if unknown is not None:
         console.print(unknown)
     reasoning = _reasoning(att)
     if reasoning is not None:
         console.print(reasoning)
-    console.print(_timeline(att, max_timeline))
+    console.print(_timeline(att, max_timeline, narrow=console.width < WIDE))
 
 
 def render_score_table(rows: Iterable["ScoreRow"], console: Console) -> None:

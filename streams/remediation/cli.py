@@ -1,9 +1,9 @@
 """``faultstream remediation``: see and decide remediation actions.
 
-* ``faultstream remediation list [--state S] [--cluster C] [--json]`` -- the latest record of
+* ``faultstream remediation list [--state S] [--cluster C] [--format text|json]`` -- the latest record of
   every action on the compacted ``<prefix>.remediations`` topic (the highest ``sequence`` per
   ``action_id``), as a table or JSON Lines of ``RemediationAction``.
-* ``faultstream remediation show ID [--json]`` -- one action: target, guards with their results,
+* ``faultstream remediation show ID [--format text|json]`` -- one action: target, guards with their results,
   decision, executor result, and every transition still on the topic.
 * ``faultstream remediation approve ID --by NAME --reason TEXT`` / ``reject`` / ``cancel`` --
   publish a ``RemediationCommand`` on ``<prefix>.remediation-commands`` (key = action id); the
@@ -48,6 +48,7 @@ from rich.table import Column, Table
 
 from connectors.registry import cli_fail
 from schemas.records import ActionState, RemediationAction, RemediationCommand, canonical_json
+from streams.terminal import JSON_ALIAS, RecordFormat, chosen_format, output_console
 
 __all__ = ["app", "read_actions", "ActionLog", "latest", "send_command", "signed"]
 
@@ -58,6 +59,7 @@ ACTIVE = ("proposed", "approved", "executing")
 
 BootstrapOpt = Annotated[Optional[str], typer.Option("--bootstrap", help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=0.1, help="seconds to wait for the broker and to read the topic")]
+FormatOpt = Annotated[RecordFormat, typer.Option("--format", help="text: for a person; json: the latest RemediationAction records as JSON Lines")]
 ByOpt = Annotated[Optional[str], typer.Option("--by", help="who decides (default: $USER)")]
 def _reason(value: str) -> str:
     """``--reason`` stripped; an empty or blank reason is a usage error (exit 2)."""
@@ -196,7 +198,7 @@ def _target(a: RemediationAction) -> str:
 
 
 def _console() -> Console:
-    return Console() if Console().is_terminal else Console(width=160)
+    return output_console(piped_width=160)
 
 
 STATE_STYLE = {"proposed": "yellow", "approved": "cyan", "executing": "blue", "done": "green",
@@ -207,11 +209,13 @@ STATE_STYLE = {"proposed": "yellow", "approved": "cyan", "executing": "blue", "d
 def list_actions(
     state: Annotated[Optional[list[str]], typer.Option("--state", help="only these states (repeatable); 'active' = proposed, approved, executing")] = None,
     cluster: Annotated[Optional[str], typer.Option("--cluster", help="only this cluster")] = None,
-    json_lines: Annotated[bool, typer.Option("--json", help="JSON Lines of the latest RemediationAction records")] = False,
+    fmt: FormatOpt = RecordFormat.text,
+    json_alias: bool = JSON_ALIAS,
     bootstrap: BootstrapOpt = None,
     timeout: TimeoutOpt = 10.0,
 ) -> None:
     """The latest state of every remediation action (highest sequence per action id)."""
+    json_lines = chosen_format(fmt, json_alias) is RecordFormat.json
     known = set(get_args(ActionState))
     unknown = sorted(set(state or []) - known - {"active"})
     if unknown:
@@ -238,11 +242,13 @@ def list_actions(
 @app.command("show")
 def show(
     action_id: Annotated[str, typer.Argument(help="the action id (act-...)")],
-    json_out: Annotated[bool, typer.Option("--json", help="the latest RemediationAction as JSON")] = False,
+    fmt: FormatOpt = RecordFormat.text,
+    json_alias: bool = JSON_ALIAS,
     bootstrap: BootstrapOpt = None,
     timeout: TimeoutOpt = 10.0,
 ) -> None:
     """One action: target, guards, decision, result and its transitions."""
+    json_out = chosen_format(fmt, json_alias) is RecordFormat.json
     actions, topic = _load(bootstrap, timeout)
     log = actions.get(action_id)
     if log is None:

@@ -235,7 +235,7 @@ def test_verdicts_without_a_broker_exits_non_zero_with_a_message() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     started = time.monotonic()
-    out = faultstream("verdicts", "--connect-timeout", "3", env={"KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}"})
+    out = faultstream("verdicts", "--timeout", "3", env={"KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}"})
     assert out.returncode == 2, out
     assert f"error: Kafka at 127.0.0.1:{port}: no broker answered within 3 s" in out.stderr
     assert "Traceback" not in out.stderr
@@ -419,7 +419,7 @@ def test_verdicts_skips_bad_records_and_passes_over_tombstones(stream_env, kafka
         (b"job-1001", None), (b"job-1001", b"{not json"), (b"job-1001", canonical_json(att).encode()),
         (b"job-1001", b'{"schema_version": 1}'),
     ])
-    out = faultstream("verdicts", "--json", "--timeout", "4", env=env)
+    out = faultstream("verdicts", "--format", "json", "--idle-timeout", "4", env=env)
     assert out.returncode == 0, out.stderr
     assert [json.loads(line)["attribution_id"] for line in out.stdout.splitlines()] == [att.attribution_id]
     # the tombstone is the contract's end of a withdrawn verdict: not a bad record

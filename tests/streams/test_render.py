@@ -226,3 +226,33 @@ def test_a_4000_source_coverage_table_is_summarised_with_the_problems_shown() ->
     assert "... 3,960 more sources: 3,960 present (396,000 records, 3,960 events)" in text
     # a small table is printed whole
     assert "more sources" not in rendered(xid79_verdict())
+
+
+def test_summary_fits_a_screen_and_names_what_verbose_adds() -> None:
+    from streams.render import render_summary
+
+    console = Console(record=True, width=80, color_system=None)
+    render_summary(xid79_verdict(), console)
+    text = console.export_text()
+    lines = text.splitlines()
+    assert len(lines) <= 40
+    assert any("Quality" in l and "definitive, confidence 0.93, revision 3 (final)" in l for l in lines)
+    assert any("Hosts" in l and "node-a01" in l for l in lines)  # culprits in the verdict panel
+    wd = next(l for l in lines if l.strip().startswith("nccl.watchdog_timeout"))
+    assert wd.split() == ["nccl.watchdog_timeout", "15", "2", "1-15"]
+    flat = " ".join(text.split())
+    assert "- fabric.link_down (fabric, 0.18) on node-a02 rank 8-11: link flap on leaf-02/Eth1/12" in flat
+    assert ("Coverage: 4 sources: 2 present, 1 failed, 1 empty (metrics/node-a01, fabric/leaf-02); "
+            "--verbose: the coverage table and the 19-event timeline") in flat
+    assert "Evidence timeline" not in text and "Rules" not in text
+
+
+def test_narrow_timeline_stacks_the_summary_under_type_and_host() -> None:
+    console = Console(record=True, width=80, color_system=None)
+    render_attribution(xid79_verdict(), console)
+    lines = console.export_text().splitlines()
+    first = next(i for i, l in enumerate(lines) if l.strip().startswith("2026-11-30"))
+    assert lines[first].split() == ["2026-11-30", "01:21:04.123", "cause", "gpu.xid", "node-a01", "rank", "0"]
+    assert lines[first + 1].strip().startswith("XID 79 GPU has fallen off the bus")
+    assert lines[first + 1].startswith(" " * 30)  # under the event column, not a row of its own
+    assert max(len(l) for l in lines) <= 80

@@ -70,7 +70,7 @@ def test_parse_time_is_iso_8601_utc() -> None:
 
 def test_unreachable_broker_is_a_clear_error_not_a_hang() -> None:
     started = time.monotonic()
-    result = run("replay", "--from-kafka", "--bootstrap", "127.0.0.1:1", "--kafka-timeout", "1",
+    result = run("replay", "--from-kafka", "--bootstrap", "127.0.0.1:1", "--timeout", "1",
                  "--since", "2026-11-30T01:00Z")
     assert result.exit_code == 2, result.output
     assert "Kafka at 127.0.0.1:1 did not answer within 1 s" in result.stderr

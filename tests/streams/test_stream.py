@@ -280,7 +280,7 @@ def test_bundles_through_the_stream_equal_replay_on_the_topic_and_in_clickhouse(
     assert revisions[job] >= 2
     # the operator's view of the topic: `faultstream verdicts`
     shown = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "verdicts", "--json", "--workload", "job-1006", "--timeout", "3"],
+        [sys.executable, "-m", "streams.cli", "verdicts", "--format", "json", "--workload", "job-1006", "--idle-timeout", "3"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )
     assert shown.returncode == 0, shown.stderr
