@@ -302,7 +302,7 @@ class _Explorer:
         now = self.clock()
         since = min(now - now % (86_400 * views.NS), now - views.OPEN_WITHOUT_ACTION_NS)
         incidents = self.store.incident_costs(since)
-        open_actions = self.store.actions(states=list(views.OPEN_STATES))
+        open_actions = self.store.actions(states=list(ACTIVE))
         executing = [a.action_id for a in open_actions if a.state == "executing"]
         executed = views.executed_actions(self.store.transitions(executing))
         with_actions = self.store.incidents_with_actions([i.key for i in incidents])
@@ -384,7 +384,7 @@ class _Explorer:
         self.store.facets()
         return PlainTextResponse("ok")
 
-    # -- authentication and decisions (only with self.commands allowed) ------------------------------
+    # -- authentication and decisions (only with commands allowed) -----------------------------------
 
     def same_origin(self, request: Request) -> bool:
         origin = request.headers.get("origin")
@@ -460,13 +460,13 @@ class _Explorer:
         headings = {400: "Bad request", 403: "Refused", 404: "Not found", 405: "Not allowed"}
         message = exc.detail
         if exc.status_code == 405:
-            message = "This explorer is read-only: start it with --allow-self.commands (and a command key) to decide."
+            message = "This explorer is read-only: start it with --allow-commands (and a command key) to decide."
         return self.error_page(request, exc.status_code, headings.get(exc.status_code, "Error"), message)
 
     async def store_error(self, request: Request, exc: Exception) -> Response:
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": str(exc)}, status_code=503)
-        return self.error_page(request, 503, "The self.store did not answer", str(exc))
+        return self.error_page(request, 503, "The store did not answer", str(exc))
 
 
 def create_ui_app(settings: UISettings, *, store: IncidentStore | None = None,

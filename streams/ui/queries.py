@@ -292,7 +292,8 @@ class IncidentStore:
         rows = self._rows(f"SELECT DISTINCT incident_id, attribution_id FROM {self._t('remediations')} "
                           "WHERE incident_id IN {keys:Array(String)} OR attribution_id IN {keys:Array(String)}",
                           {"keys": keys}, "the actions of incidents")
-        return {k for r in rows for k in r if k in keys}
+        wanted = set(keys)
+        return {k for r in rows for k in r if k in wanted}
 
     # -- one verdict -------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from schemas.records import (
     RemediationAction,
 )
 from schemas.utc import format_utc
+from streams.remediation.cli import ACTIVE
 from streams.ui.settings import LINK_PAD_S
 
 __all__ = [
@@ -757,9 +758,6 @@ def incident_observation_ids(att: Attribution, max_rows: int = MAX_EVIDENCE_ROWS
 
 # -- what to do first: the next action, link-outs, the list's groups and the fleet summary ------
 
-#: Action states that still need someone: a person (proposed), an executor (approved) or a
-#: certification (executing).
-OPEN_STATES = ("proposed", "approved", "executing")
 #: How long an incident without any remediation action counts as open, ns.
 OPEN_WITHOUT_ACTION_NS = 86_400 * NS
 
@@ -908,10 +906,11 @@ def fleet_summary(incidents: Sequence[IncidentCost], open_actions: Sequence[Reme
                   incidents_with_actions: set[str], executed: set[str], now_ns: int) -> FleetSummary:
     """The fleet summary at ``now_ns`` (UTC ns).
 
-    * an incident is **open** when one of ``open_actions`` (latest records in a state of
-      :data:`OPEN_STATES`; a proposal past its ``expires_at`` does not count) is for it, or
-      when nothing was proposed for it (its key not in ``incidents_with_actions``) and its
-      last verdict is less than :data:`OPEN_WITHOUT_ACTION_NS` old;
+    * an incident is **open** when one of ``open_actions`` (latest records proposed, approved
+      or executing: ``streams.remediation.cli.ACTIVE``; a proposal past its ``expires_at``
+      does not count) is for it, or when nothing was proposed for it (its key not in
+      ``incidents_with_actions``) and its last verdict is less than
+      :data:`OPEN_WITHOUT_ACTION_NS` old;
     * a node is **cordoned** while a disruptive action (``correlators.remediation.policy
       .DISRUPTIVE``) on it is ``executing``; **awaiting re-certification** when that action's
       id is in ``executed`` (it ran and waits for a certification to return the node);
@@ -928,7 +927,7 @@ def fleet_summary(incidents: Sequence[IncidentCost], open_actions: Sequence[Reme
 
     open_keys: set[tuple[str, str]] = set()
     for a in open_actions:
-        if a.state not in OPEN_STATES or (a.state == "proposed" and a.expires_at is not None
+        if a.state not in ACTIVE or (a.state == "proposed" and a.expires_at is not None
                                            and a.expires_at <= now_ns):
             continue
         open_keys.add((a.cluster, _action_key(a)))
