@@ -360,7 +360,7 @@ class RemediationEngine:
             if expires is not None and cmd.at >= expires:
                 out += self._end(
                     t, "expired", cmd.at,
-                    reason=f"expired at {expires} before approval by {cmd.by} at {cmd.at}",
+                    reason=f"expired at {format_utc(expires)} before approval by {cmd.by} at {format_utc(cmd.at)}",
                 )
             else:
                 out.append(self._move(t, "approved", cmd.at, decision=decision))
@@ -418,14 +418,14 @@ class RemediationEngine:
             if not cert.passed:
                 failed = ", ".join(x.name for x in cert.tests if x.result == "fail") or "failed"
                 out.append(self._move(t, "executing", cert.finished_at,
-                                      result=f"{label} failed at {cert.finished_at} ({failed}): node stays out of service"))
+                                      result=f"{label} failed at {format_utc(cert.finished_at)} ({failed}): node stays out of service"))
             elif waiting:
                 names = ", ".join(f"{c.action.action} {c.action_id} ({c.state})" for c in waiting)
                 out.append(self._move(t, "executing", cert.finished_at,
                                       result=f"{label} passed but {names} is still pending: node stays out of service"))
             else:
                 out += self._end(t, "done", cert.finished_at,
-                                 result=f"returned to service: {label} passed at {cert.finished_at}")
+                                 result=f"returned to service: {label} passed at {format_utc(cert.finished_at)}")
         return out
 
     def on_started(self, action_id: str, *, executor: str, at: int) -> list[RemediationAction]:
@@ -477,7 +477,7 @@ class RemediationEngine:
         for t in list(self._actions.values()):
             exp = t.action.expires_at
             if t.state == "proposed" and exp is not None and exp <= now_ns:
-                out += self._end(t, "expired", now_ns, reason=f"not approved by {exp}")
+                out += self._end(t, "expired", now_ns, reason=f"not approved by {format_utc(exp)}")
         self._prune(now_ns)
         return out
 
@@ -902,7 +902,7 @@ class RemediationEngine:
                         f"(stale_after_s {stale_s}); not replayed"))
         breaker.reset(keep=[aid for aid, t in self._actions.items() if t.state not in TERMINAL])
         note = GuardResult(guard=g.CIRCUIT_BREAKER, passed=False, detail=(
-            f"blocked while the breaker was tripped ({tripped}); reset by {cmd.by} at {cmd.at}: "
+            f"blocked while the breaker was tripped ({tripped}); reset by {cmd.by} at {format_utc(cmd.at)}: "
             "not replayed, waits for a person's approval"))
         for t in blocked:
             if t.state != "proposed":  # a cancelled predecessor took it along

@@ -57,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from correlators.timetext import NS
 from schemas.bundle import TopologySpec
 from schemas.records import Attribution, GuardResult
+from schemas.utc import format_utc
 
 
 VERDICT_FINAL = "verdict_final"
@@ -381,8 +382,8 @@ class CircuitBreaker(BaseModel):
             return GuardResult(
                 guard=CIRCUIT_BREAKER,
                 passed=False,
-                detail=f"event time {at} is within {settings.window_s} s of admissions the breaker no longer "
-                f"holds (forgotten up to {self.horizon}): too late to bound the blast radius; a person decides",
+                detail=f"event time {format_utc(at)} is within {settings.window_s} s of admissions the breaker no longer "
+                f"holds (forgotten up to {format_utc(self.horizon)}): too late to bound the blast radius; a person decides",
             )
         others = self.taken_out(at, settings, exclude=action_id)
         limit = f"(limit {settings.max_fraction:.0%})"

@@ -4,16 +4,22 @@ tables (``faultstream ui``).
 Routes (all ``GET`` unless said otherwise):
 
 ==================================  ==============================================================
-``/``                               incident list: filters ``cluster``, ``domain``,
+``/``                               fleet summary per cluster, then the incident list (one
+                                    row per incident, its other verdicts folded under it):
+                                    filters ``cluster``, ``domain``,
                                     ``root_cause`` (a code or a dotted prefix), ``quality``,
                                     ``status``, ``scope``, ``since`` / ``until`` (ISO 8601, UTC
                                     unless zoned); newest first; refreshes itself
 ``/api/incidents``                  the same rows as JSON (what the list polls):
-                                    ``{"count", "refreshed", "rows": [{"id", "revision",
-                                    "cells": [...], "verdict": {...}}]}``
-``/incidents/{attribution_id}``     one verdict: verdict, culprit, timeline, reasoning,
-                                    alternatives, symptoms, back-dated spans, scheduler states,
-                                    evidence with its log lines, coverage, revisions, actions
+                                    ``{"count", "verdicts", "refreshed", "rows": [{"id",
+                                    "revision", "group", "cells": [...], "verdict": {...},
+                                    "members": [<rows of the same shape>]}]}``
+``/incidents/{attribution_id}``     one verdict; first screen: the verdict and culprit, the
+                                    action to decide first (approve / reject when logged
+                                    in), the cost, link-outs; below: reasoning, timeline,
+                                    alternatives, symptoms, back-dated spans, scheduler
+                                    states, remediation, evidence with its log lines,
+                                    coverage, revisions
 ``/fabric``                         switches and ports with faults over time, cables, jobs hit
 ``/node?host=H[&cluster=C]``        a node's faults, verdicts, remediation, certifications
 ``/remediations``                   the remediation queue (``state``: active by default)
@@ -22,7 +28,8 @@ Routes (all ``GET`` unless said otherwise):
 ``/login`` (GET, POST)              only with commands allowed: name + token -> session
 ``/logout`` (POST)                  only with commands allowed
 ``/remediations/{id}/decide``       POST, only with commands allowed and a logged-in session:
-                                    ``command`` (approve | reject), ``reason``, ``csrf``
+                                    ``command`` (approve | reject), ``reason``, ``csrf``,
+                                    ``back`` (optional: the incident page to return to)
 ==================================  ==============================================================
 
 Read-only by default: without ``allow_commands`` no write route exists (a ``POST`` is answered
@@ -44,8 +51,10 @@ autoescaping templates (``streams.ui.render``) and the JS sets it with ``textCon
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -74,7 +83,7 @@ from streams.ui.queries import IncidentFilter, IncidentRow, IncidentStore, Store
 from streams.ui.render import Links, render
 from streams.ui.settings import UISettings, UISettingsError
 
-__all__ = ["LIST_HEADERS", "build_publisher", "create_ui_app", "list_row"]
+__all__ = ["LIST_HEADERS", "build_publisher", "create_ui_app", "group_row", "list_row"]
 
 _LINKS = Links()
 _MAX_PARAM = 200
@@ -140,8 +149,8 @@ def _cut(text: str, n: int) -> str:
 
 
 def list_row(row: IncidentRow, links: Links = _LINKS) -> dict[str, Any]:
-    """One incident list row as the page and ``/api/incidents`` show it: ``cells`` in the
-    order of :data:`LIST_HEADERS`, each ``{"text", "href"?, "badge"?, "sub"?, "cls"?}``."""
+    """One verdict's row as the page and ``/api/incidents`` show it: ``cells`` in the order
+    of :data:`LIST_HEADERS`, each ``{"text", "href"?, "badge"?, "sub"?, "cls"?}``."""
     href = links.incident(row.attribution_id)
     culprits = ", ".join(row.culprit_hosts)
     if row.culprit_ranks:
@@ -165,6 +174,12 @@ def list_row(row: IncidentRow, links: Links = _LINKS) -> dict[str, Any]:
         ],
         "verdict": row.as_json(),
     }
+
+
+def group_row(group: views.ListGroup, links: Links = _LINKS) -> dict[str, Any]:
+    """One incident of the list: its head verdict's row (:func:`list_row`) with ``group``
+    (the incident key) and ``members``, the rows of its other verdicts."""
+    return {**list_row(group.head, links), "group": group.key, "members": [list_row(m, links) for m in group.members]}
 
 
 def build_publisher(settings: UISettings) -> CommandPublisher:
@@ -207,12 +222,18 @@ def _time_param(request: Request, name: str) -> tuple[str, int | None]:
     return text, (parse_time(text) if text else None)
 
 
+#: Where a decision may send the browser back to: an incident page of this explorer.
+_BACK_RE = re.compile(r"/incidents/[A-Za-z0-9_.-]{1,200}")
+
+
 class _Explorer:
     """The explorer's request handlers over ``store`` (see :func:`create_ui_app`)."""
 
     def __init__(self, settings: UISettings, store: IncidentStore, publisher: CommandPublisher | None,
-                 users: dict[str, bytes]) -> None:
+                 users: dict[str, bytes], clock: Callable[[], int] = time.time_ns) -> None:
         self.settings = settings
+        self.clock = clock
+        self.link_templates = settings.link_templates()
         self.store = store
         self.publisher = publisher
         self.users = users
@@ -267,20 +288,35 @@ class _Explorer:
         except ValueError as exc:
             error = str(exc)
             flt, shown = IncidentFilter(), {}
-        rows = [list_row(r) for r in self.store.incidents(flt)]
+        verdicts = self.store.incidents(flt)
+        rows = [group_row(g) for g in views.group_rows(verdicts)]
         query = urlencode({k: v for k, v in shown.items() if v})
         return self.page(request, "list.html", "list", status_code=400 if error else 200, rows=rows, flt=flt,
-                    facets=self.store.facets(), since=shown.get("since", ""), until=shown.get("until", ""),
-                    error=error, headers=LIST_HEADERS, poll_s=self.settings.poll_s,
-                    live_url="/api/incidents" + (f"?{query}" if query else ""))
+                         verdict_count=len(verdicts), summary=self.fleet(),
+                         facets=self.store.facets(), since=shown.get("since", ""), until=shown.get("until", ""),
+                         error=error, headers=LIST_HEADERS, poll_s=self.settings.poll_s,
+                         live_url="/api/incidents" + (f"?{query}" if query else ""))
+
+    def fleet(self) -> views.FleetSummary:
+        """The fleet summary at the clock's now (see :func:`streams.ui.views.fleet_summary`)."""
+        now = self.clock()
+        since = min(now - now % (86_400 * views.NS), now - views.OPEN_WITHOUT_ACTION_NS)
+        incidents = self.store.incident_costs(since)
+        open_actions = self.store.actions(states=list(ACTIVE))
+        executing = [a.action_id for a in open_actions if a.state == "executing"]
+        executed = views.executed_actions(self.store.transitions(executing))
+        with_actions = self.store.incidents_with_actions([i.key for i in incidents])
+        return views.fleet_summary(incidents, open_actions, with_actions, executed, now)
 
     def api_incidents(self, request: Request) -> JSONResponse:
         try:
             flt, _ = self._filter(request)
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
-        rows = [list_row(r) for r in self.store.incidents(flt)]
-        return JSONResponse({"count": len(rows), "refreshed": time.strftime("%H:%M:%S", time.gmtime()), "rows": rows})
+        verdicts = self.store.incidents(flt)
+        rows = [group_row(g) for g in views.group_rows(verdicts)]
+        return JSONResponse({"count": len(rows), "verdicts": len(verdicts),
+                             "refreshed": time.strftime("%H:%M:%S", time.gmtime()), "rows": rows})
 
     # -- one verdict --------------------------------------------------------------------------
 
@@ -297,7 +333,8 @@ class _Explorer:
         actions = self.store.actions(attribution_ids=[aid], incident_ids=[att.incident_id] if att.incident_id else [])
         transitions = self.store.transitions([a.action_id for a in actions])
         v = views.incident_view(att, events, observations, revisions=self.store.revisions(aid), actions=actions,
-                                transitions=transitions, members=members)
+                                transitions=transitions, members=members, link_templates=self.link_templates,
+                                now_ns=self.clock())
         return self.page(request, "incident.html", "incident", v=v)
 
     # -- fabric, node, remediation ------------------------------------------------------------
@@ -339,7 +376,7 @@ class _Explorer:
             raise HTTPException(400, f"unknown state {state!r}: active, all or one of {', '.join(_STATES)}")
         actions = self.store.actions(states=states, cluster=cluster)
         transitions = self.store.transitions([a.action_id for a in actions])
-        vs = [views.ActionView(a, transitions.get(a.action_id, []), views.target_label(a)) for a in actions]
+        vs = sorted(views.action_views(actions, transitions), key=lambda v: (-v.action.updated_at, v.action.action_id))
         return self.page(request, "remediations.html", "remediations", views=vs, state=state, cluster=cluster,
                     clusters=self.store.facets().clusters)
 
@@ -347,7 +384,7 @@ class _Explorer:
         self.store.facets()
         return PlainTextResponse("ok")
 
-    # -- authentication and decisions (only with self.commands allowed) ------------------------------
+    # -- authentication and decisions (only with commands allowed) -----------------------------------
 
     def same_origin(self, request: Request) -> bool:
         origin = request.headers.get("origin")
@@ -398,7 +435,8 @@ class _Explorer:
         form = await self.checked_form(request)
         action_id = request.path_params["action_id"]
         command = form.get("command", "")
-        back = "/remediations"
+        back = form.get("back", "")
+        back = back if _BACK_RE.fullmatch(back) else "/remediations"
         try:
             action = await run_in_threadpool(self.store.action, action_id)
             sent = await run_in_threadpool(decide, command, action, action_id, by=user,
@@ -422,20 +460,22 @@ class _Explorer:
         headings = {400: "Bad request", 403: "Refused", 404: "Not found", 405: "Not allowed"}
         message = exc.detail
         if exc.status_code == 405:
-            message = "This explorer is read-only: start it with --allow-self.commands (and a command key) to decide."
+            message = "This explorer is read-only: start it with --allow-commands (and a command key) to decide."
         return self.error_page(request, exc.status_code, headings.get(exc.status_code, "Error"), message)
 
     async def store_error(self, request: Request, exc: Exception) -> Response:
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": str(exc)}, status_code=503)
-        return self.error_page(request, 503, "The self.store did not answer", str(exc))
+        return self.error_page(request, 503, "The store did not answer", str(exc))
 
 
 def create_ui_app(settings: UISettings, *, store: IncidentStore | None = None,
-               publisher: CommandPublisher | None = None) -> Starlette:
+                  publisher: CommandPublisher | None = None, clock: Callable[[], int] = time.time_ns) -> Starlette:
     """The explorer over ``store`` (default: opened from ``settings.clickhouse``; closed when
     the app shuts down only if opened here). With ``settings.allow_commands``: the UI users of
     ``settings.users()`` (at least one) and ``publisher`` (default :func:`build_publisher`).
+    ``clock``: now as UTC ns (what the fleet summary's "today" and a proposal's expiry are
+    measured against).
     Raises :class:`UISettingsError` for settings it cannot start with and
     :class:`streams.ui.queries.StoreError` when the store cannot be opened."""
     users: dict[str, bytes] = {}
@@ -449,7 +489,7 @@ def create_ui_app(settings: UISettings, *, store: IncidentStore | None = None,
         publisher = None
     own_store = store is None
     store = store or IncidentStore(settings.clickhouse, database=settings.database)
-    h = _Explorer(settings, store, publisher, users)
+    h = _Explorer(settings, store, publisher, users, clock)
 
     routes = [
         Route("/", h.incident_list),

@@ -49,6 +49,7 @@ from schemas.records import (
     Observation,
     RemediationAction,
 )
+from streams.ui.views import IncidentCost
 
 __all__ = ["LIST_LIMIT", "IncidentFilter", "IncidentRow", "IncidentStore", "StoreError"]
 
@@ -265,6 +266,34 @@ class IncidentStore:
             return Facets()
         c, d, r, q, s = (sorted(x for x in col if x) for col in rows[0])
         return Facets(c, d, r, q, s)
+
+    def incident_costs(self, since_ns: int) -> list[IncidentCost]:
+        """Every incident with a verdict decided at or after ``since_ns`` (UTC ns), one per
+        cluster and ``coalesce(incident_id, attribution_id)``: withdrawn verdicts and verdicts
+        without a fault (root cause ``none`` or none at all) left out; its first and last
+        ``decided_at`` and the GPU-hours its workload verdicts lost (an incident or
+        fabric-port verdict's cost already sums them). Sorted by cluster and key."""
+        sql = ("SELECT cluster, coalesce(incident_id, attribution_id) AS incident, "
+               "toUnixTimestamp64Nano(min(decided_at)), toUnixTimestamp64Nano(max(decided_at)), "
+               "ifNull(sumIf(gpu_hours_lost, scope_kind = 'workload'), 0) "
+               f"FROM {self._t('attributions')} FINAL "
+               "WHERE status != 'withdrawn' AND root_cause_code NOT IN ('', 'none') "
+               "GROUP BY cluster, incident "
+               "HAVING max(decided_at) >= fromUnixTimestamp64Nano({since:Int64}, 'UTC') ORDER BY cluster, incident")
+        return [IncidentCost(r[0], r[1], int(r[2]), int(r[3]), float(r[4]))
+                for r in self._rows(sql, {"since": int(since_ns)}, "the fleet summary")]
+
+    def incidents_with_actions(self, keys: Sequence[str]) -> set[str]:
+        """The incident keys (incident ids, or attribution ids of verdicts without one) among
+        ``keys`` that any remediation action, in any state, was proposed for."""
+        keys = sorted(set(keys))[:_MAX_IDS]
+        if not keys:
+            return set()
+        rows = self._rows(f"SELECT DISTINCT incident_id, attribution_id FROM {self._t('remediations')} "
+                          "WHERE incident_id IN {keys:Array(String)} OR attribution_id IN {keys:Array(String)}",
+                          {"keys": keys}, "the actions of incidents")
+        wanted = set(keys)
+        return {k for r in rows for k in r if k in wanted}
 
     # -- one verdict -------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from streams.ui.views import (
     format_ts,
     gpu_label,
     target_label,
+    utc_text,
 )
 
 __all__ = ["Links", "ReportLinks", "asset", "asset_version", "csp_hash", "environment", "render"]
@@ -136,6 +137,8 @@ def environment() -> jinja2.Environment:
         "time": lambda ns: format_ts(ns, date=False),
         "iso": format_iso,
         "dur": format_duration,
+        "secs": lambda s: format_duration(round(float(s) * 1e9)),
+        "utc_text": utc_text,
         "ranks": format_ranks,
         "gpu": gpu_label,
         "target": target_label,

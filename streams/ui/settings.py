@@ -21,7 +21,19 @@ FAULTSTREAM_UI_SECURE_COOKIES         send the session cookie over HTTPS only (`
 FAULTSTREAM_UI_COMMAND_TIMEOUT_S      how long a decision waits for the broker, s (10)
 FAULTSTREAM_UI_BOOTSTRAP              Kafka servers for decisions (``KAFKA_BOOTSTRAP_SERVERS``)
 FAULTSTREAM_UI_TOPIC_PREFIX           topic prefix for decisions (``FAULTSTREAM_TOPIC_PREFIX``)
+FAULTSTREAM_UI_GRAFANA_URL            link-out templates for an incident's culprit host and
+FAULTSTREAM_UI_LOKI_URL               window (none: no link); see "Link-outs" below
+FAULTSTREAM_UI_PROMETHEUS_URL
 ====================================  =========================================================
+
+Link-outs: each template is an ``http(s)://`` URL with placeholders in braces, filled per
+culprit host of an incident page: ``{host}``, ``{cluster}``, and the verdict's window widened
+by :data:`LINK_PAD_S` on each side as ``{from_ms}`` / ``{to_ms}`` (epoch milliseconds, what
+Grafana's ``from``/``to`` take), ``{from_s}`` / ``{to_s}`` (epoch seconds) and
+``{from_iso}`` / ``{to_iso}`` (RFC 3339 UTC). Every value is percent-encoded
+(``urllib.parse.quote``, no character left safe) before it is put in, so a host name cannot
+change the URL's structure; ``{{`` and ``}}`` write literal braces (a LogQL selector). A
+template with another placeholder, unbalanced braces or another scheme is refused at start.
 
 Decisions are signed with the command keys of ``streams.command_auth``
 (``FAULTSTREAM_COMMAND_*``) and published with the ``KAFKA_*`` settings and
@@ -31,15 +43,39 @@ Decisions are signed with the command keys of ``streams.command_auth``
 from __future__ import annotations
 
 import json
+import string
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["MIN_TOKEN", "UISettings", "UISettingsError"]
+__all__ = ["LINK_FIELDS", "LINK_PAD_S", "MIN_TOKEN", "UISettings", "UISettingsError", "check_link_template"]
 
 #: Shortest login token accepted, characters.
 MIN_TOKEN = 32
+#: The placeholders a link-out template may use (see the module docstring).
+LINK_FIELDS = frozenset({"host", "cluster", "from_ms", "to_ms", "from_s", "to_s", "from_iso", "to_iso"})
+#: Seconds a link-out's time range reaches before the verdict's window and after it.
+LINK_PAD_S = 300
+
+
+def check_link_template(template: str) -> str:
+    """``template`` when it is a usable link-out template (an ``http://`` or ``https://`` URL
+    whose placeholders are all in :data:`LINK_FIELDS`, without format specs); ValueError
+    naming the problem otherwise."""
+    if not template.startswith(("http://", "https://")):
+        raise ValueError(f"link template {template[:80]!r} must start with http:// or https://")
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"link template {template[:80]!r}: {exc} (write {{{{ and }}}} for literal braces)") from None
+    for _, name, spec, conv in parts:
+        if name is None:
+            continue
+        if name not in LINK_FIELDS or spec or conv:
+            raise ValueError(f"link template {template[:80]!r}: unknown placeholder {{{name}}}; "
+                             f"use {', '.join('{' + f + '}' for f in sorted(LINK_FIELDS))}")
+    return template
 
 
 class UISettingsError(ValueError):
@@ -69,6 +105,22 @@ class UISettings(BaseSettings):
     bootstrap: str | None = None
     #: topic prefix overriding ``FAULTSTREAM_TOPIC_PREFIX``; None: the environment's
     topic_prefix: str | None = None
+    #: link-out templates (see the module docstring); None or "": no such link
+    grafana_url: str | None = None
+    loki_url: str | None = None
+    prometheus_url: str | None = None
+
+    @field_validator("grafana_url", "loki_url", "prometheus_url")
+    @classmethod
+    def _link_template(cls, value: str | None) -> str | None:
+        value = (value or "").strip()
+        return check_link_template(value) if value else None
+
+    def link_templates(self) -> dict[str, str]:
+        """``{"Grafana": template, "Loki": ..., "Prometheus": ...}`` of the templates set, in
+        that order."""
+        named = (("Grafana", self.grafana_url), ("Loki", self.loki_url), ("Prometheus", self.prometheus_url))
+        return {name: t for name, t in named if t}
 
     def users(self) -> dict[str, bytes]:
         """``{name: token bytes}`` of ``tokens`` and ``token_file`` together. Raises

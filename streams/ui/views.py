@@ -19,13 +19,16 @@ autoescape), so a log line is shown, never interpreted.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
+from urllib.parse import quote
 
 from correlators.explain import format_ranks
+from correlators.remediation.policy import DISRUPTIVE
 from schemas.records import (
     Attribution,
     Certification,
@@ -35,21 +38,36 @@ from schemas.records import (
     Observation,
     RemediationAction,
 )
+from schemas.utc import format_utc
+from streams.remediation.cli import ACTIVE
+from streams.ui.settings import LINK_PAD_S
 
 __all__ = [
     "SCHEDULER_HOST",
+    "ClusterSummary",
     "FabricView",
+    "FleetSummary",
+    "IncidentCost",
+    "LinkOut",
+    "ListGroup",
     "IncidentView",
     "NodeView",
     "Timeline",
+    "action_views",
+    "executed_actions",
     "build_timeline",
     "fabric_view",
+    "fleet_summary",
     "format_duration",
     "format_ts",
     "gpu_label",
+    "group_rows",
     "incident_view",
+    "link_outs",
+    "next_action",
     "node_view",
     "target_label",
+    "utc_text",
 ]
 
 NS = 1_000_000_000
@@ -102,6 +120,20 @@ def format_duration(ns: int) -> str:
         return f"{sign}{h} h {m} min"
     d, h = divmod(h, 24)
     return f"{sign}{d} d {h} h"
+
+
+#: A bare integer that reads as UTC nanoseconds between 2001-09-09 and 2065-01-24 (19 digits,
+#: starting 1 or 2) and is not part of a longer number or a decimal.
+_RAW_NS = re.compile(r"(?<![\d.])[12]\d{18}(?![\d.])")
+
+
+def utc_text(text: str | None) -> str:
+    """``text`` with every bare 19-digit nanosecond time in it written as UTC text
+    (``1796005870000000000`` -> ``2026-11-30 02:31:10.000 UTC``): reasons and results stored
+    before they named times as text stay readable. ``""`` for None."""
+    if not text:
+        return ""
+    return _RAW_NS.sub(lambda m: format_ts(int(m.group(0))) + " UTC", text)
 
 
 def gpu_label(gpu: GpuRef | None) -> str:
@@ -403,6 +435,17 @@ class IncidentView:
     missing_events: int = 0
     #: the cause has no event of its own: its mark is placed from the pattern (see incident_view)
     cause_inferred: bool = False
+    #: the action to look at first (:func:`next_action`); None: no action stored
+    next_action: ActionView | None = None
+    #: links to the culprit hosts' dashboards, logs and metrics over the window
+    links_out: list[LinkOut] = field(default_factory=list)
+    #: :attr:`next_action` is a proposal past its ``expires_at``: too late to approve
+    next_action_expired: bool = False
+
+    @property
+    def other_actions(self) -> int:
+        """How many actions there are besides :attr:`next_action`."""
+        return max(0, len(self.actions) - (self.next_action is not None))
 
     @property
     def title(self) -> str:
@@ -529,32 +572,34 @@ def _incident_lanes(items: Sequence[EvidenceItem], culprit_hosts: set[str],
     return lanes, key, 0 if by_rank else len(rank_pairs)
 
 
-def incident_view(
-    att: Attribution,
-    events: Mapping[str, Event],
-    observations: Mapping[str, Observation],
-    *,
-    revisions: Sequence[Attribution] = (),
-    actions: Sequence[RemediationAction] = (),
-    transitions: Mapping[str, Sequence[RemediationAction]] | None = None,
-    members: Sequence[Attribution] = (),
-    max_rows: int = MAX_EVIDENCE_ROWS,
-) -> IncidentView:
-    """The incident page of ``att``: its timeline (lanes per host and rank, the scheduler
-    last; the root cause event's line; symptoms at their logged time with a bar back to when
-    they began when the line says so), the evidence rows with the log lines of ``observations``
-    behind each, symptom groups, back-dated spans, scheduler states, what changed between
-    ``revisions``, ``actions`` with their ``transitions`` (action id -> records by sequence)
-    and the ``members`` of an incident verdict. ``events`` (event id -> Event) gives the
-    logged and began times; an evidence item whose event is missing is placed at its own
-    ``at``."""
-    transitions = transitions or {}
+@dataclass
+class _TimelineParts:
+    """What walking an incident's evidence gives: the laid-out timeline, the back-dated
+    symptoms, the scheduler states, the cause item (None: none in the evidence), how many
+    evidence items have no stored event, and whether the cause mark is inferred."""
+
+    timeline: Timeline
+    back_dated: list[BackDated]
+    scheduler: list[SchedulerState]
+    cause_item: EvidenceItem | None
+    missing: int
+    inferred: bool
+
+
+def _logged_and_began(item: EvidenceItem, event: Event | None) -> tuple[int, int | None]:
+    """(logged, began) of an evidence item, UTC ns: the event's time and its back-dated start
+    when earlier; the item's own time without an event."""
+    logged = event.at if event is not None else item.at
+    began = event.began_at if event is not None and event.began_at is not None and event.began_at < event.at else None
+    return logged, began
+
+
+def _incident_timeline(att: Attribution, events: Mapping[str, Event]) -> _TimelineParts:
+    """Marks, spans and the cause line of ``att``'s evidence on lanes per host and rank (see
+    :func:`incident_view`)."""
     items = list(att.evidence)
     root_id = att.root_cause.event_id if att.root_cause is not None else None
-    culprit_hosts = set(att.culprits.hosts)
-    culprit_ranks = set(att.culprits.ranks)
-    lanes, lane_of, folded = _incident_lanes(items, culprit_hosts, culprit_ranks)
-
+    lanes, lane_of, folded = _incident_lanes(items, set(att.culprits.hosts), set(att.culprits.ranks))
     marks: list[Mark] = []
     spans: list[Span] = []
     back_dated: list[BackDated] = []
@@ -564,10 +609,8 @@ def incident_view(
     missing = 0
     for item in items:
         event = events.get(item.event_id)
-        if event is None:
-            missing += 1
-        logged = event.at if event is not None else item.at
-        began = event.began_at if event is not None and event.began_at is not None and event.began_at < event.at else None
+        missing += event is None
+        logged, began = _logged_and_began(item, event)
         who = item.host + (f" rank {item.rank}" if item.rank is not None else "")
         if item.host == SCHEDULER_HOST or item.type.startswith("sched."):
             state = _summary_state(item, event)
@@ -587,10 +630,9 @@ def incident_view(
         if item.event_id == root_id and cause_mark is None:
             cause_mark, cause_item = mark, item
     if cause_mark is None:  # no evidence item carries the root cause event: the earliest cause item
-        first = min((m for m in marks if m.role == "cause"), key=lambda m: m.at, default=None)
-        if first is not None:
-            cause_mark = first
-            cause_item = next(i for i in items if i.event_id == first.event_id)
+        cause_mark = min((m for m in marks if m.role == "cause"), key=lambda m: m.at, default=None)
+        if cause_mark is not None:
+            cause_item = next(i for i in items if i.event_id == cause_mark.event_id)
     inferred = False
     if cause_mark is None and att.root_cause is not None:
         cause_mark = _inferred_cause(att, lanes, items)
@@ -603,27 +645,70 @@ def incident_view(
                + (f"; {folded} rank lanes shown per host" if folded else ""))
     timeline = build_timeline(lanes, marks, spans, cause_mark, caption=caption, hidden_lanes=folded)
     timeline.cause_label = "inferred cause" if inferred else "cause"
+    return _TimelineParts(timeline, sorted(back_dated, key=lambda b: (b.began_at, b.host, b.rank or -1)),
+                          sorted(scheduler, key=lambda s: s.at), cause_item, missing, inferred)
 
-    shown = _select_rows(items, max_rows)
+
+def _evidence_rows(att: Attribution, events: Mapping[str, Event], observations: Mapping[str, Observation],
+                   max_rows: int) -> list[EvidenceRow]:
+    """The evidence rows an incident page lists (:func:`_select_rows`), each with its logged
+    and began times and the log lines behind it."""
+    root_id = att.root_cause.event_id if att.root_cause is not None else None
     rows = []
-    for item in shown:
-        event = events.get(item.event_id)
-        logged = event.at if event is not None else item.at
-        began = event.began_at if event is not None and event.began_at is not None and event.began_at < event.at else None
+    for item in _select_rows(att.evidence, max_rows):
+        logged, began = _logged_and_began(item, events.get(item.event_id))
         rows.append(EvidenceRow(item, logged, began, _lines(item, observations), item.event_id == root_id))
-    symptom_groups = _symptom_groups(items, {b.event_id for b in back_dated})
+    return rows
 
+
+def action_views(actions: Sequence[RemediationAction],
+                 transitions: Mapping[str, Sequence[RemediationAction]]) -> list[ActionView]:
+    """``actions`` (latest records) with their ``transitions`` (action id -> records by
+    sequence), oldest first."""
+    return [ActionView(a, list(transitions.get(a.action_id, [])), target_label(a))
+            for a in sorted(actions, key=lambda a: (a.created_at, a.action_id))]
+
+
+def incident_view(
+    att: Attribution,
+    events: Mapping[str, Event],
+    observations: Mapping[str, Observation],
+    *,
+    revisions: Sequence[Attribution] = (),
+    actions: Sequence[RemediationAction] = (),
+    transitions: Mapping[str, Sequence[RemediationAction]] | None = None,
+    members: Sequence[Attribution] = (),
+    max_rows: int = MAX_EVIDENCE_ROWS,
+    link_templates: Mapping[str, str] | None = None,
+    now_ns: int | None = None,
+) -> IncidentView:
+    """The incident page of ``att``: its timeline (lanes per host and rank, the scheduler
+    last; the root cause event's line; symptoms at their logged time with a bar back to when
+    they began when the line says so), the evidence rows with the log lines of ``observations``
+    behind each, symptom groups, back-dated spans, scheduler states, what changed between
+    ``revisions``, ``actions`` with their ``transitions`` (action id -> records by sequence),
+    the action to look at first (:func:`next_action`, with ``now_ns``, UTC ns, telling
+    expired proposals apart; None: none is), the link-outs of ``link_templates`` for the
+    culprit hosts (:func:`link_outs`) and the ``members`` of an incident verdict. ``events``
+    (event id -> Event) gives the logged and began times; an evidence item whose event is
+    missing is placed at its own ``at``."""
+    parts = _incident_timeline(att, events)
+    rows = _evidence_rows(att, events, observations, max_rows)
     ordered_revisions = sorted(revisions, key=lambda a: a.revision)
-    action_views = [ActionView(a, list(transitions.get(a.action_id, [])), target_label(a))
-                    for a in sorted(actions, key=lambda a: (a.created_at, a.action_id))]
+    views = action_views(actions, transitions or {})
     return IncidentView(
-        att=att, timeline=timeline, evidence=rows, hidden_evidence=len(items) - len(shown),
-        symptoms=symptom_groups, back_dated=sorted(back_dated, key=lambda b: (b.began_at, b.host, b.rank or -1)),
-        scheduler=sorted(scheduler, key=lambda s: s.at), revisions=ordered_revisions,
-        changes=revision_changes(ordered_revisions), actions=action_views,
+        att=att, timeline=parts.timeline, evidence=rows, hidden_evidence=len(att.evidence) - len(rows),
+        symptoms=_symptom_groups(att.evidence, {b.event_id for b in parts.back_dated}),
+        back_dated=parts.back_dated, scheduler=parts.scheduler, revisions=ordered_revisions,
+        changes=revision_changes(ordered_revisions), actions=views,
         members=[m for m in members if m.attribution_id != att.attribution_id],
-        cause_item=cause_item, culprit_gpus=[gpu_label(g) for g in att.culprits.gpus], missing_events=missing,
-        cause_inferred=inferred,
+        cause_item=parts.cause_item, culprit_gpus=[gpu_label(g) for g in att.culprits.gpus],
+        missing_events=parts.missing, cause_inferred=parts.inferred,
+        next_action=(first := next_action(views, now_ns)),
+        next_action_expired=(first is not None and first.action.state == "proposed" and now_ns is not None
+                             and first.action.expires_at is not None and first.action.expires_at <= now_ns),
+        links_out=link_outs(link_templates or {}, att.culprits.hosts, att.scope.cluster, att.window.start,
+                            att.window.end),
     )
 
 
@@ -669,6 +754,207 @@ def incident_event_ids(att: Attribution) -> list[str]:
 def incident_observation_ids(att: Attribution, max_rows: int = MAX_EVIDENCE_ROWS) -> list[str]:
     """The observation ids behind the evidence rows an incident page lists."""
     return sorted({ref.observation_id for item in _select_rows(att.evidence, max_rows) for ref in item.observations})
+
+
+# -- what to do first: the next action, link-outs, the list's groups and the fleet summary ------
+
+#: How long an incident without any remediation action counts as open, ns.
+OPEN_WITHOUT_ACTION_NS = 86_400 * NS
+
+
+def next_action(actions: Sequence[ActionView], now_ns: int | None = None) -> ActionView | None:
+    """The action a person looks at first: a proposal still waiting for a decision (not past
+    its ``expires_at`` at ``now_ns``, UTC ns; None: no expiry check), the most severe and then
+    the one expiring soonest; else one approved or executing; else a failed one; else the
+    latest. None when there is no action."""
+    def waiting(v: ActionView) -> bool:
+        a = v.action
+        return a.state == "proposed" and (now_ns is None or a.expires_at is None or a.expires_at > now_ns)
+
+    for pick in (waiting, lambda v: v.action.state in ("approved", "executing"), lambda v: v.action.state == "failed"):
+        chosen = [v for v in actions if pick(v)]
+        if chosen:
+            return min(chosen, key=lambda v: (-v.action.severity, v.action.expires_at or 0, v.action.created_at,
+                                              v.action.action_id))
+    return max(actions, key=lambda v: (v.action.updated_at, v.action.action_id), default=None)
+
+
+@dataclass(frozen=True)
+class LinkOut:
+    """A link to another tool (``name``: Grafana, Loki, Prometheus) for ``host``."""
+
+    name: str
+    host: str
+    url: str
+
+
+def link_outs(templates: Mapping[str, str], hosts: Sequence[str], cluster: str, start_ns: int, end_ns: int,
+              *, pad_s: int = LINK_PAD_S, max_hosts: int = 4) -> list[LinkOut]:
+    """The link-outs of ``templates`` (name -> template checked by
+    :func:`streams.ui.settings.check_link_template`) for each of the first ``max_hosts`` of
+    ``hosts`` (the scheduler left out) over ``[start_ns - pad_s, end_ns + pad_s]`` (UTC ns):
+    per host, one link per template in the order given. Every value is percent-encoded with no
+    safe character. [] without templates or hosts."""
+    lo, hi = start_ns - pad_s * NS, end_ns + pad_s * NS
+    times = {"from_ms": lo // 1_000_000, "to_ms": hi // 1_000_000, "from_s": lo // NS, "to_s": hi // NS,
+             "from_iso": format_utc(lo // NS * NS).replace(".000000000Z", "Z"),
+             "to_iso": format_utc(-(-hi // NS) * NS).replace(".000000000Z", "Z")}
+    out = []
+    for host in [h for h in hosts if h and not h.startswith("_")][:max_hosts]:
+        values = {k: quote(str(v), safe="") for k, v in {**times, "host": host, "cluster": cluster}.items()}
+        out += [LinkOut(name, host, t.format(**values)) for name, t in templates.items()]
+    return out
+
+
+@dataclass
+class ListGroup:
+    """One row of the incident list: ``head`` (the incident verdict when stored, else the
+    fabric-port verdict, else the newest) and the other verdicts of the same incident folded
+    under it (workload verdicts first). ``key``: the incident id, or the verdict's own id."""
+
+    key: str
+    head: Any
+    members: list[Any]
+
+    @property
+    def decided_at(self) -> int:
+        """The newest ``decided_at`` of the group, UTC ns."""
+        return max(r.decided_at for r in [self.head, *self.members])
+
+
+_HEAD_ORDER = {"incident": 0, "fabric_port": 1}
+
+
+def group_rows(rows: Sequence[Any]) -> list[ListGroup]:
+    """Fold list rows (:class:`streams.ui.queries.IncidentRow`: ``attribution_id``,
+    ``incident_id``, ``scope_kind``, ``decided_at``) into one :class:`ListGroup` per
+    incident (rows sharing ``incident_id``; a row without one is its own), newest group
+    first (then by the head's id)."""
+    by_key: dict[str, list[Any]] = defaultdict(list)
+    for r in rows:
+        by_key[r.incident_id or r.attribution_id].append(r)
+    groups = []
+    for key, members in by_key.items():
+        head = min(members, key=lambda r: (_HEAD_ORDER.get(r.scope_kind, 2), -r.decided_at, r.attribution_id))
+        rest = sorted((r for r in members if r is not head),
+                      key=lambda r: (r.scope_kind != "workload", -r.decided_at, r.attribution_id))
+        groups.append(ListGroup(key, head, rest))
+    return sorted(groups, key=lambda g: (-g.decided_at, g.head.attribution_id))
+
+
+@dataclass(frozen=True)
+class IncidentCost:
+    """One incident as the fleet summary counts it (the Grafana panels' convention: verdicts
+    sharing an ``incident_id`` are one incident; withdrawn verdicts and those without a fault
+    left out): its cluster, key, first and last ``decided_at`` (UTC ns) and the GPU-hours its
+    workload verdicts lost."""
+
+    cluster: str
+    key: str
+    first_at: int
+    last_at: int
+    gpu_hours_lost: float
+
+
+@dataclass
+class ClusterSummary:
+    """The fleet summary of one cluster (``cluster`` ``""``: every cluster together): open
+    incidents, nodes out of service (``cordoned``: taken out by a disruptive action still
+    executing; ``awaiting_certification``: of those, the ones whose action has run and now
+    waits for a certification), incidents and GPU-hours lost today (UTC day)."""
+
+    cluster: str
+    open_incidents: int = 0
+    cordoned: list[str] = field(default_factory=list)
+    awaiting_certification: list[str] = field(default_factory=list)
+    incidents_today: int = 0
+    gpu_hours_today: float = 0.0
+
+    @property
+    def nodes_out(self) -> int:
+        """Nodes cordoned or awaiting re-certification."""
+        return len(set(self.cordoned) | set(self.awaiting_certification))
+
+
+@dataclass
+class FleetSummary:
+    """The list page's summary: per cluster (sorted), the total, and the UTC day it counts
+    (``day_start`` .. ``now``, UTC ns)."""
+
+    clusters: list[ClusterSummary]
+    total: ClusterSummary
+    day_start: int
+    now: int
+
+
+def executed_actions(transitions: Mapping[str, Sequence[RemediationAction]]) -> set[str]:
+    """The ids among ``transitions`` (action id -> records by sequence) of actions that have
+    run and wait in ``executing`` for a certification: a second ``executing`` record follows
+    the one that started them (``correlators.remediation.engine``'s ``on_execution``)."""
+    return {aid for aid, records in transitions.items() if sum(r.state == "executing" for r in records) > 1}
+
+
+def _action_key(a: RemediationAction) -> str:
+    return a.incident_id or a.attribution_id
+
+
+def _hosts_out(a: RemediationAction) -> list[str]:
+    return sorted({h for h in [a.target.host, *a.target.hosts] if h})
+
+
+def fleet_summary(incidents: Sequence[IncidentCost], open_actions: Sequence[RemediationAction],
+                  incidents_with_actions: set[str], executed: set[str], now_ns: int) -> FleetSummary:
+    """The fleet summary at ``now_ns`` (UTC ns).
+
+    * an incident is **open** when one of ``open_actions`` (latest records proposed, approved
+      or executing: ``streams.remediation.cli.ACTIVE``; a proposal past its ``expires_at``
+      does not count) is for it, or when nothing was proposed for it (its key not in
+      ``incidents_with_actions``) and its last verdict is less than
+      :data:`OPEN_WITHOUT_ACTION_NS` old;
+    * a node is **cordoned** while a disruptive action (``correlators.remediation.policy
+      .DISRUPTIVE``) on it is ``executing``; **awaiting re-certification** when that action's
+      id is in ``executed`` (it ran and waits for a certification to return the node);
+    * **today** is the UTC day of ``now_ns``; an incident counts on the day of its first
+      verdict, with the GPU-hours its workload verdicts lost.
+
+    ``incidents``: :class:`IncidentCost` of the incidents with a verdict since the start of
+    the day or within :data:`OPEN_WITHOUT_ACTION_NS`."""
+    day_start = now_ns - now_ns % (86_400 * NS)
+    clusters: dict[str, ClusterSummary] = {}
+
+    def of(cluster: str) -> ClusterSummary:
+        return clusters.setdefault(cluster, ClusterSummary(cluster))
+
+    open_keys: set[tuple[str, str]] = set()
+    for a in open_actions:
+        if a.state not in ACTIVE or (a.state == "proposed" and a.expires_at is not None
+                                           and a.expires_at <= now_ns):
+            continue
+        open_keys.add((a.cluster, _action_key(a)))
+        if a.state == "executing" and a.action in DISRUPTIVE:
+            s = of(a.cluster)
+            (s.awaiting_certification if a.action_id in executed else s.cordoned).extend(_hosts_out(a))
+    for inc in incidents:
+        s = of(inc.cluster)
+        if inc.key not in incidents_with_actions and now_ns - inc.last_at < OPEN_WITHOUT_ACTION_NS:
+            open_keys.add((inc.cluster, inc.key))
+        if day_start <= inc.first_at <= now_ns:
+            s.incidents_today += 1
+            s.gpu_hours_today += inc.gpu_hours_lost
+    for cluster, _ in open_keys:
+        of(cluster).open_incidents += 1
+    total = ClusterSummary("")
+    for s in clusters.values():
+        s.cordoned = sorted(set(s.cordoned) - set(s.awaiting_certification))
+        s.awaiting_certification = sorted(set(s.awaiting_certification))
+        s.gpu_hours_today = round(s.gpu_hours_today, 4)
+        total.open_incidents += s.open_incidents
+        total.incidents_today += s.incidents_today
+        total.gpu_hours_today += s.gpu_hours_today
+        total.cordoned += [f"{s.cluster}/{h}" for h in s.cordoned]
+        total.awaiting_certification += [f"{s.cluster}/{h}" for h in s.awaiting_certification]
+    total.gpu_hours_today = round(total.gpu_hours_today, 4)
+    return FleetSummary(sorted(clusters.values(), key=lambda s: s.cluster), total, day_start, now_ns)
 
 
 # -- the fabric page --------------------------------------------------------------------------
@@ -789,8 +1075,7 @@ def node_view(host: str, cluster: str, verdicts: Sequence[Attribution], actions:
     certification at ``finished_at``)."""
     faults = [a for a in verdicts if host in a.culprits.hosts]
     affected = [a for a in verdicts if host not in a.culprits.hosts]
-    views = [ActionView(a, list(transitions.get(a.action_id, [])), target_label(a))
-             for a in sorted(actions, key=lambda a: (a.created_at, a.action_id))]
+    views = action_views(actions, transitions)
     lanes = [Lane("fault", "faults (culprit)", culprit=True, kind="row"),
              Lane("affected", "affected by", kind="row"),
              Lane("remediation", "remediation", kind="row"),

@@ -22,6 +22,7 @@ from schemas.records import (
     Scope,
     Window,
 )
+from schemas.utc import format_utc
 
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS
@@ -163,7 +164,7 @@ def test_breaker_trips_stays_tripped_and_resets_only_by_command_skipping_stale_e
     assert reset[0].reason == "stale at breaker reset by bob: approved 7380 s before (stale_after_s 300); not replayed"
     assert guard(reset[2], "circuit_breaker").detail == (
         "blocked while the breaker was tripped (3 of 4 nodes taken out within 300 s (limit 50%)); "
-        f"reset by bob at {T0 + 123 * MIN}: not replayed, waits for a person's approval")
+        f"reset by bob at {format_utc(T0 + 123 * MIN)}: not replayed, waits for a person's approval")
     assert [(a.state, a.mode) for a in reset[2:]] == [("proposed", "needs_approval")] * 2
     assert not eng.breaker("c1").tripped
     assert [(a.cluster, a.target.host) for a in eng.executable()] == [("c2", "node-1")]

@@ -188,7 +188,7 @@ def test_expiry_by_time():
     out = eng.tick(T0 + 3600 * NS)
     # the unapproved drain expires; the approved reboot (its successor) is cancelled with it
     assert [(a.action, a.state, a.reason) for a in out] == [
-        ("drain", "expired", f"not approved by {T0 + 3600 * NS}"),
+        ("drain", "expired", f"not approved by {format_utc(T0 + 3600 * NS)}"),
         ("reboot", "cancelled", f"its predecessor drain {drain.action_id} is expired"),
     ]
     assert eng.tick(T0 + 7200 * NS) == []
@@ -199,7 +199,7 @@ def test_approval_after_expiry_expires_instead():
     drain = eng.on_attribution(verdict("gpu.xid.79"))[0]
     out = eng.on_command(cmd("approve", drain.action_id, at=T0 + 2 * 3600 * NS, by="bob"))
     assert out[0].state == "expired"
-    assert out[0].reason == f"expired at {T0 + 3600 * NS} before approval by bob at {T0 + 7200 * NS}"
+    assert out[0].reason == f"expired at {format_utc(T0 + 3600 * NS)} before approval by bob at {format_utc(T0 + 7200 * NS)}"
 
 
 def test_expiry_when_the_cause_clears():
@@ -308,7 +308,7 @@ def test_node_returns_to_service_only_after_a_passing_certification():
     kept = eng.on_certification(failed)
     assert kept[0].state == "executing"
     assert kept[0].result == (
-        f"certification nvcre ({failed.certification_id}) of node-1 failed at {T0 + 20 * MIN} (dcgm-diag-r2): "
+        f"certification nvcre ({failed.certification_id}) of node-1 failed at {format_utc(T0 + 20 * MIN)} (dcgm-diag-r2): "
         "node stays out of service"
     )
     assert eng.on_certification(failed) == []  # the same certification again
@@ -317,7 +317,7 @@ def test_node_returns_to_service_only_after_a_passing_certification():
     done = eng.on_certification(passed)
     assert (done[0].action_id, done[0].state) == (drain, "done")
     assert done[0].result == (
-        f"returned to service: certification nvcre ({passed.certification_id}) of node-1 passed at {T0 + 40 * MIN}"
+        f"returned to service: certification nvcre ({passed.certification_id}) of node-1 passed at {format_utc(T0 + 40 * MIN)}"
     )
     assert done[0].updated_at == T0 + 40 * MIN
     # the executor's cue to resume the node: structured, on the done record of the gated drain only

@@ -57,6 +57,7 @@ from sinks.executors import DryRunExecutor, ExecutorSettings, KubernetesExecutor
 from streams.command_auth import CommandKeyError, CommandKeySettings, Keyring, authenticate, sign
 from streams.remediation.inputs import CommandInvalid, decode_command
 from streams.remediation.runner import RemediationRunner
+from schemas.utc import format_utc
 
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS
@@ -395,7 +396,7 @@ def test_a_verdict_older_than_the_ledger_remembers_fails_closed():
     eng.tick(T0 + 8 * 86400 * NS)  # the ledger forgets admissions 7 days (the longest guard period) older than its newest
     late = eng.on_attribution(one_node("node-3", "c", T0 + 100 * NS))
     assert late[0].state == "proposed" and breaker_detail(late).startswith(
-        f"event time {T0 + 100 * NS} is within 300 s of admissions the breaker no longer holds")
+        f"event time {format_utc(T0 + 100 * NS)} is within 300 s of admissions the breaker no longer holds")
 
 
 def test_a_breaker_reset_keeps_pending_actions_pending_and_counted():

@@ -22,6 +22,7 @@ from schemas.records import Certification, CertificationTest, RemediationAction,
 from sinks.clickhouse import ClickHouseSink
 from sinks.executors import ExecutorSettings
 from streams.remediation.runner import RemediationRunner
+from schemas.utc import format_utc
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "examples" / "incidents" / "public-rc15-pcie-aer-xid79-multinode"
@@ -107,7 +108,7 @@ def test_typed_columns_carry_the_decision_executor_and_result(sink: ClickHouseSi
                             approved.decision.at, "dry_run")
     assert rows[0][10] == drain.result
     assert rows[0][10].startswith(f"returned to service: certification dcgm-diag-r2 ({cert.certification_id}) "
-                                  f"of node-a02 passed at {cert.finished_at}; dry_run resume: dry-run: would do: "
+                                  f"of node-a02 passed at {format_utc(cert.finished_at)}; dry_run resume: dry-run: would do: "
                                   "resume host=node-a02")
     assert rows[0][11:] == ("dry_run", "faultstream-default", [])
     # each decision is at the runner's own clock when it received the command (not the command's "at")

@@ -59,6 +59,7 @@ from streams.remediation.runner import CommandRejected, RemediationRunner
 from tests.slurm_fixtures import slurm_cluster  # noqa: F401
 from tests.streams.test_stream import consume, publish, stream_env  # noqa: F401
 from transport.kafka_settings import with_partitioner
+from schemas.utc import format_utc
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "examples" / "incidents" / "public-rc15-pcie-aer-xid79-multinode"
@@ -200,7 +201,7 @@ def test_slurm_drained_by_a_verdict_kept_out_by_a_failed_certification_resumed_b
         (done,) = runner.run_due()
         assert (done.action_id, done.state, done.sequence) == (aid, "done", 6)
         assert done.result.startswith(f"returned to service: certification dcgm-diag-r2 ({passed.certification_id}) "
-                                      f"of {node} passed at {passed.finished_at}; slurm resume: {node} State=IDLE")
+                                      f"of {node} passed at {format_utc(passed.finished_at)}; slurm resume: {node} State=IDLE")
         assert in_service(node)
         assert "Reason" not in node_fields(node)
         assert runner.run_due() == [] and runner.inflight() == {}
@@ -554,7 +555,7 @@ def test_bundle_to_proposal_to_cli_approval_to_dry_run_execution_on_a_real_broke
                               == "done", timeout=60))
     done = latest_of(recs, "drain")
     assert done.sequence == kept.sequence + 1
-    assert re.fullmatch(r"returned to service: certification dcgm-diag \(cert-\w+\) of node-a02 passed at \d+; "
+    assert re.fullmatch(r"returned to service: certification dcgm-diag \(cert-\w+\) of node-a02 passed at \d{4}-\d\d-\d\dT[\d:.]+Z; "
                         r"dry_run resume: dry-run: would do: resume host=node-a02", done.result), done.result
     assert (done.decision.by, done.decision.reason) == ("alice", "checked")
 

@@ -4,10 +4,12 @@ installs it): every example bundle replayed into an embedded ClickHouse (chDB), 
 actions and a certification from the real remediation engine, the app served by uvicorn on a
 loopback port, and the pages checked for what a person checks -- the culprit, the timeline's
 cause marker, the filters' results, both ends of each cable, a node's history, that a decision
-without a login is refused, that a ``<script>`` in a log line is shown as text. Screenshots go
-to the test's tmp dir; with ``FAULTSTREAM_README_SCREENSHOT=1`` the incident page's is also
-written to ``docs/img/incident-page.png`` (docs/explorer.md's), so a test run leaves the checkout
-as it was.
+without a login is refused, that a ``<script>`` in a log line is shown as text; the incident
+page's first screen at 1440x900 (verdict, next action, cost by their boxes), the list's fleet
+summary and folded incidents, the link-outs and that no page shows a raw nanosecond time.
+Screenshots go to the test's tmp dir; with ``FAULTSTREAM_README_SCREENSHOT=1`` the incident
+page's first screen is also written to ``docs/img/incident-page.png`` (README's and
+docs/explorer.md's), so a test run leaves the checkout as it was.
 
 Chromium that cannot start makes the tests FAIL with the reason (never skip).
 """
@@ -16,12 +18,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,10 +66,23 @@ STALLED = "multinode-stalled-rank-11"
 LATE = "public-rc69-rank11-cuda-oom"
 #: stored as the stream's early verdict (status provisional)
 PROVISIONAL = "h200-xid31-illegal-address"
+#: a straggler: its cost names the goodput lost; its cordon has run and awaits a certification
+STRAGGLER = "straggler-gpu-thermal"
 XSS_BUNDLE = "xss-injected-log-line"
 XSS_LINE = ("[rank9]:[E1130 01:21:05.000000 8827 train.py:88] ERROR unhandled <script>window.__pwned=1;"
             "document.title='pwned'</script><img src=x onerror=\"window.__pwned=2\"> in loss scaler")
 UI_TOKEN = "alice-token-" + "x" * 40
+DAY = 86_400 * NS
+#: the read-only explorer's clock: the fleet summary's "today" is 2026-11-30 (UTC)
+NOW = 1796079600 * NS  # 2026-11-30T23:00:00Z
+#: link-out templates of the read-only explorer (a LogQL selector in literal braces)
+LINKS = {
+    "Grafana": "https://grafana.example/d/node?var-host={host}&var-cluster={cluster}&from={from_ms}&to={to_ms}",
+    "Loki": 'https://loki.example/explore?query={{host="{host}",cluster="{cluster}"}}&from={from_iso}&to={to_iso}',
+    "Prometheus": "https://prom.example/graph?g0.expr=up%7Binstance%3D%22{host}%22%7D&g0.end_input={to_iso}",
+}
+#: a nanosecond time as the UI must never show it
+RAW_NS = re.compile(r"(?<![\d.])[12]\d{18}(?![\d.])")
 COMMAND_SECRET = "s" * 48
 
 
@@ -156,6 +173,7 @@ class Loaded:
     approvable: str = ""
     expired: str = ""
     done: str = ""
+    awaiting: str = ""
     certification: Certification | None = None
 
     def of(self, bundle: str) -> Attribution:
@@ -224,6 +242,17 @@ def populate(sink: ClickHouseSink, tmp: Path) -> Loaded:
     stalled = loaded.of(STALLED)
     eng2 = _engine(max(1, int((now - stalled.decided_at) / NS) - 3600))  # expired an hour ago
     records += eng2.on_attribution(stalled)
+    strag = loaded.of(STRAGGLER)
+    eng3 = _engine(int((now - strag.decided_at) / NS) + 10 * 365 * 86400)
+    strag_records = eng3.on_attribution(strag)
+    cordon = next(r for r in strag_records if r.action == "cordon")
+    t1 = strag.decided_at
+    strag_records += eng3.on_command(RemediationCommand(command="approve", action_id=cordon.action_id, cluster="c1",
+                                                        by="bob", reason="GPU 5 throttled by heat", at=t1 + 60 * NS))
+    strag_records += eng3.on_started(cordon.action_id, executor="dry_run", at=t1 + 61 * NS)
+    strag_records += eng3.on_execution(cordon.action_id, ok=True, detail="dry run: kubectl cordon node-a02",
+                                       executor="dry_run", at=t1 + 62 * NS)
+    records += strag_records
     sink.write_remediations(records)
     sink.write_certifications([cert])
     for r in records:
@@ -233,6 +262,8 @@ def populate(sink: ClickHouseSink, tmp: Path) -> Loaded:
     loaded.approvable = reboot.action_id
     loaded.expired = next(r.action_id for r in records if r.attribution_id == stalled.attribution_id)
     loaded.certification = cert
+    loaded.awaiting = cordon.action_id
+    assert loaded.actions[loaded.awaiting].state == "executing", loaded.actions[loaded.awaiting]
     assert loaded.actions[loaded.approvable].state == "proposed", loaded.actions[loaded.approvable]
     assert loaded.actions[loaded.expired].state == "proposed"
     return loaded
@@ -260,7 +291,9 @@ def readonly(store_url) -> Iterator[ServerThread]:
     from streams.ui.app import create_ui_app
 
     url = store_url[0]
-    with IncidentStore(url) as store, ServerThread(create_ui_app(UISettings(clickhouse=url, poll_s=1), store=store)) as srv:
+    settings = UISettings(clickhouse=url, poll_s=1, grafana_url=LINKS["Grafana"], loki_url=LINKS["Loki"],
+                          prometheus_url=LINKS["Prometheus"])
+    with IncidentStore(url) as store, ServerThread(create_ui_app(settings, store=store, clock=lambda: NOW)) as srv:
         yield srv
 
 
@@ -307,7 +340,16 @@ def shot(pg: Any, tmp_path: Path, name: str) -> Path:
 
 
 def listed_ids(pg: Any) -> list[str]:
-    return pg.eval_on_selector_all("[data-testid=incidents] tbody tr[data-id]", "rows => rows.map(r => r.dataset.id)")
+    """The verdict ids of the list's rows, one per incident (folded verdicts left out)."""
+    return pg.eval_on_selector_all("[data-testid=incidents] tbody tr[data-id]:not(.member)",
+                                   "rows => rows.map(r => r.dataset.id)")
+
+
+def page_text_has_no_raw_ns(pg: Any) -> None:
+    """No 19-digit nanosecond time in what the page shows (its text and hover titles)."""
+    text = pg.evaluate("() => document.body.innerText + ' ' + Array.from(document.querySelectorAll('[title], title'))"
+                       ".map(e => e.getAttribute('title') || e.textContent).join(' ')")
+    assert not RAW_NS.findall(text), (pg.url, RAW_NS.findall(text)[:5])
 
 
 # -- the incident page -------------------------------------------------------------------------
@@ -357,12 +399,105 @@ def test_incident_page_shows_culprit_cause_marker_and_cascade(readonly, loaded, 
     assert "by bob" in drain.inner_text()
     assert not page.errors, page.errors
     shot(page, tmp_path, "incident-rc15")
-    page.set_viewport_size({"width": 1360, "height": 1040})
+
+
+def _box_in_first_screen(pg: Any, testid: str) -> dict[str, float]:
+    box = pg.locator(f"[data-testid={testid}]").bounding_box()
+    assert box is not None, f"{testid} is not shown"
+    assert box["x"] >= 0 and box["x"] + box["width"] <= 1440, (testid, box)
+    assert box["y"] >= 0 and box["y"] + box["height"] <= 900, (testid, box)
+    return box
+
+
+def test_first_screen_shows_verdict_next_action_and_cost(readonly, loaded, browser, tmp_path):
+    """At 1440x900 the verdict, the action to decide and the cost are inside the first screen;
+    the timeline, the evidence and the coverage come below it."""
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    att = loaded.of(RC15)
+    page.goto(f"{readonly.url}/incidents/{att.attribution_id}")
+    verdict = _box_in_first_screen(page, "verdict")
+    action = _box_in_first_screen(page, "next-action")
+    cost = _box_in_first_screen(page, "cost")
+    assert verdict["x"] < action["x"] < cost["x"]  # side by side
+    first_screen_bottom = max(b["y"] + b["height"] for b in (verdict, action, cost))
+    assert page.locator("[data-testid=timeline]").bounding_box()["y"] > first_screen_bottom
+    for below in ("evidence", "coverage"):
+        assert page.locator(f"[data-testid={below}]").bounding_box()["y"] > 900, below
+    assert page.inner_text("[data-testid=verdict] [data-testid=root-cause]") == "gpu.xid.79"
+    assert page.inner_text("[data-testid=verdict] [data-testid=culprit-hosts]") == "node-a02"
+    # the reboot still waits for a person (the drain before it is done); read-only: the CLI decides
+    head = page.locator("[data-testid=next-action-head]")
+    assert (head.get_attribute("data-action-id"), head.get_attribute("data-state")) == (loaded.approvable, "proposed")
+    assert head.inner_text().split()[:2] == ["reboot", "node-a02"]
+    assert f"faultstream remediation approve {loaded.approvable}" in page.inner_text("[data-testid=read-only]")
+    assert "1 other action below" in page.inner_text("[data-testid=next-action]")
+    # the cost as the verdict states it
+    assert page.inner_text("[data-testid=cost] [data-testid=gpu-hours]") == f"{att.cost.gpu_hours_lost:,.2f}"
+    assert page.inner_text("[data-testid=lost-for]").startswith("606.458 s (10 min), 16 GPUs on 2 nodes")
+    assert page.locator("[data-testid=cost] [data-testid=goodput]").count() == 0
     readme = os.environ.get("FAULTSTREAM_README_SCREENSHOT") == "1"
     out = SCREENSHOT if readme else tmp_path / SCREENSHOT.name
     out.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(out), full_page=False)
     assert out.stat().st_size > 20_000
+    # a slow job: the goodput it lost; its cordon ran and waits for a certification
+    strag = loaded.of(STRAGGLER)
+    page.goto(f"{readonly.url}/incidents/{strag.attribution_id}")
+    _box_in_first_screen(page, "verdict")
+    _box_in_first_screen(page, "next-action")
+    _box_in_first_screen(page, "cost")
+    goodput = page.inner_text("[data-testid=goodput]")
+    assert goodput.startswith(f"{100 * strag.cost.goodput_lost_fraction:.1f}% goodput lost"), goodput
+    head = page.locator("[data-testid=next-action-head]")
+    assert head.get_attribute("data-action-id") != loaded.awaiting  # the recertify proposal waits for a person
+    assert head.get_attribute("data-state") == "proposed"
+    # a verdict with no action says so
+    flap = next(a for a in loaded.verdicts.values() if a.scope.kind == "incident" and a.scope.cluster == FLAP)
+    page.goto(f"{readonly.url}/incidents/{flap.attribution_id}")
+    assert page.locator("[data-testid=next-action] [data-testid=no-action]").count() == 1
+    _box_in_first_screen(page, "cost")
+    context.close()
+
+
+def test_link_outs_fill_the_templates_url_encoded(readonly, with_commands, loaded, page):
+    from urllib.parse import quote
+
+    att = loaded.of(RC15)
+    page.goto(f"{readonly.url}/incidents/{att.attribution_id}")
+    links = page.locator("[data-testid=links-out] a")
+    assert links.all_inner_texts() == ["Grafana", "Loki", "Prometheus"]
+    lo, hi = att.window.start - 300 * NS, att.window.end + 300 * NS
+    iso = {"from": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(lo // NS)),
+           "to": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(-(-hi // NS)))}
+    assert links.nth(0).get_attribute("href") == (
+        f"https://grafana.example/d/node?var-host=node-a02&var-cluster=c1&from={lo // 10**6}&to={hi // 10**6}")
+    assert links.nth(1).get_attribute("href") == (
+        'https://loki.example/explore?query={host="node-a02",cluster="c1"}'
+        f"&from={quote(iso['from'], safe='')}&to={quote(iso['to'], safe='')}")
+    assert links.nth(2).get_attribute("href") == (
+        f"https://prom.example/graph?g0.expr=up%7Binstance%3D%22node-a02%22%7D&g0.end_input={quote(iso['to'], safe='')}")
+    assert all(links.nth(i).get_attribute("data-host") == "node-a02" for i in range(3))
+    # a port verdict's culprit hosts (the host end of the cable) get theirs; no template: no link
+    port = next(a for a in loaded.verdicts.values() if a.scope.kind == "fabric_port" and a.scope.cluster == FLAP)
+    page.goto(f"{readonly.url}/incidents/{port.attribution_id}")
+    assert {page.locator("[data-testid=links-out] a").nth(i).get_attribute("data-host")
+            for i in range(page.locator("[data-testid=links-out] a").count())} == set(port.culprits.hosts)
+    page.goto(f"{with_commands.url}/incidents/{att.attribution_id}")
+    assert page.locator("[data-testid=links-out]").count() == 0
+
+
+def test_no_page_shows_a_raw_nanosecond_time(readonly, with_commands, loaded, page):
+    paths = ["/?limit=500", "/fabric", "/node?host=node-a02&cluster=c1", "/remediations?state=all"]
+    paths += [f"/incidents/{loaded.of(b).attribution_id}" for b in (RC15, STALLED, STRAGGLER, FLAP, PROVISIONAL)]
+    for base in (readonly.url, with_commands.url):
+        for path in paths:
+            page.goto(base + path)
+            page_text_has_no_raw_ns(page)
+    # the expired proposal (the real clock) says until when it could have been approved, as UTC
+    page.goto(f"{with_commands.url}/incidents/{loaded.of(STALLED).attribution_id}")
+    assert page.locator("[data-testid=next-action] [data-testid=expired]").count() == 1
+    assert re.search(r"expired\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC", page.inner_text("[data-testid=next-action]"))
 
 
 _all_transitions: dict[str, list[RemediationAction]] = {}
@@ -425,15 +560,29 @@ def test_every_stored_verdict_has_a_page(readonly, loaded, browser):
 # -- the incident list -------------------------------------------------------------------------
 
 
-def _expected(loaded: Loaded, **want: Any) -> list[str]:
-    rows = [a for a in loaded.verdicts.values() if all(getattr(a, k) == v for k, v in want.items())]
-    return [a.attribution_id for a in sorted(rows, key=lambda a: (-a.decided_at, a.attribution_id))]
+_HEAD = {"incident": 0, "fabric_port": 1}
+
+
+def _expected(loaded: Loaded, pred: Any = None, **want: Any) -> list[str]:
+    """The list's rows for the verdicts that match: one per incident (verdicts sharing an
+    incident id), named by its incident verdict, else its fabric-port verdict, else its newest;
+    newest incident first."""
+    groups: dict[str, list[Attribution]] = defaultdict(list)
+    for a in loaded.verdicts.values():
+        if all(getattr(a, k) == v for k, v in want.items()) and (pred is None or pred(a)):
+            groups[a.incident_id or a.attribution_id].append(a)
+    heads = []
+    for g in groups.values():
+        head = min(g, key=lambda a: (_HEAD.get(a.scope.kind, 2), -a.decided_at, a.attribution_id))
+        heads.append((-max(a.decided_at for a in g), head.attribution_id))
+    return [aid for _, aid in sorted(heads)]
 
 
 def test_list_is_newest_first_and_filters_select_the_right_verdicts(readonly, loaded, page, tmp_path):
     page.goto(readonly.url + "/?limit=500")
     assert listed_ids(page) == _expected(loaded)
-    assert int(page.inner_text("[data-testid=count]")) == len(loaded.verdicts)
+    assert int(page.inner_text("[data-testid=count]")) == len(_expected(loaded))
+    assert int(page.inner_text("[data-testid=verdict-count]")) == len(loaded.verdicts)
     # domain: choosing it in the select submits the form
     page.select_option("select[name=domain]", "fabric")
     page.wait_for_url("**domain=fabric**")
@@ -445,7 +594,7 @@ def test_list_is_newest_first_and_filters_select_the_right_verdicts(readonly, lo
     page.fill("input[name=root_cause]", "gpu.xid")
     page.click("form[data-testid=filters] button[type=submit]")
     page.wait_for_url("**root_cause=gpu.xid**")
-    xid = [a for a in _expected(loaded) if loaded.verdicts[a].cause_code.startswith("gpu.xid.")]
+    xid = _expected(loaded, lambda a: a.cause_code.startswith("gpu.xid."))
     assert listed_ids(page) == xid and loaded.of(RC15).attribution_id in xid
     # status: the stream's early verdict
     page.goto(readonly.url + "/")
@@ -454,17 +603,98 @@ def test_list_is_newest_first_and_filters_select_the_right_verdicts(readonly, lo
     assert listed_ids(page) == [loaded.of(PROVISIONAL).attribution_id]
     # quality + cluster together
     page.goto(readonly.url + "/?cluster=c1&quality=ambiguous")
-    assert listed_ids(page) == [a for a in _expected(loaded, quality="ambiguous") if loaded.verdicts[a].scope.cluster == "c1"]
+    assert listed_ids(page) == _expected(loaded, lambda a: a.scope.cluster == "c1", quality="ambiguous")
     assert listed_ids(page)
     # a time range: the windows that overlap it
     lo, hi = 1796006400 * NS, 1796010000 * NS  # 2026-11-30 02:40 .. 03:40 UTC
     page.goto(readonly.url + "/?since=2026-11-30T02:40:00Z&until=2026-11-30T03:40:00Z&limit=500")
-    assert listed_ids(page) == [a for a in _expected(loaded) if loaded.verdicts[a].window.end >= lo
-                                and loaded.verdicts[a].window.start <= hi]
+    assert listed_ids(page) == _expected(loaded, lambda a: a.window.end >= lo and a.window.start <= hi)
     # a bad time: said, not guessed
     page.goto(readonly.url + "/?since=yesterday")
     assert "not an ISO 8601 date-time" in page.inner_text("[data-testid=filter-error]")
     assert not [e for e in page.errors if "400 (Bad Request)" not in e], page.errors
+
+
+def _expected_summary(loaded: Loaded) -> dict[str, dict[str, Any]]:
+    """The fleet summary at :data:`NOW` from the records themselves: per cluster, open
+    incidents, nodes awaiting re-certification and cordoned, incidents and GPU-hours today."""
+    incidents: dict[tuple[str, str], list[Attribution]] = defaultdict(list)
+    for a in loaded.verdicts.values():
+        if a.status != "withdrawn" and a.cause_code not in ("", "none"):
+            incidents[(a.scope.cluster, a.incident_id or a.attribution_id)].append(a)
+    acted = {k for r in loaded.actions.values() for k in (r.incident_id, r.attribution_id) if k}
+    out: dict[str, dict[str, Any]] = defaultdict(lambda: {"open": 0, "awaiting": [], "cordoned": [], "today": 0,
+                                                          "gpu_hours": 0.0})
+    open_keys = {(r.cluster, r.incident_id or r.attribution_id) for r in loaded.actions.values()
+                 if r.state in ("approved", "executing")
+                 or (r.state == "proposed" and (r.expires_at is None or r.expires_at > NOW))}
+    day0 = NOW - NOW % DAY
+    for (cluster, key), verdicts in incidents.items():
+        first, last = min(a.decided_at for a in verdicts), max(a.decided_at for a in verdicts)
+        if key not in acted and NOW - last < DAY:
+            open_keys.add((cluster, key))
+        if day0 <= first <= NOW:
+            out[cluster]["today"] += 1
+            out[cluster]["gpu_hours"] += sum(a.cost.gpu_hours_lost or 0 for a in verdicts
+                                             if a.scope.kind == "workload" and a.cost)
+    for cluster, _ in open_keys:
+        out[cluster]["open"] += 1
+    out["c1"]["awaiting"] = ["node-a02"]  # the straggler's cordon ran and waits for a certification
+    return out
+
+
+def test_list_has_a_fleet_summary_by_cluster(readonly, loaded, page, tmp_path):
+    page.goto(readonly.url + "/")
+    summary = page.locator("[data-testid=fleet-summary]")
+    want = _expected_summary(loaded)
+    # the data shows something: several clusters with incidents today, the rc15 reboot still open
+    assert want["c1"]["open"] >= 1 and want[FLAP]["today"] == 1 and want[FLAP]["gpu_hours"] > 3
+    assert sum(1 for w in want.values() if w["today"]) >= 3
+    for cluster, w in want.items():
+        row = summary.locator(f"tr[data-cluster='{cluster}']")
+        assert row.count() == 1, cluster
+        cell = lambda name: row.locator(f"[data-testid={name}]").inner_text()  # noqa: E731
+        assert int(cell("open")) == w["open"], cluster
+        assert cell("awaiting").split() == ([str(len(w["awaiting"]))] + w["awaiting"]), cluster
+        assert cell("cordoned") == "0", cluster
+        assert int(cell("today")) == w["today"], cluster
+        assert float(cell("gpu-hours").replace(",", "")) == pytest.approx(w["gpu_hours"], abs=0.006), cluster
+    total = summary.locator("tr.total")
+    assert int(total.locator("[data-testid=open]").inner_text()) == sum(w["open"] for w in want.values())
+    assert float(total.locator("[data-testid=gpu-hours]").inner_text().replace(",", "")) == pytest.approx(
+        sum(w["gpu_hours"] for w in want.values()), abs=0.01)
+    assert "today: since 2026-11-30 00:00:00 UTC" in summary.inner_text()
+    shot(page, tmp_path, "list-summary")
+
+
+def test_one_row_per_incident_with_its_verdicts_folded_under_it(readonly, loaded, page, tmp_path):
+    """The flapping port that broke two jobs: one row (the incident verdict), the two workload
+    verdicts and the port verdict folded under it until the row is opened."""
+    flap = [a for a in loaded.verdicts.values() if a.scope.cluster == FLAP]
+    assert sorted(a.scope.kind for a in flap) == ["fabric_port", "incident", "workload", "workload"]
+    incident = next(a for a in flap if a.scope.kind == "incident")
+    page.goto(f"{readonly.url}/?cluster={FLAP}")
+    assert listed_ids(page) == [incident.attribution_id]
+    members = page.locator(f"tr.member[data-member-of='{incident.incident_id}']")
+    ids = members.evaluate_all("rows => rows.map(r => r.dataset.id)")
+    workloads = sorted((a for a in flap if a.scope.kind == "workload"), key=lambda a: (-a.decided_at, a.attribution_id))
+    port = next(a for a in flap if a.scope.kind == "fabric_port")
+    assert ids == [a.attribution_id for a in workloads] + [port.attribution_id]
+    assert all(not members.nth(i).is_visible() for i in range(3))
+    fold = page.locator(f"button.fold[data-fold='{incident.incident_id}']")
+    assert fold.inner_text() == "+3"
+    fold.click()
+    assert all(members.nth(i).is_visible() for i in range(3))
+    assert fold.get_attribute("aria-expanded") == "true"
+    shot(page, tmp_path, "list-folded")
+    # it stays open across the live refresh, which folds the same way
+    page.locator("#live-status", has_text="refreshed").wait_for(timeout=15_000)
+    assert page.locator(f"tr.member[data-member-of='{incident.incident_id}']").evaluate_all(
+        "rows => rows.map(r => r.dataset.id)") == ids
+    assert all(page.locator("tr.member").nth(i).is_visible() for i in range(3))
+    fold.click()
+    assert not page.locator("tr.member").nth(0).is_visible()
+    assert not page.errors, page.errors
 
 
 def test_list_updates_itself_when_a_verdict_arrives(readonly, store_url, loaded, page, tmp_path):
@@ -477,6 +707,7 @@ def test_list_updates_itself_when_a_verdict_arrives(readonly, store_url, loaded,
     sink.write_observations(late.observations)
     sink.write_events(late.events)
     sink.write_attributions(late.attributions)
+    loaded.verdicts.update({a.attribution_id: a for a in late.attributions})
     row = page.locator(f"[data-testid=incidents] tbody tr[data-id={late.attribution.attribution_id}]")
     row.wait_for(timeout=15_000)
     assert page.url == url  # no reload: the page polled /api/incidents
@@ -491,7 +722,8 @@ def test_api_filters_are_parameters_not_sql(readonly, loaded):
 
     with httpx.Client(base_url=readonly.url, timeout=30) as client:
         everything = client.get("/api/incidents", params={"limit": 500}).json()
-        assert everything["count"] >= len(loaded.verdicts)
+        assert everything["verdicts"] >= len(loaded.verdicts)
+        assert everything["count"] == len(everything["rows"]) < everything["verdicts"]  # folded
         for evil in ("c1' OR '1'='1", "c1\\' OR 1=1 --", "') OR 1=1 --"):
             body = client.get("/api/incidents", params={"cluster": evil}).json()
             assert body["count"] == 0, evil
@@ -600,6 +832,41 @@ def test_approve_without_login_is_refused(with_commands, store_url, loaded, page
     page.wait_for_url("**/remediations")
     assert "too late to approve" in page.inner_text("[data-testid=flash]")
     shot(page, tmp_path, "remediations-refused")
+    with IncidentStore(store_url[0]) as store:
+        assert store.action(loaded.approvable).state == "proposed"
+
+
+def test_incident_page_offers_the_decision_after_login(with_commands, store_url, loaded, page):
+    att = loaded.of(RC15)
+    page.goto(f"{with_commands.url}/incidents/{att.attribution_id}")
+    card = page.locator("[data-testid=next-action]")
+    assert card.locator("button.approve").count() == 0 and card.locator("a[href='/login']").count() == 1
+    page.goto(with_commands.url + "/login")
+    page.fill("input[name=name]", "alice")
+    page.fill("input[name=token]", UI_TOKEN)
+    page.click("form[data-testid=login] button")
+    page.wait_for_url("**/remediations")
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{with_commands.url}/incidents/{att.attribution_id}")
+    form = card.locator("form.decide")
+    assert form.get_attribute("action") == f"/remediations/{loaded.approvable}/decide"
+    assert form.locator("input[name=back]").get_attribute("value") == f"/incidents/{att.attribution_id}"
+    for b in ("approve", "reject"):
+        box = form.locator(f"button.{b}").bounding_box()
+        assert box["y"] + box["height"] <= 900, b
+    # a refused decision comes back to the page it was made on; elsewhere than an incident page: the queue
+    stalled = loaded.of(STALLED)
+    page.goto(f"{with_commands.url}/incidents/{stalled.attribution_id}")
+    assert page.locator("[data-testid=next-action] form.decide").count() == 0  # expired: nothing to approve
+    csrf = page.get_attribute("header form input[name=csrf]", "value")
+    url = f"{with_commands.url}/remediations/{loaded.expired}/decide"
+    for back, lands in ((f"/incidents/{stalled.attribution_id}", f"/incidents/{stalled.attribution_id}"),
+                        ("https://evil.example/", "/remediations"), ("//evil.example/x", "/remediations")):
+        r = page.request.post(url, form={"command": "approve", "reason": "late", "csrf": csrf, "back": back},
+                              max_redirects=0)
+        assert r.status == 303 and r.headers["location"] == lands, (back, r.headers.get("location"))
+    page.goto(f"{with_commands.url}/incidents/{stalled.attribution_id}")
+    assert "too late to approve" in page.inner_text("[data-testid=flash]")
     with IncidentStore(store_url[0]) as store:
         assert store.action(loaded.approvable).state == "proposed"
 
