@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Generator, Optional
@@ -59,7 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from transport.kafka import RecordProducer
     from transport.kafka_settings import KafkaSettings
 
-__all__ = ["SHARED_OPTIONS", "Shared", "Done", "connector"]
+__all__ = ["SHARED_OPTIONS", "Shared", "Done", "connector", "input_files"]
 
 #: the parameter names the frame adds to every connector command (its own options may not use them)
 SHARED_OPTIONS = ("follow", "interval", "cursor", "bootstrap", "topic")
@@ -128,6 +129,19 @@ class Done:
 
     sent: int
     producer: Any
+
+
+def input_files(paths: Sequence[Path], *, follow: bool) -> list[Path]:
+    """``paths`` as given, checked as a connector's input files: a directory is refused, and
+    so is a path that does not exist unless ``follow`` (tail -F waits for it to appear).
+
+    Raises ValueError naming every refused path (the connector exits 2 with it)."""
+    bad = [f"{p}: is a directory" for p in paths if p.is_dir()]
+    if not follow:
+        bad += [f"{p}: no such file (with --follow it is waited for)" for p in paths if not p.exists()]
+    if bad:
+        raise ValueError("; ".join(bad))
+    return list(paths)
 
 
 def _shared_parameters(interval: float | str | None, cursor: str | None | bool, topic: str) -> list[inspect.Parameter]:

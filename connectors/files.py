@@ -84,7 +84,7 @@ from typing import Generator, TYPE_CHECKING, Annotated, Any, BinaryIO, Callable,
 
 import typer
 
-from connectors.command import Shared, connector
+from connectors.command import Shared, connector, input_files
 from connectors.runner import publish
 from connectors.bundle import _TEXT_BYTES, BINARY_CONTROL_SHARE, NUL_MARK, cut_body, rank_of_prefix
 from connectors.prefilter import EdgePrefilter, EdgeTotals
@@ -879,7 +879,7 @@ REPORT_S = 60.0
 @connector(interval=0.5, cursor=".state/cursors/files.json")
 def connect_files_cli(
     opts: Shared,
-    paths: Annotated[list[Path], typer.Argument(help="log files to tail (need not exist yet)")],
+    paths: Annotated[list[Path], typer.Argument(help="log files to read (with --follow: to tail; they need not exist yet)")],
     host: Annotated[str | None, typer.Option(help="host the files belong to (default: this machine)")] = None,
     host_from_path: Annotated[str | None, typer.Option(help="regex with a (?P<host>...) group, searched in each path")] = None,
     aggregator: Annotated[bool, typer.Option(
@@ -908,6 +908,7 @@ def connect_files_cli(
     follow = opts.follow
     if host and host_from_path:
         raise ValueError("give --host or --host-from-path, not both")
+    paths = input_files(paths, follow=follow)
     use_prefilter = follow if prefilter is None else prefilter
     if use_prefilter and coverage is False:
         raise ValueError("--prefilter needs the coverage records (they count what it drops): drop --no-coverage")

@@ -78,7 +78,7 @@ from typing import Generator, TYPE_CHECKING, Annotated, Any
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from connectors.command import Shared, connector
+from connectors.command import Shared, connector, input_files
 from connectors.topic import KafkaReadError, TopicReader as _TopicReader, message_ns as _message_ns
 from correlators.remediation.policy import PolicyError
 from correlators.ids import normalise_pci
@@ -447,6 +447,9 @@ def _record_key(record: BaseModel) -> str:
 MAX_PASS_BYTES = 16 << 20
 _WS = re.compile(r"[ \t\r\n\ufeff]*")
 
+#: Bytes of a binary file kept in its one dead letter (the head, to recognise the file).
+BINARY_SAMPLE_BYTES = 4096
+
 
 class HealthEventFiles:
     """HealthEvents from JSON files (a stream of JSON values: JSON Lines, concatenated or
@@ -512,6 +515,13 @@ class HealthEventFiles:
             chunk = fh.read(MAX_PASS_BYTES)
         if not chunk:
             return []
+        if offset == 0 and b"\x00" in chunk:
+            # not JSON text (an archive, a core file): one dead letter for the file, which is
+            # then passed over until it is replaced
+            counts.dead += 1
+            state["offset"] = st.st_size
+            return [_dead_letter(path, "not a HealthEvent file: binary content (NUL bytes), not JSON text",
+                                 chunk[:BINARY_SAMPLE_BYTES], position=Position(file=path, line=1))]
         self._more = self._more or len(chunk) == MAX_PASS_BYTES
         text = chunk.decode("utf-8", "surrogateescape")
         out: list[BaseModel] = []
@@ -1055,7 +1065,8 @@ def connect_nvsentinel_cli(
                                   cluster=cluster, workload_id=workload, assign_timeout_s=assign_timeout_s)
         what = f"observations from {from_topic}"
     else:
-        source = HealthEventFiles(files or [], cursor=opts.cursor_store(), cluster=cluster, workload_id=workload)
+        files = input_files(files or [], follow=opts.follow)
+        source = HealthEventFiles(files, cursor=opts.cursor_store(), cluster=cluster, workload_id=workload)
         what = f"observations from {len(files or [])} files"
     done = yield source
     to = f"NVSentinel's platform connector at {platform_connector}" if platform_connector else opts.topic

@@ -374,6 +374,29 @@ def test_cli_needs_exactly_one_mode(tmp_path):
     assert result.exit_code == 2 and "exactly one" in result.output
 
 
+@pytest.mark.parametrize("connector", ["nvsentinel", "files"])
+def test_a_missing_file_or_a_directory_is_refused_before_anything_is_published(tmp_path, connector):
+    app = __import__("streams.cli", fromlist=["app"]).app
+    missing = tmp_path / "absent.jsonl"
+    result = CliRunner().invoke(app, ["connect", connector, str(missing), str(tmp_path), "--bootstrap", "127.0.0.1:9"])
+    assert result.exit_code == 2
+    assert f"{tmp_path}: is a directory" in result.output and f"{missing}: no such file" in result.output
+    assert "published" not in result.output
+
+
+def test_a_binary_file_is_one_dead_letter_then_passed_over(tmp_path):
+    path = tmp_path / "events.jsonl"
+    head = b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 40 + b"\n{}\n" * 50
+    path.write_bytes(head)
+    source = HealthEventFiles([str(path)], cursor=None, cluster="c1", workload_id=None)
+    first = source.poll()
+    assert [type(r).__name__ for r in first] == ["DeadLetter"]
+    assert first[0].reason == "not a HealthEvent file: binary content (NUL bytes), not JSON text"
+    assert first[0].original == head[:4096] and first[0].position.file == str(path)
+    assert source.poll() == []
+    assert source.checkpoint()["files"][str(path)]["offset"] == len(head)
+
+
 def test_unreachable_broker_for_a_topic_fails_with_a_message():
     app = __import__("streams.cli", fromlist=["app"]).app
     started = time.monotonic()
