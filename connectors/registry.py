@@ -24,9 +24,8 @@ import logging
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Callable, NoReturn
 
-import click
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 if TYPE_CHECKING:  # pragma: no cover
     from transport.kafka import RecordProducer
@@ -92,16 +91,16 @@ class ConnectGroup(TyperGroup):
     connector's module imported only when its command runs or the group's help lists it, so
     the other commands (``faultstream worker`` above all) load none of them."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: typer.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(_targets()))
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> TyperCommand | TyperGroup | None:
         command = super().get_command(ctx, cmd_name)
         load = _targets().get(cmd_name) if command is None else None
         fn = _loaded(cmd_name, load) if load is not None else None
         if fn is None:
             return command
-        one = typer.Typer()
+        one = typer.Typer(rich_markup_mode=self.rich_markup_mode)  # the same help format as the group's
         one.command(cmd_name)(fn)
         command = typer.main.get_command(one)
         self.add_command(command, cmd_name)

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import click
 import pytest
 import typer
 from typer.main import get_command
@@ -35,7 +34,7 @@ def _connect_commands() -> dict:
     """name -> the click command of ``faultstream connect <name>`` (typer's click objects),
     each loaded through the group as the command line does."""
     group = get_command(app).commands["connect"]
-    ctx = click.Context(group)
+    ctx = typer.Context(group)
     return {name: group.get_command(ctx, name) for name in group.list_commands(ctx)}
 
 

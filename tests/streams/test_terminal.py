@@ -128,10 +128,13 @@ def test_verdict_line_of_a_withdrawn_revision() -> None:
 
 
 def _commands(cmd, path=()):
-    """(path, click command) of every command and group below ``cmd``."""
+    """(path, click command) of every command and group below ``cmd`` (lazily loaded ones,
+    the connectors, through the group as the command line gets them)."""
     yield path, cmd
-    for name, sub in getattr(cmd, "commands", {}).items():
-        yield from _commands(sub, (*path, name))
+    if hasattr(cmd, "list_commands"):
+        ctx = typer.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            yield from _commands(cmd.get_command(ctx, name), (*path, name))
 
 
 COMMANDS = list(_commands(typer.main.get_command(app)))
