@@ -258,6 +258,46 @@ class AlertsAgent:
         self.outcome["dead_lettered"].inc()
 
 
+def _attach_inputs(app: Any, settings: Any, attributions_topic: Any, *,
+                   route: Callable[[str, Any], Awaitable[None]], dead_letter: DeadLetterFn, provisional: bool) -> None:
+    """The agents that turn the verdicts (final ones, and provisional ones when
+    ``provisional``) and the passed certifications into the alerts machine's messages,
+    sent by ``route(cluster, message)``."""
+    # the remediation agents read the same topics and dead-letter what does not validate
+    remediation_reads_verdicts = bool(getattr(settings, "remediation", True))
+
+    @app.agent(attributions_topic, name=f"{__name__}.alerts_attributions")
+    async def alerts_attributions(stream: Any) -> None:
+        async for item in stream.events():
+            if item.value is None:
+                continue  # the tombstone after a withdrawal, which resolved the alert
+            try:
+                att = Attribution.model_validate_json(item.value)
+            except (ValueError, ValidationError) as exc:
+                if not remediation_reads_verdicts:  # else its agent dead-letters the same record
+                    await dead_letter(SOURCE, f"invalid attribution: {reason_of(exc)}", item.value, item.message)
+                continue
+            if att.status == "provisional" and not provisional:
+                continue
+            await route(att.scope.cluster, VerdictInMessage(attribution=att))
+
+    certifications = app.topic(settings.topic("certifications"), value_serializer="raw", key_serializer="raw")
+
+    @app.agent(certifications, name=f"{__name__}.alerts_certifications")
+    async def alerts_certifications(stream: Any) -> None:
+        async for item in stream.events():
+            if item.value is None:
+                continue
+            try:
+                cert = Certification.model_validate_json(item.value)
+            except (ValueError, ValidationError) as exc:
+                if not remediation_reads_verdicts:
+                    await dead_letter(SOURCE, f"invalid certification: {reason_of(exc)}", item.value, item.message)
+                continue
+            if cert.passed:
+                await route(cert.cluster, CertificationInMessage(certification=cert))
+
+
 def attach_alerts(app: Any, settings: Any, *, attributions_topic: Any, dead_letter: DeadLetterFn, metrics: Any,
                   exit_without_commit: Callable[[str], Any]) -> AlertSettings | None:
     """Add the alerts agents, table and timer to the Faust ``app`` (see the module docstring);
@@ -284,9 +324,6 @@ def attach_alerts(app: Any, settings: Any, *, attributions_topic: Any, dead_lett
                         exit_without_commit=exit_without_commit, stopping=lambda: bool(app.should_stop))
     log.info("alerts: to %s (provisional %s, hold %g s)", client.url, asettings.provisional, asettings.hold_s)
 
-    # the remediation agents read the same topics and dead-letter what does not validate
-    remediation_reads_verdicts = bool(getattr(settings, "remediation", True))
-
     async def route(cluster: str, message: Any) -> None:
         await by_cluster.send(key=cluster.encode(), value=message_json(message))
 
@@ -296,36 +333,8 @@ def attach_alerts(app: Any, settings: Any, *, attributions_topic: Any, dead_lett
         async for item in stream.events():
             await agent.handle(item)
 
-    @app.agent(attributions_topic, name=f"{__name__}.alerts_attributions")
-    async def alerts_attributions(stream: Any) -> None:
-        async for item in stream.events():
-            if item.value is None:
-                continue  # the tombstone after a withdrawal, which resolved the alert
-            try:
-                att = Attribution.model_validate_json(item.value)
-            except (ValueError, ValidationError) as exc:
-                if not remediation_reads_verdicts:  # else its agent dead-letters the same record
-                    await dead_letter(SOURCE, f"invalid attribution: {reason_of(exc)}", item.value, item.message)
-                continue
-            if att.status == "provisional" and not asettings.provisional:
-                continue
-            await route(att.scope.cluster, VerdictInMessage(attribution=att))
-
-    certifications = app.topic(settings.topic("certifications"), **raw)
-
-    @app.agent(certifications, name=f"{__name__}.alerts_certifications")
-    async def alerts_certifications(stream: Any) -> None:
-        async for item in stream.events():
-            if item.value is None:
-                continue
-            try:
-                cert = Certification.model_validate_json(item.value)
-            except (ValueError, ValidationError) as exc:
-                if not remediation_reads_verdicts:
-                    await dead_letter(SOURCE, f"invalid certification: {reason_of(exc)}", item.value, item.message)
-                continue
-            if cert.passed:
-                await route(cert.cluster, CertificationInMessage(certification=cert))
+    _attach_inputs(app, settings, attributions_topic, route=route, dead_letter=dead_letter,
+                   provisional=asettings.provisional)
 
     @app.timer(interval=max(1.0, asettings.hold_s / 3), name=f"{__name__}.refresh")
     async def refresh_alerts() -> None:
