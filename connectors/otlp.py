@@ -96,6 +96,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -157,22 +158,63 @@ class OtlpError(ValueError):
 
 # -- decoding ------------------------------------------------------------------------------------
 
-def _hex_ids_to_base64(doc: Any) -> None:
-    """Rewrite OTLP/JSON's hex ``traceId``/``spanId`` of every log record to the base64 that
-    protobuf's JSON mapping expects for ``bytes`` fields (in place). Raises :class:`OtlpError`
-    for an id that is not hex."""
-    for rl in doc.get("resourceLogs") or doc.get("resource_logs") or ():
-        for sl in (rl or {}).get("scopeLogs") or (rl or {}).get("scope_logs") or ():
-            for rec in (sl or {}).get("logRecords") or (sl or {}).get("log_records") or ():
-                if not isinstance(rec, dict):
-                    continue
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}
+
+
+def _items(parent: dict, names: tuple[str, str], where: str) -> list[tuple[str, dict]]:
+    """(path, object) of each element of the array ``parent[names]`` (OTLP/JSON's lowerCamelCase
+    name or its proto name); ``[]`` when absent. Raises :class:`OtlpError` naming the path when
+    it is not an array of objects."""
+    key = names[0] if names[0] in parent else names[1]
+    value = parent.get(key)
+    if value is None:
+        return []
+    path = f"{where}.{key}" if where else key
+    if not isinstance(value, list):
+        raise OtlpError(f"{path} is {_JSON_TYPES.get(type(value), 'a value')}, not an array")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise OtlpError(f"{path}[{i}] is {_JSON_TYPES.get(type(item), 'a value')}, not an object")
+        out.append((f"{path}[{i}]", item))
+    return out
+
+
+def _prepare_json(doc: dict) -> None:
+    """Check the nesting of an OTLP/JSON logs document (resourceLogs[] -> scopeLogs[] ->
+    logRecords[], each an array of objects) and rewrite the hex ``traceId``/``spanId`` of every
+    log record to the base64 that protobuf's JSON mapping expects for ``bytes`` fields (in
+    place). Raises :class:`OtlpError` naming the path of a misplaced value or an id that is
+    not hex."""
+    for rl_path, rl in _items(doc, ("resourceLogs", "resource_logs"), ""):
+        for sl_path, sl in _items(rl, ("scopeLogs", "scope_logs"), rl_path):
+            for rec_path, rec in _items(sl, ("logRecords", "log_records"), sl_path):
                 for key in ("traceId", "trace_id", "spanId", "span_id"):
                     value = rec.get(key)
                     if isinstance(value, str):
                         try:
                             rec[key] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
                         except ValueError:
-                            raise OtlpError(f"{key} {value[:40]!r} is not hex") from None
+                            raise OtlpError(f"{rec_path}.{key} {value[:40]!r} is not hex") from None
+
+
+_FIELD_CHAIN = re.compile(r"Failed to parse (\w+) field: ")
+#: protobuf's json_format passes the interpreter's own messages through for a value of the wrong type
+_PYTHON_TEXT = re.compile(r"object is not|argument must be|object has no attribute|unhashable|not supported between")
+
+
+def _parse_error_text(exc: BaseException) -> str:
+    """protobuf's JSON parse error as a reason a person reads: the dotted field path, then what
+    is wrong with it (\"a value of the wrong type\" in place of the interpreter's own message)."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    fields = _FIELD_CHAIN.findall(text)
+    detail = _FIELD_CHAIN.sub("", text)
+    if isinstance(exc, RecursionError):
+        detail = "nested too deeply"
+    elif _PYTHON_TEXT.search(detail):
+        detail = "a value of the wrong type"
+    return (f"{'.'.join(fields)}: {detail}" if fields else detail)[:200]
 
 
 def decode_logs(raw: bytes, encoding: Encoding = "auto") -> logs_pb2.LogsData:
@@ -192,11 +234,11 @@ def decode_logs(raw: bytes, encoding: Encoding = "auto") -> logs_pb2.LogsData:
         if not isinstance(doc, dict):
             raise OtlpError(f"not an OTLP/JSON logs document but a JSON {type(doc).__name__} "
                             "(the exporter's raw encoding carries no resource: use otlp_json or otlp_proto)")
-        _hex_ids_to_base64(doc)
+        _prepare_json(doc)
         try:
             json_format.ParseDict(doc, data, ignore_unknown_fields=True)
         except (json_format.ParseError, TypeError, ValueError, RecursionError) as exc:
-            raise OtlpError(f"invalid OTLP/JSON logs: {str(exc).splitlines()[0][:200]}") from None
+            raise OtlpError(f"invalid OTLP/JSON logs: {_parse_error_text(exc)}") from None
     else:
         try:
             data.ParseFromString(raw)

@@ -218,14 +218,22 @@ def test_a_record_open_at_the_end_of_a_message_waits_for_the_next_one() -> None:
     (b'[1, 2]', "not an OTLP/JSON logs document but a JSON list"),
     (b'{"resourceLogs": [', "invalid OTLP/JSON"),
     (b'{"resourceSpans": []}', "no resourceLogs"),
-    (b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"traceId": "zz"}]}]}]}', "traceId 'zz' is not hex"),
-    (b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"timeUnixNano": "soon"}]}]}]}', "invalid OTLP/JSON logs"),
+    (b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"traceId": "zz"}]}]}]}',
+     "resourceLogs[0].scopeLogs[0].logRecords[0].traceId 'zz' is not hex"),
+    (b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"timeUnixNano": "soon"}]}]}]}',
+     "invalid OTLP/JSON logs: resourceLogs.scopeLogs.logRecords.timeUnixNano: "),
+    (b'{"resourceLogs": 5}', "resourceLogs is a number, not an array"),
+    (b'{"resourceLogs": [{"scopeLogs": [{"logRecords": "x"}]}]}', "resourceLogs[0].scopeLogs[0].logRecords is a string, not an array"),
+    (b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": 5}]}]}]}',
+     "invalid OTLP/JSON logs: resourceLogs.scopeLogs.logRecords.body: a value of the wrong type"),
     (None, "tombstone"),
-], ids=["empty", "garbage", "raw-string", "raw-array", "truncated", "spans", "bad-hex", "bad-int", "tombstone"])
+], ids=["empty", "garbage", "raw-string", "raw-array", "truncated", "spans", "bad-hex", "bad-int", "not-an-array",
+        "records-not-an-array", "wrong-type", "tombstone"])
 def test_bad_payloads_become_dead_letters_with_the_reason(raw, reason) -> None:
     logs = OtlpLogs()
     dead = logs.add(raw, where=("otlp_logs", 1, 7), key=b"k")
     assert isinstance(dead, DeadLetter) and dead.reason.startswith(reason), dead and dead.reason
+    assert "object is not" not in dead.reason and "argument must be" not in dead.reason  # no interpreter text
     assert dead.original == raw and dead.original_key == b"k" and dead.position.offset == 7
     assert logs.emit(final=True) == [] and logs.counts.dead == 1
 
