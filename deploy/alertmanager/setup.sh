@@ -9,6 +9,7 @@
 # the packaged service (a policy-rc.d keeps the package scripts from starting it, only for this
 # install). Run as root. Exit status non-zero, with a message on stderr, when the install fails.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../apt.sh"   # apt_install
 
 say() { echo "[alertmanager-setup $(date +%H:%M:%S)] $*"; }
 BIN=${ALERTMANAGER_BIN:-prometheus-alertmanager}
@@ -19,16 +20,7 @@ if command -v "$BIN" >/dev/null 2>&1 && "$BIN" --version >/dev/null 2>&1; then
 fi
 
 say "installing Debian package prometheus-alertmanager"
-export DEBIAN_FRONTEND=noninteractive
-made_policy=0
-if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-    made_policy=1
-    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-fi
-apt-get update -qq
-apt-get install -y -q --no-install-recommends prometheus-alertmanager >/dev/null
-if ((made_policy)); then rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
+apt_install prometheus-alertmanager
 
 if ! command -v prometheus-alertmanager >/dev/null 2>&1; then
     echo "alertmanager-setup: the package installed no prometheus-alertmanager binary on PATH" >&2

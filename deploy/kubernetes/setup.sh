@@ -12,6 +12,7 @@
 # pinned version is not built again. A cold build takes about 10 minutes on 2 cores (9.5 measured on 2026-12-05).
 # Exit status non-zero (message on stderr) when a step fails.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../apt.sh"   # apt_install
 
 K8S_VERSION=${K8S_VERSION:-v1.33.13}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
@@ -29,16 +30,7 @@ export CGO_ENABLED=0
 # ---- etcd (Debian) --------------------------------------------------------------------------
 if ! command -v etcd >/dev/null 2>&1; then
     say "installing etcd-server"
-    export DEBIAN_FRONTEND=noninteractive
-    made_policy=0
-    if [ ! -e /usr/sbin/policy-rc.d ]; then   # the package must not start a service here
-        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-        made_policy=1
-        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-    fi
-    apt-get update -qq
-    apt-get install -y -q --no-install-recommends etcd-server >/dev/null
-    if ((made_policy)); then rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
+    apt_install etcd-server
 fi
 say "etcd: $(etcd --version 2>/dev/null | head -1)"
 

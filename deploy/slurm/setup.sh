@@ -7,6 +7,7 @@
 # then waits until `sinfo` shows the node idle. Run as root. Log of the daemons: /var/log/slurm.
 # Exit status non-zero (with a message on stderr) when a step fails or the node never gets idle.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/../apt.sh"   # apt_install
 
 CLUSTER=fs-test
 CONF_DIR=/etc/slurm
@@ -22,19 +23,7 @@ for bin in slurmctld:slurmctld slurmd:slurmd slurmdbd:slurmdbd sbatch:slurm-clie
 done
 if ((${#need[@]})); then
     say "installing ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    # services must not be started by the package scripts (no init system here)
-    # (only for this install: a policy-rc.d that was there before is left as it was)
-    made_policy=0
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-        made_policy=1
-        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-    fi
-    apt-get update -qq
-    apt-get install -y -q --no-install-recommends slurmctld slurmd slurmdbd slurm-client munge \
-        mariadb-server mariadb-client >/dev/null
-    if ((made_policy)); then rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
+    apt_install slurmctld slurmd slurmdbd slurm-client munge mariadb-server mariadb-client
 fi
 
 NODE=$(slurmd -N "$(hostname -s)" -C 2>/dev/null | sed -n 's/^NodeName=\([^ ]*\).*/\1/p' | head -1)
