@@ -610,7 +610,12 @@ def schemas_export(out_dir: Path = typer.Argument(Path("schemas/json"), help="ou
     """Write one JSON Schema file per record type."""
     from schemas.export import export_json_schemas
 
-    for path in export_json_schemas(out_dir):
+    try:
+        written = export_json_schemas(out_dir)
+    except OSError as exc:
+        cli_fail(f"{out_dir}: not a directory" if out_dir.exists() and not out_dir.is_dir()
+                 else f"{exc.filename or out_dir}: {exc.strerror or exc}")
+    for path in written:
         typer.echo(str(path))
 
 

@@ -273,3 +273,14 @@ def test_cli_schemas_export_writes_the_asyncapi_document(tmp_path: Path) -> None
     listed = [Path(line).name for line in result.output.splitlines()]
     assert listed == [f"{n}.schema.json" for n in EXPORTED_MODELS] + ["asyncapi.yaml"]
     assert (tmp_path / "out" / "asyncapi.yaml").read_bytes() == COMMITTED.read_bytes()
+
+
+def test_cli_schemas_export_to_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    from streams.cli import app
+
+    target = tmp_path / "a-file"
+    target.write_text("x")
+    result = CliRunner().invoke(app, ["schemas", "export", str(target)])
+    assert result.exit_code == 2
+    assert result.output.strip() == f"error: {target}: not a directory"
+    assert target.read_text() == "x"
