@@ -630,7 +630,10 @@ def _release_chdb(path: str) -> None:
             engine.client.close()
 
 
-def _chdb_path(url: str) -> str:
+def chdb_path(url: str) -> str:
+    """The engine directory of a ``chdb://`` URL, absolute (``:memory:`` for ``chdb://memory``
+    or ``chdb://:memory:``). Raises :class:`SinkError` for a URL that names no directory or has
+    a query or fragment."""
     rest = url[len("chdb://") :]
     if "?" in rest or "#" in rest:
         raise SinkError(f"chDB URL {url!r} takes no query or fragment")
@@ -705,7 +708,7 @@ class ClickHouseSink:
         self._client: Any = None
 
         if url.startswith("chdb://"):
-            self._chdb_path = _chdb_path(url)
+            self._chdb_path = chdb_path(url)
             self._client = _acquire_chdb(self._chdb_path)
         elif url.startswith(("http://", "https://")):
             self._client = self._connect_http(url, connect_timeout_s)

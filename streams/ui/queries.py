@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 import threading
+from pathlib import Path
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,9 +172,13 @@ class IncidentStore:
         self._lock = threading.Lock()
         self._sink: Any = None
         if url.startswith("chdb://"):
-            from sinks.clickhouse import ClickHouseSink, SinkError
+            from sinks.clickhouse import ClickHouseSink, SinkError, chdb_path
 
             try:
+                path = chdb_path(url)
+                if path != ":memory:" and not Path(path).is_dir():
+                    raise StoreError(f"no store at {path}: replay a bundle or run a worker with --clickhouse {url} "
+                                     "first, or give the store's directory")
                 self._sink = ClickHouseSink(url, database=database)
             except SinkError as exc:
                 raise StoreError(f"cannot open {url}: {exc}") from exc

@@ -997,3 +997,12 @@ def test_store_refuses_bad_urls_names_and_unreachable_servers():
     with pytest.raises(StoreError, match="cannot connect to ClickHouse at http://u:\\*\\*\\*@127.0.0.1:9") as info:
         IncidentStore("http://u:secret@127.0.0.1:9", connect_timeout_s=2)
     assert "secret" not in str(info.value)
+
+
+def test_a_store_directory_that_does_not_exist_is_refused_not_created(tmp_path):
+    from streams.ui.queries import StoreError
+
+    missing = tmp_path / "typo"
+    with pytest.raises(StoreError, match=f"no store at {missing}: replay a bundle or run a worker"):
+        IncidentStore(f"chdb://{missing}")
+    assert not missing.exists()
