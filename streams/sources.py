@@ -101,15 +101,19 @@ class SourceError(Exception):
 def parse_time(text: str) -> int:
     """UTC ns of an ISO 8601 date-time (``2026-11-30T01:00Z``, ``2026-11-30T02:00:00+01:00``,
     ``2026-11-30``); without a zone it is UTC. Parsed by pydantic. Raises ``ValueError`` for
-    anything else (a bare number is refused: seconds or milliseconds would be a guess)."""
+    anything else (a bare number is refused: seconds or milliseconds would be a guess) and for
+    a time outside the signed 64-bit nanosecond range (before 1677-09-21, after 2262-04-11)."""
     value = text.strip()
     if not value or value.lstrip("+-").replace(".", "", 1).isdigit():
         raise ValueError(f"{text!r} is not an ISO 8601 date-time (e.g. 2026-11-30T01:00Z)")
     try:
-        return to_ns(_DATETIME.validate_python(value))
-    except ValidationError as exc:
-        raise ValueError(f"{text!r} is not an ISO 8601 date-time (e.g. 2026-11-30T01:00Z): "
-                         f"{exc.errors()[0]['msg']}") from None
+        ns = to_ns(_DATETIME.validate_python(value))
+    except ValidationError:
+        raise ValueError(f"{text!r} is not an ISO 8601 date-time (e.g. 2026-11-30T01:00Z)") from None
+    if not -(1 << 63) <= ns < 1 << 63:
+        raise ValueError(f"{text!r} is outside the times a nanosecond clock holds "
+                         "(1677-09-21T00:12:44Z to 2262-04-11T23:47:16Z)")
+    return ns
 
 
 @dataclass

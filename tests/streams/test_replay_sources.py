@@ -66,6 +66,13 @@ def test_parse_time_is_iso_8601_utc() -> None:
     for bad in ("yesterday", "1764464400", ""):
         with pytest.raises(ValueError, match="ISO 8601"):
             parse_time(bad)
+    with pytest.raises(ValueError) as info:
+        parse_time("garbage")
+    assert str(info.value) == "'garbage' is not an ISO 8601 date-time (e.g. 2026-11-30T01:00Z)"
+    assert parse_time("2262-04-11T00:00Z") == 9_223_286_400_000_000_000
+    for far in ("9999-12-31T23:59:59Z", "1600-01-01"):
+        with pytest.raises(ValueError, match="outside the times a nanosecond clock holds"):
+            parse_time(far)
 
 
 def test_unreachable_broker_is_a_clear_error_not_a_hang() -> None:
