@@ -902,7 +902,7 @@ def connect_files_cli(
 ) -> Generator[FilesConnector, Any, None]:
     """Publish log files' records to Kafka (key = host) from the saved cursor; --follow tails them like tail -F.
 
-    With --follow a failed delivery (broker unreachable, flush timed out) is logged as a warning and the same batch is sent again from the saved cursor until it is delivered or the process is stopped (SIGTERM, Ctrl-C); the cursor never moves past undelivered records. With --once (the default) a Kafka error exits 2 with one line on stderr.
+    With --follow a failed delivery (broker unreachable, flush timed out) is logged as a warning and the same batch is sent again from the saved cursor until it is delivered or the process is stopped (SIGTERM, Ctrl-C); the cursor never moves past undelivered records. With --once (the default) a Kafka error exits 2 with one line on stderr, and so does a file that cannot be read as log lines (binary content, a read error), after the other files are published; the cursor passes over such a file.
 
     Edge prefilter (--prefilter): whole records (a traceback, an NCCL error block) are kept or dropped by the rule pack's own keyword matcher, after their time and line number are read, so the published records, their ids and the events the workers extract are those of an unfiltered run; the dropped ones are counted in the coverage records, whose record counts equal an unfiltered run's. At the end (and with --follow every minute while it changes) the bytes read, published and the share saved are printed."""
     follow = opts.follow
@@ -947,3 +947,8 @@ def connect_files_cli(
     typer.echo(f"published {n} records{extra} from {len(paths)} files to {opts.topic}", err=True)
     if conn.prefilter is not None:
         typer.echo(f"prefilter: {conn.totals().summary()}", err=True)
+    failed = [e for e in conn.coverage() if e.status == "failed"]
+    for entry in failed:
+        typer.echo(f"{entry.source.removeprefix('file:')}: not read: {entry.detail}", err=True)
+    if failed and not follow:
+        raise typer.Exit(2)

@@ -274,6 +274,27 @@ def test_cli_connect_files_resumes(tmp_path, settings, kafka_config, kafka_topic
     assert bad.exit_code == 2 and "no (?P<host>...) group" in bad.output
 
 
+def test_a_binary_file_is_named_and_exits_2_after_the_others_are_published(tmp_path, settings, kafka_config,  # noqa: F811
+                                                                           kafka_topic_factory):
+    from typer.testing import CliRunner
+
+    from streams.cli import app
+
+    topic = kafka_topic_factory("cli-binary")
+    good = tmp_path / "syslog"
+    good.write_text("Nov 30 01:20:00 node-c03 kernel: NVRM: Xid (PCI:0000:9c:00): 79, GPU has fallen off the bus.\n")
+    core = tmp_path / "core.dump"
+    core.write_bytes(bytes(range(256)) * 16)
+    result = CliRunner().invoke(app, ["connect", "files", str(good), str(core), "--host", "node-c03",
+                                      "--cursor", str(tmp_path / "cur.json"),
+                                      "--bootstrap", settings.bootstrap_servers, "--topic", topic])
+    assert result.exit_code == 2, result.output
+    assert "published 1 records from 2 files" in result.output
+    assert f"{core}: not read: binary content (NUL/control bytes in the first" in result.output
+    (o,) = values(consume(kafka_config, topic, 1))
+    assert o["host"] == "node-c03" and "Xid" in o["body"]
+
+
 def test_a_last_line_without_newline_is_never_dropped_without_a_word(tmp_path, settings, kafka_config,  # noqa: F811
                                                                     kafka_topic_factory):
     """A one-shot run publishes the last line of a file its writer is done with (not modified
