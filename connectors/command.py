@@ -63,7 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["SHARED_OPTIONS", "Shared", "Done", "connector", "input_files"]
 
 #: the parameter names the frame adds to every connector command (its own options may not use them)
-SHARED_OPTIONS = ("follow", "interval", "cursor", "bootstrap", "topic")
+SHARED_OPTIONS = ("follow", "interval", "cursor", "bootstrap", "topic", "timeout")
 
 FOLLOW_HELP = ("--follow: keep polling every --interval seconds until Ctrl-C or SIGTERM, retrying a failed poll "
                "or delivery; --once: one pass over what is available now, then exit (an error exits 2)")
@@ -71,6 +71,11 @@ INTERVAL_HELP = "seconds between polls with --follow"
 CURSOR_HELP = "cursor file: the source's position, saved after each delivered batch"
 BOOTSTRAP_HELP = "Kafka bootstrap servers host:port[,...] (default: KAFKA_BOOTSTRAP_SERVERS)"
 TOPIC_HELP = "topic to publish to"
+TIMEOUT_HELP = ("--once: seconds to wait for a Kafka broker to answer before anything is read (then exit 2); "
+                "--follow keeps retrying")
+
+#: Default of --timeout (seconds).
+TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -83,6 +88,7 @@ class Shared:
     topic records go to (a build function may change it, e.g. a bridge's output topic);
     ``routes``: record class -> topic for records that go elsewhere (dead letters), confirmed
     by the same flush; ``bootstrap``: the ``--bootstrap`` value (None: the environment's);
+    ``timeout_s``: with ``--once``, seconds a broker has to answer before the run starts;
     ``through``: None, or a function given the Kafka producer (dead letters already routed)
     that returns what the records are sent through instead (``send``/``flush`` like
     :class:`transport.kafka.RecordProducer`; e.g. a gRPC client that keeps dead letters on
@@ -93,6 +99,7 @@ class Shared:
     cursor: Path | None
     topic: str
     bootstrap: str | None = None
+    timeout_s: float = TIMEOUT_S
     routes: dict[type, str] = field(default_factory=dict)
     through: Callable[[Any], Any] | None = None
     _kafka: "KafkaSettings | None" = field(default=None, repr=False)
@@ -166,6 +173,8 @@ def _shared_parameters(interval: float | str | None, cursor: str | None | bool, 
             "--bootstrap", help=BOOTSTRAP_HELP)]),
         inspect.Parameter("topic", kw, default=None, annotation=Annotated[Optional[str], typer.Option(
             "--topic", help=f"{TOPIC_HELP} (default: the catalogue's {topic} topic, FAULTSTREAM_TOPIC_PREFIX applied)")]),
+        inspect.Parameter("timeout", kw, default=TIMEOUT_S, annotation=Annotated[float, typer.Option(
+            "--timeout", min=0.1, help=TIMEOUT_HELP)]),
     ]
 
 
@@ -228,7 +237,8 @@ def _settings(shared: dict[str, Any], own: dict[str, Any], *, interval: float | 
     if path is None and isinstance(cursor, str):
         path = Path(cursor.format(**own))
     return Shared(follow=shared["follow"], interval_s=interval_s, cursor=path,
-                  topic=shared["topic"] or catalogue()[topic].name, bootstrap=shared["bootstrap"])
+                  topic=shared["topic"] or catalogue()[topic].name, bootstrap=shared["bootstrap"],
+                  timeout_s=shared["timeout"])
 
 
 def _execute(build: Callable[..., Any], opts: Shared, own: dict[str, Any], *,
@@ -252,6 +262,8 @@ def _execute(build: Callable[..., Any], opts: Shared, own: dict[str, Any], *,
     sent = 0
     try:
         with opts.producer() as producer, stop_on_sigterm() as stop:
+            if not opts.follow:
+                producer.wait_for_broker(opts.timeout_s)
             target = RoutedProducer(producer, opts.routes) if opts.routes else producer
             if opts.through is not None:
                 target = opts.through(target)

@@ -735,7 +735,7 @@ def connect_prometheus_cli(
     match: Annotated[str, typer.Option(help='extra PromQL label matchers for both selectors, e.g. \'cluster="c1",job=~"dcgm|node"\'')] = "",
     all_deltas: Annotated[bool, typer.Option("--all-deltas", help="publish every InfiniBand counter delta, zeros included (default: error increases and resets)")] = False,
     max_points: Annotated[int, typer.Option(min=1, help="instants per query (a longer backlog is read in several polls; Prometheus loads series x instants samples per query)")] = 120,
-    timeout: Annotated[float, typer.Option(min=0.1, help="seconds per HTTP request")] = 30.0,
+    request_timeout: Annotated[float, typer.Option("--request-timeout", min=0.1, help="seconds per HTTP request")] = 30.0,
     retries: Annotated[int, typer.Option(min=1, help="attempts per query when Prometheus is unreachable or answers 429/5xx")] = 5,
     backoff: Annotated[float, typer.Option(min=0.0, help="seconds before the second attempt (doubling, at most 30 s)")] = 1.0,
     bearer_token_file: Annotated[Path | None, typer.Option(help="file holding a bearer token for Prometheus")] = None,
@@ -753,7 +753,7 @@ def connect_prometheus_cli(
         url, cluster=cluster, cursor=opts.cursor_store(), step_s=step, delay_s=delay,
         lookback_s=lookback, history_s=history, max_points=max_points,
         host_labels=tuple(host_label) if host_label else DEFAULT_HOST_LABELS, match=match,
-        all_deltas=all_deltas, timeout_s=timeout, attempts=retries, backoff_s=backoff,
+        all_deltas=all_deltas, timeout_s=request_timeout, attempts=retries, backoff_s=backoff,
         bearer_token=token)
     done = yield conn
     typer.echo(f"published {done.sent} records from Prometheus {conn.instance} to {opts.topic}", err=True)

@@ -32,6 +32,7 @@ its cursor after a flush that did not raise.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -51,12 +52,41 @@ __all__ = [
     "BackPressureTimeout",
     "FailedDelivery",
     "KafkaProducerError",
+    "LIBRDKAFKA_LOG",
+    "RepeatFilter",
     "consumer_config",
 ]
 
 
 class _HasConfluentConfig(Protocol):
     def confluent_config(self) -> dict[str, Any]: ...
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a log record through once per ``every_s`` seconds for the same text, its numbers
+    aside (librdkafka reports a broker that refuses connections every few milliseconds:
+    "Connect to ipv4#10.0.0.5:9092 failed: Connection refused (after 0ms in state CONNECT)")."""
+
+    def __init__(self, every_s: float = 30.0) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        last = self._last.get(text)
+        if last is not None and now - last < self.every_s:
+            return False
+        if len(self._last) >= 1024:  # bounded: the oldest texts may be shown again
+            self._last.clear()
+        self._last[text] = now
+        return True
+
+
+#: The logger librdkafka's own lines go to (connection refused, ...), each text once per 30 s.
+LIBRDKAFKA_LOG = logging.getLogger("faultstream.kafka")
+LIBRDKAFKA_LOG.addFilter(RepeatFilter())
 
 
 class KafkaProducerError(Exception):
@@ -130,6 +160,7 @@ class RecordProducer:
         self.topic = topic
         self.max_block_s = max_block_s
         conf: dict[str, Any] = dict(settings.confluent_config())
+        self.bootstrap = str(conf.get("bootstrap.servers", ""))
         conf.update({
             "enable.idempotence": True,
             "acks": "all",
@@ -142,7 +173,7 @@ class RecordProducer:
             "compression.type": compression,
         })
         # librdkafka's own log lines (connection refused, ...) go to Python logging
-        conf.setdefault("logger", logging.getLogger("faultstream.kafka"))
+        conf.setdefault("logger", LIBRDKAFKA_LOG)
         if config:
             conf.update(config)
         self._producer = Producer(with_partitioner(conf))
@@ -151,6 +182,17 @@ class RecordProducer:
         self.delivered = 0  #: messages acknowledged by the broker
         self.undeliverable = 0  #: messages whose delivery failed for good
         self.back_pressure_waits = 0  #: times send() found the local queue full
+
+    def wait_for_broker(self, timeout_s: float) -> None:
+        """Return once a broker answers a metadata request; raises :class:`KafkaProducerError`
+        (``Kafka at <servers>: no broker answered within <timeout_s> s``) when none does within
+        ``timeout_s`` seconds."""
+        try:
+            self._producer.list_topics(timeout=timeout_s)
+        except KafkaException as exc:
+            raise KafkaProducerError(f"Kafka at {self.bootstrap}: no broker answered within {timeout_s:g} s "
+                                     f"({exc.args[0].str() if exc.args and hasattr(exc.args[0], 'str') else exc})"
+                                     ) from None
 
     # -- callbacks ------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ EXPECTED = {
     "cursor": (["--cursor"], [], False, None, None),
     "bootstrap": (["--bootstrap"], [], False, None, None),
     "topic": (["--topic"], [], False, None, None),
+    "timeout": (["--timeout"], [], False, 0.1, 10.0),
 }
 #: connectors that read a fixed input once: --follow and --interval are refused
 ONE_SHOT = {"bundle", "certifications", "topology"}
@@ -101,7 +103,7 @@ def test_one_shot_connectors_refuse_follow(name: str, args: list[str]) -> None:
 
 def test_settings_from_the_shared_options(monkeypatch) -> None:
     monkeypatch.setenv("FAULTSTREAM_TOPIC_PREFIX", "t1")
-    none = dict(follow=False, interval=None, cursor=None, bootstrap=None, topic=None)
+    none = dict(follow=False, interval=None, cursor=None, bootstrap=None, topic=None, timeout=10.0)
     s = _settings(none, {"cluster": "c9", "step": 15.0}, interval="step",
                   cursor=".state/cursors/p-{cluster}.json", topic="observations")
     assert (s.follow, s.interval_s, s.cursor, s.topic) == (False, 15.0, Path(".state/cursors/p-c9.json"),
@@ -111,6 +113,7 @@ def test_settings_from_the_shared_options(monkeypatch) -> None:
     assert (s.follow, s.interval_s, s.cursor, s.topic) == (True, 0.5, Path("/x.json"), "mine")
     s = _settings(none, {}, interval=10.0, cursor=None, topic="topology")
     assert (s.interval_s, s.cursor, s.cursor_store(), s.topic) == (10.0, None, None, "t1.topology")
+    assert _settings(dict(none, timeout=2.5), {}, interval=None, cursor=False, topic="topology").timeout_s == 2.5
 
 
 def test_kafka_settings_are_read_once_and_invalid_ones_exit_2(monkeypatch) -> None:
@@ -129,3 +132,19 @@ def test_a_connector_cannot_redefine_a_shared_option() -> None:
         @connector(interval=1.0)
         def broken(opts: Shared, cursor: str = "") -> None:  # noqa: ARG001
             """Not a connector."""
+
+
+@pytest.mark.parametrize("name,args", [
+    ("files", ["examples/incidents/public-rc15-pcie-aer-xid79-multinode/logs/node-a02/dmesg-raw.log"]),
+    ("bundle", ["examples/incidents/public-rc15-pcie-aer-xid79-multinode"]),
+])
+def test_a_broker_that_does_not_answer_ends_a_one_shot_run_within_its_timeout(name: str, args: list[str]) -> None:
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "streams.cli", "connect", name, *args, "--bootstrap", "127.0.0.1:9",
+                          "--timeout", "2"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.splitlines()[-1].startswith("error: Kafka at 127.0.0.1:9: no broker answered within 2 s")
+    # librdkafka's "connection refused", repeated every few ms, is shown once
+    assert sum("Connection refused" in line for line in out.stderr.splitlines()) <= 1, out.stderr
+    assert "published" not in out.stderr
+    assert time.monotonic() - started < 30

@@ -52,6 +52,7 @@ from correlators.rules import load_rule_pack
 from schemas.records import Observation
 from transport.kafka import DeliveryError, FailedDelivery
 from tests.setup_fixtures import ensure
+from tests.kafka_fixtures import kafka_bootstrap  # noqa: F401
 
 pytestmark = pytest.mark.prometheus
 
@@ -780,13 +781,13 @@ def test_unreachable_prometheus_is_retried_then_reported(caplog: pytest.LogCaptu
         PrometheusConnector("prometheus:9090", cluster="c1")
 
 
-def test_cli_reports_an_unreachable_prometheus(tmp_path: Path) -> None:
+def test_cli_reports_an_unreachable_prometheus(tmp_path: Path, kafka_bootstrap: str) -> None:  # noqa: F811
     assert connectors()["prometheus"] is connect_prometheus_cli
     port = free_port()
     cursor = tmp_path / "cursor.json"
     proc = subprocess.run(
         [sys.executable, "-m", "streams.cli", "connect", "prometheus", f"http://127.0.0.1:{port}", "--cluster", "c1",
-         "--once", "--retries", "2", "--backoff", "0.05", "--cursor", str(cursor), "--bootstrap", "127.0.0.1:1"],
+         "--once", "--retries", "2", "--backoff", "0.05", "--cursor", str(cursor), "--bootstrap", kafka_bootstrap],
         cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
