@@ -71,8 +71,8 @@ INTERVAL_HELP = "seconds between polls with --follow"
 CURSOR_HELP = "cursor file: the source's position, saved after each delivered batch"
 BOOTSTRAP_HELP = "Kafka bootstrap servers host:port[,...] (default: KAFKA_BOOTSTRAP_SERVERS)"
 TOPIC_HELP = "topic to publish to"
-TIMEOUT_HELP = ("--once: seconds to wait for a Kafka broker to answer before anything is read (then exit 2); "
-                "--follow keeps retrying")
+TIMEOUT_HELP = ("seconds a Kafka broker has to answer before a one-shot run (--once) reads anything; none "
+                "answering exits 2 (--follow keeps retrying)")
 
 #: Default of --timeout (seconds).
 TIMEOUT_S = 10.0
@@ -162,13 +162,14 @@ def _shared_parameters(interval: float | str | None, cursor: str | None | bool, 
         cursor_default = (cursor.replace("{", "<").replace("}", ">") if isinstance(cursor, str)
                           else "none: no position is kept")
     kw = inspect.Parameter.KEYWORD_ONLY
+    once, stateless = interval is None, cursor is False  # options that do not apply are taken but not listed
     return [
         inspect.Parameter("follow", kw, default=False, annotation=Annotated[bool, typer.Option(
-            "--follow/--once", "-f", help=FOLLOW_HELP)]),
+            "--follow/--once", "-f", help=FOLLOW_HELP, hidden=once)]),
         inspect.Parameter("interval", kw, default=None, annotation=Annotated[Optional[float], typer.Option(
-            "--interval", min=0.01, help=f"{INTERVAL_HELP} (default: {interval_default})")]),
+            "--interval", min=0.01, help=f"{INTERVAL_HELP} (default: {interval_default})", hidden=once)]),
         inspect.Parameter("cursor", kw, default=None, annotation=Annotated[Optional[Path], typer.Option(
-            "--cursor", help=f"{CURSOR_HELP} (default: {cursor_default})")]),
+            "--cursor", help=f"{CURSOR_HELP} (default: {cursor_default})", hidden=stateless)]),
         inspect.Parameter("bootstrap", kw, default=None, annotation=Annotated[Optional[str], typer.Option(
             "--bootstrap", help=BOOTSTRAP_HELP)]),
         inspect.Parameter("topic", kw, default=None, annotation=Annotated[Optional[str], typer.Option(

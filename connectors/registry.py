@@ -100,7 +100,8 @@ class ConnectGroup(TyperGroup):
         fn = _loaded(cmd_name, load) if load is not None else None
         if fn is None:
             return command
-        one = typer.Typer(rich_markup_mode=self.rich_markup_mode)  # the same help format as the group's
+        # the group's help format; completion is installed by the top-level command only
+        one = typer.Typer(rich_markup_mode=self.rich_markup_mode, add_completion=False)
         one.command(cmd_name)(fn)
         command = typer.main.get_command(one)
         self.add_command(command, cmd_name)

@@ -85,6 +85,12 @@ def test_declared_defaults_appear_in_the_help() -> None:
     assert "catalogue's certifications topic" in text["certifications"]["topic"]
     for name in ONE_SHOT:
         assert "not available" in text[name]["interval"]
+        # taken (a clear error says they do not apply) but not listed in the help
+        hidden = {p.name for p in commands[name].params if getattr(p, "hidden", False)}
+        assert {"follow", "interval"} <= hidden and "timeout" not in hidden, (name, hidden)
+    hidden = {p.name for p in commands["otlp"].params if getattr(p, "hidden", False)}
+    assert "cursor" in hidden and "follow" not in hidden
+    assert "--install-completion" not in CliRunner().invoke(app, ["connect", "files", "--help"]).output
 
 
 @pytest.mark.parametrize("name,args", [
