@@ -145,7 +145,7 @@ def input_files(paths: Sequence[Path], *, follow: bool) -> list[Path]:
     Raises ValueError naming every refused path (the connector exits 2 with it)."""
     bad = [f"{p}: is a directory" for p in paths if p.is_dir()]
     if not follow:
-        bad += [f"{p}: no such file (with --follow it is waited for)" for p in paths if not p.exists()]
+        bad += [f"{p}: no such file" for p in paths if not p.exists()]
     if bad:
         raise ValueError("; ".join(bad))
     return list(paths)

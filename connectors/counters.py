@@ -24,7 +24,7 @@ from typing import Generator, TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from connectors.command import Shared, connector
+from connectors.command import Shared, connector, input_files
 from connectors.registry import cli_fail
 from connectors.counter_readers import (
     COUNTER_BATCH_BYTES,
@@ -208,9 +208,14 @@ def connect_counters_cli(
         ibqueryerrors=ibqueryerrors, cluster=cluster, cursor=opts.cursor_store())
     if conn.mode != "sysfs" and opts.follow:
         raise ValueError("--follow polls sysfs: a perfquery or ibqueryerrors file is read once")
+    if conn.mode != "sysfs":
+        (path,) = input_files([perfquery or ibqueryerrors], follow=False)  # type: ignore[list-item]
+        with path.open("rb") as fh:
+            if b"\x00" in fh.read(4096):
+                raise ValueError(f"{path}: binary content, not {conn.mode} output")
     yield conn
     (cov,) = conn.coverage()
     typer.echo(f"published {conn.published} counter deltas from {conn.samples} port samples "
                f"({conn.polls} polls, {cov.unparsed} unreadable inputs) to {opts.topic}", err=True)
     if conn.samples == 0:
-        cli_fail(f"no counters read ({conn.mode}): " + ("; ".join(conn.errors[:3]) or "no ports found"), code=1)
+        cli_fail(f"no counters read ({conn.mode}): " + ("; ".join(conn.errors[:3]) or "no ports found"))

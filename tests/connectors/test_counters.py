@@ -625,3 +625,20 @@ def test_connector_reads_ibqueryerrors_file_with_state(tmp_path: Path) -> None:
     assert o.attributes["interval_s"] == 60.0 and obs["node-a01/mlx5_0/1"].attributes["side"] == "host"
     (cov,) = c2.coverage()
     assert cov.unparsed == 2 and cov.status == "present" and cov.source == "counters:ufm-01"
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda d: d / "absent.txt", "{path}: no such file"),
+    (lambda d: d, "{path}: is a directory"),
+    (lambda d: (d / "core").write_bytes(b"\x7fELF\x00\x01" * 100) and d / "core", "{path}: binary content, not perfquery output"),
+], ids=["missing", "directory", "binary"])
+def test_a_bad_counter_file_is_one_error_line_before_kafka_is_tried(tmp_path, make, reason) -> None:
+    from typer.testing import CliRunner
+
+    from streams.cli import app
+
+    path = make(tmp_path)
+    result = CliRunner().invoke(app, ["connect", "counters", "--cluster", "c1", "--node", "node-a01", "--perfquery",
+                                      str(path), "--bootstrap", "127.0.0.1:9", "--timeout", "0.5"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "error: " + reason.format(path=path)
