@@ -407,13 +407,14 @@ def _select_timeline(items: Sequence[EvidenceItem], max_rows: int) -> list[Evide
 
 
 def _fold(items: Sequence[EvidenceItem]) -> tuple[list[EvidenceItem], dict[int, int]]:
-    """One row per distinct (time, role, type, host, rank, summary): events that read the same
-    (one error printed on three lines, the same frame in eight stack dumps) are one row.
-    Returns the first item of each group, in trail order, and its group size by ``id()``."""
+    """One row per distinct (time as shown, to the millisecond; role, type, host, rank,
+    summary): events that read the same (one error printed on three lines, the same frame in
+    eight stack dumps, a link-down reported by two daemons in the same millisecond) are one
+    row. Returns the first item of each group, in trail order, and its group size by ``id()``."""
     first: dict[tuple, EvidenceItem] = {}
     size: dict[int, int] = {}
     for item in items:
-        head = first.setdefault((item.at, item.role, item.type, item.host, item.rank, item.summary), item)
+        head = first.setdefault((format_ns(item.at), item.role, item.type, item.host, item.rank, item.summary), item)
         size[id(head)] = size.get(id(head), 0) + 1
     return list(first.values()), size
 

@@ -149,6 +149,18 @@ def test_timeline_is_chronological_with_roles() -> None:
     assert "more (" not in text
 
 
+def test_events_that_read_the_same_in_the_same_millisecond_are_one_row() -> None:
+    att = xid79_verdict()
+    cause = next(e for e in att.evidence if e.role == "cause")
+    twin = cause.model_copy(update={"at": cause.at + 300_000, "event_id": "evt-xid-syslog"})  # 0.3 ms later
+    later = cause.model_copy(update={"at": cause.at + 2 * MS, "event_id": "evt-xid-later"})  # another millisecond
+    text = rendered(att.model_copy(update={"evidence": [*att.evidence, twin, later]}))
+    rows = [line for line in text.splitlines() if line.strip().startswith("2026-11-30") and "gpu.xid" in line]
+    assert len(rows) == 2
+    assert [row.split()[1] for row in rows] == ["01:21:04.123", "01:21:04.125"]
+    assert " ".join(text.split()).count("XID 79 GPU has fallen off the bus (PCI 0000:9c:00) (x2 events)") == 1
+
+
 def test_timeline_truncation_keeps_cause_and_first_symptoms() -> None:
     att = xid79_verdict(context_lines=30)  # 1 cause + 16 symptoms + 30 context = 47
     text = rendered(att, max_timeline=10)
