@@ -272,7 +272,7 @@ def replay(
     out = _print_verdicts(result.attributions, fmt, verbose)
     if fmt is Format.text:
         out.print(
-            f"[dim]{result.lines_read:,} lines read, {len(result.events):,} events"
+            f"[dim]{result.lines_read:,} lines read, {len(result.events):,} events extracted from them"
             + (f", stored in {stored}" if stored else "")
             + "[/]"
         )
