@@ -382,6 +382,24 @@ def bundle_export(
                + (f" ({written.overlaps} overlapping records left out)" if written.overlaps else ""), err=True)
 
 
+def _bundles_under(root: Path) -> list[Path]:
+    """The directories under ``root`` (itself included) that hold an ``expected.yaml``,
+    following symbolic links to directories (each real directory once)."""
+    import os
+
+    found, seen = [], set()
+    for here, subdirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(here)
+        if real in seen:
+            subdirs[:] = []
+            continue
+        seen.add(real)
+        subdirs.sort()
+        if "expected.yaml" in files:
+            found.append(Path(here))
+    return found
+
+
 @app.command()
 def score(
     dirs: list[Path] = typer.Argument(..., help="directories holding bundles"),
@@ -398,7 +416,10 @@ def score(
     from streams.render import render_calibration, render_score_table
     from streams.replay import ScoreRow, calibration as calibrate, replay_bundle, score as score_one
 
-    bundles = sorted({p.parent for d in dirs for p in Path(d).rglob("expected.yaml")})
+    missing = [str(d) for d in dirs if not Path(d).is_dir()]
+    if missing:
+        cli_fail(f"no such directory: {', '.join(missing)}")
+    bundles = sorted({b for d in dirs for b in _bundles_under(Path(d))})
     if not bundles:
         cli_fail(f"no bundle with an expected.yaml under {', '.join(map(str, dirs))}")
     rows = []

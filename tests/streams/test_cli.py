@@ -57,6 +57,17 @@ def test_score_examples_is_all_hits():
     assert f"{len(BUNDLES)} hit, 0 miss" in result.stdout
 
 
+def test_score_follows_linked_bundles_once_and_names_a_missing_directory(tmp_path):
+    bundle = next(b for b in BUNDLES if "rc15" in b.name)
+    (tmp_path / "a").symlink_to(bundle, target_is_directory=True)
+    (tmp_path / "loop").symlink_to(tmp_path, target_is_directory=True)
+    result = runner.invoke(app, ["score", str(tmp_path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "1/1 hit, 0 miss" in result.stdout
+    missing = runner.invoke(app, ["score", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and f"no such directory: {tmp_path / 'nope'}" in missing.output
+
+
 def test_score_calibration_on_every_labelled_bundle_keeps_the_quality_promises():
     """Every labelled bundle: the examples and the real public bundles (shared fixtures)."""
     real = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real" / "bundles"
