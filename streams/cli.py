@@ -409,7 +409,7 @@ def score(
     """Replay every bundle that has an expected.yaml; exit 1 on any miss.
 
     A bundle that cannot be replayed, or whose expected.yaml is invalid, is a miss naming it.
-    ``--calibration`` adds, per quality level, how many verdicts have it and how many of them
+    `--calibration` adds, per quality level, how many verdicts have it and how many of them
     are right in everything but their quality, against the level's promise (definitive >= 98 %,
     probable >= 80 %)."""
     from connectors.bundle import BundleError
@@ -461,8 +461,8 @@ def worker(
     """Run a stream worker: observations -> events -> verdicts, until stopped.
 
     Settings come from FAULTSTREAM_* and KAFKA_* variables (see streams/settings.py and
-    transport/kafka_settings.py); the options here override them. ``--stage ingest`` and
-    ``--stage correlate`` split the worker in two processes that scale apart (one consumer
+    transport/kafka_settings.py); the options here override them. `--stage ingest` and
+    `--stage correlate` split the worker in two processes that scale apart (one consumer
     group each; start as many of each as the partitions allow)."""
     if stage not in ("all", "ingest", "correlate"):
         cli_fail(f"--stage {stage!r}: expected all, ingest or correlate")

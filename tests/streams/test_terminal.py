@@ -150,7 +150,7 @@ def test_help_has_no_bool_placeholder_and_no_line_broken_mid_sentence() -> None:
     assert len(COMMANDS) > 25
     for path, _ in COMMANDS:
         text = _help(path)
-        assert "<bool>" not in text and "BOOLEAN" not in text, path
+        assert "<bool>" not in text and "BOOLEAN" not in text and "``" not in text, path
         # the description: re-wrapped paragraphs, each line filled before the next begins
         description = text.split("\n\n", 1)[1].split("\nOptions:")[0].split("\nArguments:")[0]
         for paragraph in description.split("\n\n"):
