@@ -203,7 +203,7 @@ def _load_spec(path: Path, model: type[pydantic.BaseModel], required: bool) -> A
     name = f"{path.parent.name}/{path.name}" if path.parent.name == "workloads" else path.name
     if not path.is_file():
         if required:
-            raise BundleError(f"{name}: missing (every bundle needs one; see BUNDLE.md)")
+            raise BundleError(f"{name}: missing in {path.parent} (every bundle needs one; see BUNDLE.md)")
         return None
     try:
         data = load_yaml(path)  # timestamps stay strings, 1:0 is no base-60 number

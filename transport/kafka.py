@@ -115,10 +115,10 @@ class DeliveryError(KafkaProducerError):
         parts = []
         if failed:
             first = failed[0]
-            parts.append(f"{len(failed)} messages failed (keys: {shown}; first error on "
+            parts.append(f"{len(failed)} message{'s' * (len(failed) != 1)} failed (keys: {shown}; first error on "
                          f"topic {first.topic!r}: {first.error})")
         if undelivered:
-            parts.append(f"{undelivered} messages still undelivered when the flush timed out")
+            parts.append(f"{undelivered} message{'s' * (undelivered != 1)} still undelivered when the flush timed out")
         super().__init__("Kafka delivery failed: " + "; ".join(parts))
 
 
