@@ -13,9 +13,9 @@
    :data:`MAX_COVERAGE_ROWS` sources (a 4,000-node job) it shows the sources that are not
    ``present`` first, then present ones with unknown error lines, then the rest up to the
    limit, and below the table one line summing what it left out by status;
-   then the unrecognised error
-   lines as templates ("4 error lines no rule knows, 2 templates: ..."), those near the cause
-   marked;
+   then the unrecognised error lines as templates ("4 error lines no rule knows, 2
+   templates: ..."), those near the cause marked (the one-screen summary gives their count
+   in one line);
 6. the reasoning -- the verdict's chain as numbered sentences (``reasoning``), then the
    symptoms its cause leaves unexplained (``unexplained``) when there are any;
 7. the evidence timeline -- UTC time to the millisecond (``2026-11-30 01:21:04.123``), role
@@ -256,7 +256,7 @@ def _alternatives_brief(att: Attribution, top: int) -> Group:
     lines: list[Any] = [Text("Alternatives", style="bold")]
     for alt in ranked[:top]:
         where = ", ".join(alt.hosts) + (f" rank {format_ranks(alt.ranks)}" if alt.ranks else "")
-        lines.append(Text.assemble("- ", (alt.code, "bold"), f" ({alt.domain}, {alt.score:.2f})",
+        lines.append(Text.assemble("- ", (alt.code, "bold"), f" ({alt.domain}, score {alt.score:.2f})",
                                    f" on {where}" if where else "", ": ", _safe(alt.text)))
     if len(ranked) > top:
         lines.append(Text(f"... {len(ranked) - top} more", style="dim"))
@@ -333,9 +333,8 @@ def _coverage(att: Attribution, narrow: bool = False) -> Any:
     return table
 
 
-def _unrecognised(att: Attribution, top: int | None = None) -> Any:
-    """The error lines no rule knows, as templates (``top``: at most that many, those near
-    the cause first), or None when there are none."""
+def _unrecognised(att: Attribution) -> Any:
+    """The error lines no rule knows, as templates, or None when there are none."""
     if not att.unrecognised:
         return None
     lines = sum(t.count for t in att.unrecognised)
@@ -348,17 +347,11 @@ def _unrecognised(att: Attribution, top: int | None = None) -> Any:
     table.add_column("severity")
     table.add_column("hosts")
     table.add_column("template", overflow="fold")
-    templates = list(att.unrecognised)
-    if top is not None:
-        templates = sorted(templates, key=lambda t: not t.near_cause)[:top]
-        table.show_edge = False
-    for t in templates:
+    for t in att.unrecognised:
         hosts = ", ".join(t.hosts[:3]) + (f" +{len(t.hosts) - 3}" if len(t.hosts) > 3 else "")
         _row(table, str(t.count), t.severity, hosts,
              Text(_safe(t.template) + ("  <- near the cause" if t.near_cause else "")),
              style="yellow" if t.near_cause else None)
-    if len(templates) < len(att.unrecognised):
-        table.caption, table.caption_justify = f"... {len(att.unrecognised) - len(templates)} more templates", "left"
     return Group(head, table)
 
 
@@ -489,17 +482,20 @@ SUMMARY_ROWS = 5
 
 def render_summary(att: Attribution, console: Console) -> None:
     """Print ``att`` to fit one screen (about 40 lines): the compact verdict panel with the
-    culprits, the :data:`SUMMARY_ROWS` most frequent symptom types, the best alternatives
-    and unknown-line templates (3 each), the reasoning, then one line on the coverage and
+    culprits, the :data:`SUMMARY_ROWS` most frequent symptom types, the 3 best alternatives,
+    one line on the error lines no rule knows, the reasoning, then one line on the coverage and
     what ``--verbose`` (:func:`render_attribution`) adds. Long names (files, hosts) wrap
     whole, never cut."""
     console.print(_header(att, compact=True))
     console.print(_symptoms(att, top=SUMMARY_ROWS))
     if att.alternatives:
         console.print(_alternatives_brief(att, top=3))
-    unknown = _unrecognised(att, top=3)
-    if unknown is not None:
-        console.print(unknown)
+    if att.unrecognised:
+        lines = sum(t.count for t in att.unrecognised)
+        near = sum(t.count for t in att.unrecognised if t.near_cause)
+        console.print(Text(f"{lines} error line{'s' if lines != 1 else ''} no rule knows"
+                           + (f" ({near} near the cause)" if near else "")
+                           + ": --verbose lists their templates", style="yellow"))
     reasoning = _reasoning(att, top=3)
     if reasoning is not None:
         console.print(reasoning)

@@ -253,7 +253,7 @@ def test_summary_fits_a_screen_and_names_what_verbose_adds() -> None:
     wd = next(l for l in lines if l.strip().startswith("nccl.watchdog_timeout"))
     assert wd.split() == ["nccl.watchdog_timeout", "15", "2", "1-15"]
     flat = " ".join(text.split())
-    assert "- fabric.link_down (fabric, 0.18) on node-a02 rank 8-11: link flap on leaf-02/Eth1/12" in flat
+    assert "- fabric.link_down (fabric, score 0.18) on node-a02 rank 8-11: link flap on leaf-02/Eth1/12" in flat
     assert ("Coverage: 4 sources: 2 present, 1 failed, 1 empty (metrics/node-a01, fabric/leaf-02); "
             "--verbose: the coverage table and the 19-event timeline") in flat
     assert "Evidence timeline" not in text and "Rules" not in text
