@@ -747,12 +747,16 @@ def ui(
     if settings.allow_commands and settings.host not in ("127.0.0.1", "::1", "localhost") and not settings.secure_cookies:
         typer.echo("warning: decisions are allowed on a non-loopback address without FAULTSTREAM_UI_SECURE_COOKIES: "
                    "serve it behind TLS", err=True)
-    typer.echo(f"faultstream ui: http://{settings.host}:{settings.port}/ over {settings.clickhouse} "
-               f"({'decisions allowed, login required' if settings.allow_commands else 'read-only'})", err=True)
+    def announce() -> None:
+        typer.echo(f"faultstream ui: http://{settings.host}:{settings.port}/ over {settings.clickhouse} "
+                   f"({'decisions allowed, login required' if settings.allow_commands else 'read-only'})", err=True)
+
     try:
-        serve(settings)
+        serve(settings, announce=announce)
     except (UISettingsError, StoreError) as exc:
         cli_fail(str(exc))
+    except OSError as exc:
+        cli_fail(f"--host {settings.host} --port {settings.port}: {exc.strerror or exc}")
 
 
 def main() -> None:  # pragma: no cover - console entry

@@ -528,13 +528,25 @@ def create_ui_app(settings: UISettings, *, store: IncidentStore | None = None,
     return app
 
 
-def serve(settings: UISettings, *, log_level: str = "info") -> None:
+def serve(settings: UISettings, *, log_level: str = "info", announce: Callable[[], None] | None = None) -> None:
     """Serve the explorer on ``settings.host:settings.port`` with uvicorn until SIGINT /
-    SIGTERM. Raises :class:`UISettingsError` or :class:`streams.ui.queries.StoreError` before
-    listening when the settings or the store are unusable, ``OSError`` when the port is
-    taken."""
+    SIGTERM; ``announce()`` is called once the store is open and the port bound. Raises
+    :class:`UISettingsError` or :class:`streams.ui.queries.StoreError` before listening when the
+    settings or the store are unusable, ``OSError`` when the port cannot be bound (taken, or
+    not an address of this host)."""
+    import socket
+
     import uvicorn
 
     app = create_ui_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level, access_log=False,
-                server_header=False, proxy_headers=False)
+    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((settings.host, settings.port))
+    except OSError:
+        sock.close()
+        raise
+    if announce is not None:
+        announce()
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, server_header=False, proxy_headers=False)
+    uvicorn.Server(config).run(sockets=[sock])

@@ -1006,3 +1006,16 @@ def test_a_store_directory_that_does_not_exist_is_refused_not_created(tmp_path):
     with pytest.raises(StoreError, match=f"no store at {missing}: replay a bundle or run a worker"):
         IncidentStore(f"chdb://{missing}")
     assert not missing.exists()
+
+
+def test_a_port_in_use_is_one_error_line_and_no_banner(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = subprocess.run([sys.executable, "-m", "streams.cli", "ui", "--clickhouse", "chdb://memory", "--port",
+                              str(port)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.strip() == f"error: --host 127.0.0.1 --port {port}: Address already in use"
