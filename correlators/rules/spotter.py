@@ -140,22 +140,16 @@ CONTEXT_LITERALS: dict[str, tuple[tuple[str, ...], bool]] = {
 }
 
 
-def _may_match(name: str, text: str, lowered: dict[str, str | None] | None = None) -> bool:
-    """False when the pattern of context ``name`` cannot match ``text`` (:data:`CONTEXT_LITERALS`).
-    ``lowered``: texts already lowered (None for a non-ASCII text), filled in as it goes."""
+def _may_match(name: str, text: str) -> bool:
+    """False when the pattern of context ``name`` cannot match ``text`` (:data:`CONTEXT_LITERALS`)."""
     need = CONTEXT_LITERALS.get(name)
     if need is None:
         return True
     words, caseless = need
     if caseless:
-        low = lowered.get(text, False) if lowered is not None else False
-        if low is False:
-            low = text.lower() if text.isascii() else None
-            if lowered is not None:
-                lowered[text] = low
-        if low is None:
+        if not text.isascii():
             return True
-        text = low
+        text = text.lower()
     return any(w in text for w in words)
 
 
@@ -164,7 +158,6 @@ def negative_context(line: str, before: str, frames: bool = False, end_line: str
     None: ``line`` is the line holding it, ``before`` the line up to it, ``end_line`` the line
     where a frame match ends (default ``line``). ``frames``: only the contexts frame rules
     honour. A pattern runs only on a text holding one of its literals (:data:`CONTEXT_LITERALS`)."""
-    lowered: dict[str, str | None] = {}  # each text lowered once for every caseless context
     for name, rx, read, for_frames in NEGATIVE_CONTEXTS:
         if frames and not for_frames:
             continue
@@ -174,7 +167,7 @@ def negative_context(line: str, before: str, frames: bool = False, end_line: str
             text = before
         else:
             text = end_line if read == "end" and end_line is not None else line
-        if _may_match(name, text, lowered) and rx.search(text):
+        if _may_match(name, text) and rx.search(text):
             return name
     return None
 
