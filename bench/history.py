@@ -9,7 +9,8 @@ InfiniBand completion errors (NCCL WARN NET/IB error 12) on two nodes and its wa
 timeouts. A few hundred lines per million hold a keyword of the rule pack; the rest is noise.
 
 Figures, each the median of ``--runs`` runs in fresh processes, floor and engine alternated in
-the same run of this script so they share the machine's load:
+the same run of this script so they share the machine's load; each line also gives the process
+CPU time of both (all threads, chDB's included), steadier than wall time on a shared machine:
 
 * ``files:`` lines/s of the bundle replay end to end (:func:`streams.replay.replay_bundle`:
   read, scan, extract, correlate, decide), and the bare scan floor of the same engine: read
@@ -136,12 +137,12 @@ def files_floor(bundle: Path) -> dict:
 
     words = LiteralSet(k for k in load_rule_pack().prefilter_keywords if "\n" not in k)
     words.match_ends(b"warm up the compiled set")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     hits = 0
     for folder, _dirs, names in os.walk(bundle / "logs"):
         for name in names:
             hits += len(words.match_ends(Path(folder, name).read_bytes()))
-    return {"seconds": time.perf_counter() - t0, "hits": hits}
+    return {"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0, "hits": hits}
 
 
 def files_replay(bundle: Path) -> dict:
@@ -150,10 +151,10 @@ def files_replay(bundle: Path) -> dict:
     from streams.replay import replay_bundle
 
     load_rule_pack()  # the packaged pack is cached: load it outside the timing, as a worker has it
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     result = replay_bundle(bundle)
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "lines": result.lines_read, **_verdicts(result.attributions)}
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"seconds": seconds, "cpu": cpu, "lines": result.lines_read, **_verdicts(result.attributions)}
 
 
 def _verdicts(verdicts) -> dict:
@@ -172,11 +173,11 @@ def chdb_floor(url: str) -> dict:
 
     literals = sorted({re.escape(w) for w in load_rule_pack().prefilter_keywords if w})
     with ClickHouseSink(url) as sink:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         rows, hits = sink.client.query(
             f"SELECT count(), countIf(multiMatchAny(body, {{lits:Array(String)}})) FROM {sink.database}.observations",
             parameters={"lits": literals}).result_rows[0]
-        return {"seconds": time.perf_counter() - t0, "rows": rows, "hits": hits}
+        return {"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0, "rows": rows, "hits": hits}
 
 
 def chdb_replay(url: str) -> dict:
@@ -189,12 +190,12 @@ def chdb_replay(url: str) -> dict:
     config = EngineConfig.default()
     with ClickHouseSink(url) as sink:
         rows = sink.client.query(f"SELECT count() FROM {sink.database}.observations").result_rows[0][0]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         report = ReadReport()
         observations = list(observations_from_clickhouse(sink, config, cluster=CLUSTER, report=report, prefilter=True))
         verdicts, _, _ = replay_observations(observations, config)
-        seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "rows": rows, "read": report.read, **_verdicts(verdicts)}
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"seconds": seconds, "cpu": cpu, "rows": rows, "read": report.read, **_verdicts(verdicts)}
 
 
 def store(bundle: Path, url: str, facts: dict) -> int:
@@ -312,8 +313,11 @@ def _check(runs: list[dict], facts: dict) -> list[str]:
 def _report(label: str, unit: str, n: int, runs: list[dict], floors: list[dict]) -> None:
     med = statistics.median(r["seconds"] for r in runs)
     floor = statistics.median(f["seconds"] for f in floors)
+    cpu = statistics.median(r["cpu"] for r in runs)
+    cpu_floor = statistics.median(f["cpu"] for f in floors)
     print(f"{label}: {n / med:,.0f} {unit}/s end to end ({med:.3f} s for {n:,} {unit}); bare scan floor "
-          f"{n / floor:,.0f} {unit}/s ({floor:.3f} s); end to end / floor = {floor / med:.2f}")
+          f"{n / floor:,.0f} {unit}/s ({floor:.3f} s); end to end / floor = {floor / med:.2f}; process CPU "
+          f"{cpu:.3f} s, floor {cpu_floor:.3f} s, ratio {cpu_floor / cpu:.2f}")
 
 
 if __name__ == "__main__":

@@ -111,7 +111,7 @@ def run_once(bundle: Path, store: bool) -> dict:
     """One end-to-end replay in this process; returns its figures."""
     from streams.replay import replay_bundle
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     result = replay_bundle(bundle)
     if store:
         from sinks.clickhouse import ClickHouseSink
@@ -121,10 +121,11 @@ def run_once(bundle: Path, store: bool) -> dict:
         sink.write_events(result.events)
         sink.write_attributions([result.attribution])
         sink.close()
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     att = result.attribution
     return {
         "seconds": elapsed,
+        "cpu": cpu,
         "lines": result.lines_read,
         "events": len(result.events),
         "rss_mib": peak_rss_mib(),
@@ -144,14 +145,14 @@ def floor_once(bundle: Path) -> dict:
     import re
 
     pattern = "|".join(re.escape(k) for k in load_rule_pack().prefilter_keywords)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     lines = matched = 0
     for path in sorted((bundle / "logs").rglob("*")):
         if path.is_file():
             series = pl.Series(path.read_bytes().decode("utf-8", "replace").split("\n"))
             lines += len(series)
             matched += int(series.str.contains(pattern).sum())
-    return {"seconds": time.perf_counter() - t0, "lines": lines, "matched": matched}
+    return {"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0, "lines": lines, "matched": matched}
 
 
 def main() -> None:
@@ -197,6 +198,9 @@ def main() -> None:
     print(f"peak RSS (child, VmHWM): median {statistics.median(r['rss_mib'] for r in runs):,.0f} MiB")
     print(f"floor (read + keyword scan only): median {floor:.3f} s = {last['lines'] / floor:,.0f} lines/s")
     print(f"end to end / floor time ratio: {med / floor:.2f}x")
+    cpu, cpu_floor = statistics.median(r["cpu"] for r in runs), statistics.median(f["cpu"] for f in floors)
+    print(f"process CPU time (all threads; steadier than wall time on a shared machine): end to end {cpu:.3f} s, "
+          f"floor {cpu_floor:.3f} s, floor / end to end = {cpu_floor / cpu:.2f}")
     for i, run in enumerate(runs):
         print(f"verdict of run {i + 1}: {run['root_cause']} hosts={run['hosts']} ranks={run['ranks']} "
               f"quality={run['quality']} -> {'WRONG' if i in wrong else 'CORRECT'}")

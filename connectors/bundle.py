@@ -161,6 +161,13 @@ _RARE = STRUCTURE_HINT.replace("$", r"\n?\z") + r"|\A\s*\z"
 #: U+001C..U+001F)
 _WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 _STRUCTURE_RE = re.compile(STRUCTURE_HINT)
+#: The one alternative of :data:`~connectors.timefmt.TIMESTAMP_HINT` that reads a whole line
+#: (``sbatch``/``srun`` banners): a line matches it exactly when it holds one of
+#: :data:`_BANNERS`, which a literal pass finds at a third of the regex's cost, so the scan
+#: matches the hint without it, or the literals.
+_BANNER_HINT = r"|.*\*\*\* (?:JOB|STEP) "
+_BANNERS = ("*** JOB ", "*** STEP ")
+_HINT_NO_BANNER = TIMESTAMP_HINT.replace(_BANNER_HINT, "")
 _RAW_RE = re.compile(_RAW_DMESG)
 _REL_RE = re.compile(_REL_DMESG)
 NUL_MARK = "\u2400"  # SYMBOL FOR NULL: NUL bytes in text files are shown as this
@@ -820,7 +827,8 @@ class BundleConnector:
         Polars sees each line as a view of the file's bytes with its newline (Arrow offsets
         from the newline index, no copy per line): :data:`~connectors.timefmt.TIMESTAMP_HINT`
         and the dmesg patterns are anchored at the start and need no end; the structure hint
-        is matched in multi-line mode. Lines the rare-line pattern marks (structure or blank)
+        is matched in multi-line mode. The hint's banner alternative, the one that reads a
+        whole line, is a literal pass (:data:`_BANNERS`). Lines the rare-line pattern marks (structure or blank)
         and the dmesg-marked lines are few; Python re-reads those to say which they are."""
         blocks = [BlockLines(d.body) for d in files]
         chunks = []
@@ -832,22 +840,18 @@ class BundleConnector:
                 chunks.append(pa.LargeStringArray.from_buffers(
                     len(block), pa.py_buffer(offsets), pa.py_buffer(d.body)))
         col = pl.col("line")
-        exprs = [col.str.contains(TIMESTAMP_HINT).alias("hint"),
+        exprs = [(col.str.contains(_HINT_NO_BANNER) | col.str.contains_any(list(_BANNERS))).alias("hint"),
                  col.str.contains(_RARE).alias("rare"),
                  col.str.contains(f"{_RAW_DMESG}|{_REL_DMESG}").alias("dmesg")]
         if any(d.bad_utf8 for d in files):
             exprs.append(col.str.contains("\ufffd", literal=True).alias("bad_utf8"))
         if any(d.nul for d in files):
             exprs.append(col.str.contains(NUL_MARK, literal=True).alias("nul"))
-        series = pl.Series("line", pa.chunked_array(chunks, type=pa.large_string()))
         # polars (its own threads) and Hyperscan both run without the GIL: the keyword scan
         # runs here while the polars pass runs on the scan thread
-        pending = _SCAN_THREAD.submit(pl.DataFrame([series]).select, exprs)
-        del series
+        pending = _SCAN_THREAD.submit(self._select, chunks, exprs)
         kw_ends = [self._kw_set.match_ends(d.body) if self._kw_set is not None else [] for d in files]
-        frame = pending.result()
-        arrays = {name: frame[name].to_numpy() for name in frame.columns}
-        del frame
+        arrays = pending.result()
         out, at = [], 0
         for d, block, ends in zip(files, blocks, kw_ends):
             n = len(block)
@@ -878,6 +882,13 @@ class BundleConnector:
                 part["kw"] = kw
             out.append((block, _Scan(part)))
         return out
+
+    @staticmethod
+    def _select(chunks: list[pa.Array], exprs: list[pl.Expr]) -> dict[str, np.ndarray]:
+        """The boolean arrays of ``exprs`` over the lines of ``chunks`` (one polars pass)."""
+        series = pl.Series("line", pa.chunked_array(chunks, type=pa.large_string()))
+        frame = pl.DataFrame([series]).select(exprs)
+        return {name: frame[name].to_numpy() for name in frame.columns}
 
     def _process(self, decoded: _Decoded, stats: _FileStats, block: BlockLines,
                  scan: _Scan) -> Iterator[Observation]:

@@ -318,7 +318,8 @@ def _primary(hyp: Hypothesis) -> Event:
 
 
 def _event_sort_key(event: Event) -> tuple[int, int, str]:
-    return (event.effective_at, event.at, event.event_id)
+    at = event.at  # effective_at, inlined: this key sorts every event of a window
+    return (event.began_at if event.began_at is not None else at, at, event.event_id)
 
 
 #: Families whose faults outlive a process: a GPU, host or link that broke shortly before the
@@ -643,10 +644,12 @@ def _explain(kept: list[Hypothesis], symptom_pool: list[Event], rules: CausalRul
     """Phase 4: each hypothesis's ``explained`` gets the symptoms it explains."""
     for hyp in kept:
         own = {e.event_id for e in hyp.events}
+        span = (hyp.at, hyp.until, hyp.hosts)  # the loop changes only hyp.explained
         for event in symptom_pool:
             if event.event_id in own or event.event_id in hyp.explained:
                 continue
-            if _explains(hyp, event, rules):
+            rule = rules.symptoms.get(event.type)
+            if rule is not None and hyp.explains(event, rule, rules.skew_ns, span):
                 hyp.explained[event.event_id] = event
 
 

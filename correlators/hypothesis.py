@@ -171,17 +171,21 @@ class Hypothesis:
         self.extra_ranks |= other.extra_ranks
         self.extra_hosts |= other.extra_hosts
 
-    def explains(self, symptom: Event, rule: SymptomWindow, skew_ns: int) -> bool:
+    def explains(self, symptom: Event, rule: SymptomWindow, skew_ns: int,
+                 span: tuple[int, int, set[str]] | None = None) -> bool:
         """Whether this cause explains ``symptom`` under ``rule``: an accepted family, the same
         host when the rule asks for it (a job-wide cause is on every host), and the symptom's
-        start within [cause - lead, last evidence + horizon], widened by ``skew_ns`` (ns)."""
+        start within [cause - lead, last evidence + horizon], widened by ``skew_ns`` (ns).
+        ``span``: this hypothesis's (:attr:`at`, :attr:`until`, :attr:`hosts`) when the caller
+        has them (testing many symptoms against an unchanged hypothesis)."""
         if rule.families and self.family not in rule.families:
             return False
-        if rule.same_host and not self.job_wide and symptom.host not in self.hosts:
+        at, until, hosts = span if span is not None else (self.at, self.until, None)
+        if rule.same_host and not self.job_wide and symptom.host not in (hosts if hosts is not None else self.hosts):
             return False
         when = symptom.effective_at
-        lo = self.at - int(rule.lead_s * NS) - skew_ns
-        hi = self.until + int(rule.horizon_s * NS) + skew_ns
+        lo = at - int(rule.lead_s * NS) - skew_ns
+        hi = until + int(rule.horizon_s * NS) + skew_ns
         return lo <= when <= hi
 
 

@@ -345,3 +345,23 @@ def test_an_undated_decisive_line_is_at_most_probable(tmp_path: Path) -> None:
     cause = next(e for e in result.events if e.event_id == undated.root_cause.event_id)
     assert cause.time_quality == TIME_QUALITY_INHERITED
     assert undated.root_cause.code == "gpu.xid.79" and undated.quality == "probable"
+
+
+def test_the_scans_split_hint_equals_the_timestamp_hint() -> None:
+    """The batch scan matches the timestamp hint as its regex without the banner alternative, or
+    the banner literals: the same lines, banner lines of Slurm included."""
+    import polars as pl
+
+    from connectors import bundle
+    from connectors.timefmt import TIMESTAMP_HINT
+
+    assert bundle._BANNER_HINT in TIMESTAMP_HINT and bundle._HINT_NO_BANNER != TIMESTAMP_HINT
+    lines = ["slurmstepd: error: *** JOB 4242 ON node-a01 CANCELLED AT 2026-11-30T01:02:03 DUE TO TIME LIMIT ***\n",
+             "srun: error: *** STEP 4242.0 ON node-a02 CANCELLED AT 2026-11-30T01:02:03 ***\n",
+             "text *** JOBS are not banners\n", "*** STEP\n", "[Mon Nov 30 01:21:04 2026] NVRM: Xid 79\n",
+             "2026-11-30T01:00:00.000001+00:00 node-a01 systemd[1]: Started\n", "node-a01:1:2 [0] NCCL INFO x\n", "\n"]
+    col = pl.col("line")
+    frame = pl.DataFrame({"line": lines}).select(
+        col.str.contains(TIMESTAMP_HINT).alias("hint"),
+        (col.str.contains(bundle._HINT_NO_BANNER) | col.str.contains_any(list(bundle._BANNERS))).alias("split"))
+    assert frame["split"].to_list() == frame["hint"].to_list() == [True, True, False, False, True, True, False, False]
