@@ -24,6 +24,7 @@ from connectors.loki import LokiConnector, LokiError, LokiQueryError, entry_key
 from connectors.runner import run
 from correlators.rules import load_rule_pack
 from schemas.records import TIME_QUALITY_SECONDS, TIME_QUALITY_TRANSPORT
+from tests.kafka_fixtures import kafka_bootstrap  # noqa: F401
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "loki"
 MANIFEST = json.loads((DATA / "pages.json").read_text())
@@ -275,7 +276,7 @@ def test_entry_key_depends_on_stream_and_line():
     assert entry_key(a, "x") != entry_key({"host": "node-a02"}, "x") != entry_key(a, "y")
 
 
-def test_cli_exits_2_on_a_rejected_query(tmp_path):
+def test_cli_exits_2_on_a_rejected_query(tmp_path, kafka_bootstrap):  # noqa: F811
     from typer.testing import CliRunner
 
     from streams.cli import app
@@ -284,7 +285,7 @@ def test_cli_exits_2_on_a_rejected_query(tmp_path):
     try:
         result = CliRunner().invoke(app, [
             "connect", "loki", server.url, QUERY, "--start", str(START), "--until", str(END),
-            "--cursor", str(tmp_path / "c.json"), "--bootstrap", "127.0.0.1:9"])
+            "--cursor", str(tmp_path / "c.json"), "--bootstrap", kafka_bootstrap])
     finally:
         server.close()
     assert result.exit_code == 2, result.output

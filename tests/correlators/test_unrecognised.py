@@ -149,6 +149,9 @@ def test_replay_shows_and_rules_suggest_prints_unrecognised_lines(tmp_path: Path
     runner = CliRunner()
     out = runner.invoke(app, ["replay", str(bundle), "--no-store"], env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output
+    assert "1 error line no rule knows (1 near the cause): --verbose lists their templates" in out.output
+    out = runner.invoke(app, ["replay", str(bundle), "--no-store", "--verbose"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
     assert "1 error line no rule knows, 1 template" in out.output
     assert "frobnicator <PCI>: self-test failed" in out.output
     sug = runner.invoke(app, ["rules", "suggest", str(bundle)])
