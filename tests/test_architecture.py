@@ -21,6 +21,7 @@ own rule (``correlators`` imports no I/O library) is checked on the same graph.
 
 from __future__ import annotations
 
+import pytest
 import ast
 from pathlib import Path
 
@@ -145,6 +146,7 @@ def _layer(mod: str) -> int:
     return LAYERS[mod.split(".")[0]]
 
 
+@pytest.mark.slow
 def test_the_graph_sees_module_level_lazy_and_relative_imports():
     """The checks below are only as good as the graph: it must hold edges of every kind."""
     edges, external = build_graph()
@@ -158,6 +160,7 @@ def test_the_graph_sees_module_level_lazy_and_relative_imports():
     assert circles({"a": {"b"}, "b": set()}) == []
 
 
+@pytest.mark.slow
 def test_no_import_circles():
     edges, _ = build_graph()
     found = circles(edges)
@@ -168,6 +171,7 @@ def test_no_import_circles():
     assert not found, "import circles:\n" + "\n".join(detail)
 
 
+@pytest.mark.slow
 def test_arrows_point_down_the_layers():
     edges, _ = build_graph()
     upward = sorted(f"{a} -> {b}" for a, targets in edges.items() for b in targets if _layer(b) > _layer(a))
@@ -175,6 +179,7 @@ def test_arrows_point_down_the_layers():
                         "(schemas < correlators < transport < connectors, sinks < streams):\n" + "\n".join(upward))
 
 
+@pytest.mark.slow
 def test_the_engine_imports_no_io_library():
     _, external = build_graph()
     bad = sorted(f"{m} imports {', '.join(sorted(libs & IO_MODULES))}"
@@ -210,6 +215,7 @@ def _error_exit_helpers() -> list[str]:
     return sorted(found)
 
 
+@pytest.mark.slow
 def test_one_cli_failure_helper():
     assert _error_exit_helpers() == ["connectors.registry.cli_fail"]
 

@@ -154,6 +154,7 @@ def test_back_pressure_then_clear_error_without_broker():
     assert producer.sent == 3 and producer.back_pressure_waits == 1 and len(producer) == 3
 
 
+@pytest.mark.slow
 def test_flush_raises_delivery_error_listing_keys():
     settings = KafkaSettings(bootstrap_servers=_closed_port())
     producer = RecordProducer(settings, "nowhere", delivery_timeout_ms=1_000)

@@ -144,6 +144,7 @@ def test_a_connector_cannot_redefine_a_shared_option() -> None:
     ("files", ["examples/incidents/public-rc15-pcie-aer-xid79-multinode/logs/node-a02/dmesg-raw.log"]),
     ("bundle", ["examples/incidents/public-rc15-pcie-aer-xid79-multinode"]),
 ])
+@pytest.mark.slow
 def test_a_broker_that_does_not_answer_ends_a_one_shot_run_within_its_timeout(name: str, args: list[str]) -> None:
     started = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "streams.cli", "connect", name, *args, "--bootstrap", "127.0.0.1:9",

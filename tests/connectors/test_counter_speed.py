@@ -90,6 +90,7 @@ def _plain(frame: pl.DataFrame, counters: list[str], keep: list[str], by: list[s
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(counter_frames())
+@pytest.mark.slow
 def test_error_deltas_equal_the_plain_delta_rules(case) -> None:
     frame, counters, by = case
     keep = ["line", *by]
@@ -136,6 +137,7 @@ def poll_order_frames(draw) -> tuple[pl.DataFrame, list[str], list[str]]:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(poll_order_frames())
+@pytest.mark.slow
 def test_error_deltas_of_poll_order_series_equal_the_plain_delta_rules(case) -> None:
     frame, counters, by = case
     keep = ["line", "_file"]
@@ -204,6 +206,7 @@ CELLS = ["0", "7", "17", "1796001600", "1796001610", "01796001600", "00", "+1796
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(st.sampled_from(CELLS), st.none(), st.integers(0, 10**19).map(str)), max_size=12))
+@pytest.mark.slow
 def test_whole_second_times_read_as_integers_equal_the_text_reader(cells) -> None:
     col = pl.Series("time", cells, dtype=pl.String)
     assert _time_ns(col).to_list() == _time_ns_text(col).to_list()

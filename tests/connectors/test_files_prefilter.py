@@ -5,6 +5,7 @@ observations while its coverage records and the verdict equal an unfiltered run'
 
 from __future__ import annotations
 
+import pytest
 import os
 import re
 import shutil
@@ -56,6 +57,7 @@ def events(observations: list[Observation]) -> list:
 # -- (a) the kept records give the events of all records ------------------------------------
 
 
+@pytest.mark.slow
 def test_kept_records_give_the_same_events_on_every_example_log(tmp_path: Path) -> None:
     dropped = kept_multiline = 0
     all_events = unrecognised = 0
@@ -147,6 +149,7 @@ def noisy_log(path: Path, steps: int = 20_000) -> None:
                          "[rank1]: RuntimeError: CUDA error: unspecified launch failure\n")
 
 
+@pytest.mark.slow
 def test_byte_ratio_on_a_noisy_training_log(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     noisy_log(log)
@@ -297,6 +300,7 @@ def test_flight_recorder_dumps_stream_as_the_bundle_reads_them(tmp_path: Path) -
         assert {r: e.attributes for r, e in want.items()} == {r: e.attributes for r, e in got.items()}
 
 
+@pytest.mark.slow
 def test_a_dump_still_being_written_waits_for_its_writer(tmp_path: Path) -> None:
     """A pickle cut short while its writer is still at it is not published as an error: in
     follow mode it is read again once complete."""

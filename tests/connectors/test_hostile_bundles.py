@@ -46,6 +46,7 @@ def replay_cli(root: Path, env: dict[str, str] | None = None) -> subprocess.Comp
     ("end", "'9999-12-31T23:59:59Z'", "outside 1900-01-01"),
     ("ranks_per_node", "99999999999999999999", "ranks_per_node"),
 ])
+@pytest.mark.slow
 def test_out_of_range_workload_values_are_a_clear_error(tmp_path: Path, key: str, value: str, message: str) -> None:
     root = copy_bundle(tmp_path)
     if key == "ranks_per_node":
@@ -59,6 +60,7 @@ def test_out_of_range_workload_values_are_a_clear_error(tmp_path: Path, key: str
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path: Path) -> None:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [{', '.join(f'*a{i - 1}' for _ in range(9))}]" for i in range(1, 9)]
@@ -137,6 +139,7 @@ def test_unparseable_command_keys_are_a_clear_cli_error() -> None:
     assert "command key settings" in run.stderr
 
 
+@pytest.mark.slow
 def test_a_replay_whose_store_is_held_prints_its_verdict_and_says_why_it_was_not_stored(tmp_path: Path) -> None:
     """Two replays on one embedded store: the second still prints its verdict, then exits 2
     with the reason and what to do (chDB allows one process per directory)."""

@@ -276,6 +276,7 @@ def test_entry_key_depends_on_stream_and_line():
     assert entry_key(a, "x") != entry_key({"host": "node-a02"}, "x") != entry_key(a, "y")
 
 
+@pytest.mark.slow
 def test_cli_exits_2_on_a_rejected_query(tmp_path, kafka_bootstrap):  # noqa: F811
     from typer.testing import CliRunner
 

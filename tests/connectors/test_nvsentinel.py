@@ -397,6 +397,7 @@ def test_a_binary_file_is_one_dead_letter_then_passed_over(tmp_path):
     assert source.checkpoint()["files"][str(path)]["offset"] == len(head)
 
 
+@pytest.mark.slow
 def test_unreachable_broker_for_a_topic_fails_with_a_message():
     app = __import__("streams.cli", fromlist=["app"]).app
     started = time.monotonic()

@@ -81,6 +81,7 @@ def workload_verdict(name: str) -> dict:
     return v
 
 
+@pytest.mark.slow
 def test_undated_pytorch22_watchdog_cost_is_not_doubled():
     undated = workload_verdict("backdate-undated-watchdog-pt22")
     dated = workload_verdict("backdate-dated-watchdog-counter")
@@ -107,6 +108,7 @@ T_STEP = 1_796_020_300_118_000_000  # 2026-11-30T06:31:40.118Z, step 4120 of the
     ("memory-sigkill-deepspeed-cgroup-events", "host.oom_kill.probable", [2]),
     ("memory-sigkill-deepspeed-healthy", "proc.killed.sigkill", [2]),
 ])
+@pytest.mark.slow
 def test_sigkill_bundles(name, code, ranks):
     first, second = replay(name), replay(name)
     assert first == second

@@ -115,6 +115,7 @@ def standing(latest: dict[str, Attribution]) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=lambda p: p.name)
+@pytest.mark.slow
 def test_shuffled_arrival_gives_the_replay_verdicts(bundle: Path) -> None:
     records, _ = bundle_records(bundle)
     replayed = {a.attribution_id: content(a) for a in replay_bundle(bundle).attributions}
@@ -131,6 +132,7 @@ def test_shuffled_arrival_gives_the_replay_verdicts(bundle: Path) -> None:
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=lambda p: p.name)
+@pytest.mark.slow
 def test_an_ingest_stage_apart_that_knows_no_allocation_gives_the_replay_verdicts(bundle: Path) -> None:
     """The stream's batch ingest stage: its pipeline routes every event without a workload id
     to the host window (``route_by_index=False``); the windows' pipeline applies."""
@@ -148,6 +150,7 @@ GATHERED = Counter()
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=lambda p: p.name)
+@pytest.mark.slow
 def test_an_ingest_stage_that_gathers_each_batchs_events_gives_the_replay_verdicts(bundle: Path) -> None:
     """As the stream's ingest stage runs: 50 records a batch, each key's events of a batch in
     one message (``EventsMessage``, also what a host window forwards), every message through
@@ -160,6 +163,7 @@ def test_an_ingest_stage_that_gathers_each_batchs_events_gives_the_replay_verdic
     assert standing(latest) == replayed, bundle.name
 
 
+@pytest.mark.slow  # checks what the (slow) test above met
 def test_the_gathered_runs_carried_events_in_batches() -> None:
     """The test above met batched events (it runs first, in file order)."""
     assert GATHERED["events"] > 20, GATHERED
@@ -549,6 +553,7 @@ FABRIC_BUNDLES = [b for b in BUNDLES if b.name.startswith("fabric-")]
 
 
 @pytest.mark.parametrize("bundle", FABRIC_BUNDLES, ids=lambda p: p.name)
+@pytest.mark.slow
 def test_live_fabric_verdicts_wait_for_a_settled_shape(bundle: Path) -> None:
     """In event-time order (as a live cluster sends it), nothing is published from a shape of
     faults that changes within the flush interval: every fabric or incident verdict published
@@ -749,6 +754,7 @@ def test_an_events_message_round_trips_and_an_empty_one_is_refused() -> None:
 
 
 @pytest.mark.parametrize("route_by_index", [True, False], ids=["replay", "ingest-stage"])
+@pytest.mark.slow
 def test_an_inert_record_yields_nothing_whatever_came_before(route_by_index: bool) -> None:
     """``Pipeline.inert`` keeps its promise on every line of every example bundle, as the
     publisher sends them (every line, not only the candidates), each ingested after all the

@@ -76,6 +76,7 @@ def by_scope(published: list[tuple[float, Attribution]]) -> dict[str, list[tuple
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=lambda p: p.name)
+@pytest.mark.slow
 def test_coalescing_keeps_the_first_provisional_and_the_finals(bundle: Path) -> None:
     plain, coalesced = by_scope(burst(bundle, 0.0)), by_scope(burst(bundle, 5.0))
     replayed = {a.attribution_id: content(a) for a in replay_bundle(bundle).attributions}

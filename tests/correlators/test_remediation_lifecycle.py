@@ -395,6 +395,7 @@ def run(eng, steps):
     return [canonical_json(r) for step in steps for r in step(eng)]
 
 
+@pytest.mark.slow
 def test_state_round_trip_mid_way_gives_the_same_outputs():
     steps = script()
     for cut in range(len(steps) + 1):

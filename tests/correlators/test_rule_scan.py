@@ -76,6 +76,7 @@ metrics = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.sampled_from
 
 @settings(max_examples=600, deadline=None)
 @given(conditions, conditions, conditions, metrics)
+@pytest.mark.slow
 def test_precompiled_conditions_hold_as_conditions_do(when, when_any, unless, metric):
     rule = Rule(id="t", version=1, source="test", file="t.yaml", kind="telemetry", event="gpu.ecc",
                 events=("gpu.ecc",), when=when, when_any=when_any, unless_metric=unless)

@@ -79,6 +79,7 @@ def test_controller_munge_line_is_context():
     ("k8s-admission-unhealthy-gpu", "gpu_hardware", "gpu.device_unhealthy", ["node-a02"]),
     ("k8s-admission-after-xid79", "gpu_hardware", "gpu.xid.79", ["node-a02"]),
 ])
+@pytest.mark.slow
 def test_setup_bundles(name, domain, code, hosts):
     first, second = replay(name), replay(name)
     assert first == second
@@ -87,6 +88,7 @@ def test_setup_bundles(name, domain, code, hosts):
     assert v["culprits"]["hosts"] == hosts and "_scheduler" not in v["culprits"]["hosts"]
 
 
+@pytest.mark.slow
 def test_foreign_node_named_by_the_controller_blames_nobody_there():
     (v,) = [a for a in replay("slurm-node-foreign-node-named") if a["scope"]["kind"] == "workload"]
     assert v["root_cause"]["code"] == "app.exception" and v["culprits"]["hosts"] == ["node-a02"]

@@ -210,6 +210,7 @@ _TOKENS = [w for words, _ in CONTEXT_LITERALS.values() for w in words] + [
 
 @settings(max_examples=3000, deadline=None)
 @given(st.lists(st.sampled_from(_TOKENS), max_size=12).map("".join))
+@pytest.mark.slow
 def test_context_literals_never_hide_a_match(text):
     # a text the literal test turns away is one the context's pattern does not match
     for name, rx, _, _ in NEGATIVE_CONTEXTS:

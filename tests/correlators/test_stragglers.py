@@ -189,6 +189,7 @@ def test_the_unexplained_straggler_is_ambiguous_and_still_names_the_gpu():
     assert "GPU #1 of node-a02" in att.root_cause.text
 
 
+@pytest.mark.slow
 def test_the_stream_emits_a_provisional_degraded_verdict_before_the_job_ends_then_the_replay_bytes():
     bundle = EXAMPLES / "straggler-gpu-thermal"
     records, _ = bundle_records(bundle)

@@ -5,6 +5,7 @@ are counted in coverage, mined into templates (drain3), keep a verdict near them
 
 from __future__ import annotations
 
+import pytest
 import random
 import re
 import shutil
@@ -176,6 +177,7 @@ def test_rules_suggest_offers_a_line_only_a_fallback_rule_read(tmp_path: Path) -
     assert "frobnicator" in rule["examples"][0]["line"] and "lost its lease" in rule["examples"][0]["line"]
 
 
+@pytest.mark.slow
 def test_rules_coverage_prints_the_framing_matrix_without_a_miss() -> None:
     out = CliRunner().invoke(app, ["rules", "coverage"], env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output

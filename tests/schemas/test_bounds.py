@@ -26,6 +26,7 @@ def general(value, **bounds):
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.text(max_size=6), json_values, max_size=6), st.integers(min_value=1, max_value=4),
        st.integers(min_value=1, max_value=40))
+@pytest.mark.slow
 def test_the_flat_path_and_the_general_path_agree(value, depth, values) -> None:
     outcomes = []
     for check in (lambda: check_json_value(value, max_depth=depth, max_values=values),

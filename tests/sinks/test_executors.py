@@ -711,6 +711,7 @@ def test_kubernetes_drain_blocked_by_pdb(api):
         "/api/v1/namespaces/data/pods/db-0/eviction", "/api/v1/namespaces/ml/pods/trainer-0/eviction"]
 
 
+@pytest.mark.slow
 def test_kubernetes_drain_pods_that_do_not_go(api):
     api.pods.append(_pod_json(pod("stuck-0", "ml")))
     api.sticky = True

@@ -70,7 +70,8 @@ from streams.codec import decode_record
 from streams.remediation.inputs import allocation_message
 from streams.remediation.runner import RemediationRunner
 
-pytestmark = pytest.mark.clickhouse
+#: every test here shares a store filled once per module (a few seconds)
+pytestmark = [pytest.mark.clickhouse, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "deploy" / "grafana"

@@ -29,6 +29,7 @@ def test_there_are_enough_example_bundles():
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
+@pytest.mark.slow
 def test_replay_json_is_valid_and_byte_identical_three_times(bundle):
     outputs = []
     for _ in range(3):
@@ -51,6 +52,7 @@ def test_replay_json_is_valid_and_byte_identical_three_times(bundle):
         assert record["root_cause"]["code"]
 
 
+@pytest.mark.slow
 def test_score_examples_is_all_hits():
     result = runner.invoke(app, ["score", str(EXAMPLES)])
     assert result.exit_code == 0, result.output
@@ -68,6 +70,7 @@ def test_score_follows_linked_bundles_once_and_names_a_missing_directory(tmp_pat
     assert missing.exit_code == 2 and f"no such directory: {tmp_path / 'nope'}" in missing.output
 
 
+@pytest.mark.slow
 def test_score_calibration_on_every_labelled_bundle_keeps_the_quality_promises():
     """Every labelled bundle: the examples and the real public bundles (shared fixtures)."""
     real = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "real" / "bundles"
@@ -145,6 +148,7 @@ def _broken(tmp_path: Path, name: str, workload: str | None) -> Path:
         ("bad-time", "workload_id: j1\nstate: FAILED\nstart: 2026-13-45T99:00:00Z\nnodes: [node-a01]\n", "start"),
     ],
 )
+@pytest.mark.slow
 def test_broken_workload_yaml_gives_a_clear_error_without_traceback(tmp_path, name, workload, needle):
     bundle = _broken(tmp_path, name, workload)
     proc = subprocess.run(

@@ -89,6 +89,7 @@ def test_restart_delay_is_a_bounded_back_off():
     assert app_module.restart_delay(3, (0.1, 0.2)) == 0.2
 
 
+@pytest.mark.slow
 def test_a_child_that_dies_is_restarted_with_back_off_and_counted(tmp_path, monkeypatch):
     """A child that exits on its own (or is killed) is started again, the worker goes on: the
     first restart at once, the next ones after the back-off; each restart counted."""

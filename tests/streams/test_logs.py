@@ -155,6 +155,7 @@ def test_worker_json_logs_on_a_real_broker(kafka_bootstrap, kafka_topic_factory,
         assert datetime.fromisoformat(line["ts"]).utcoffset() == timedelta(0)
 
 
+@pytest.mark.slow
 def test_worker_json_logs_then_a_clean_error_when_the_broker_is_unreachable(tmp_path) -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -179,6 +180,7 @@ def test_worker_json_logs_then_a_clean_error_when_the_broker_is_unreachable(tmp_
     assert logged[0]["bootstrap"] == dead
 
 
+@pytest.mark.slow
 def test_worker_rejects_an_unknown_log_format() -> None:
     run = subprocess.run([sys.executable, "-m", "streams.cli", "worker", "--log-format", "xml"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)

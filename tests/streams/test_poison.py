@@ -221,6 +221,7 @@ def faultstream(*args: str, env: dict[str, str] | None = None, timeout: float = 
                           text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow
 def test_worker_rejects_negative_lateness_with_a_message(tmp_path: Path) -> None:
     out = faultstream("worker", "--lateness", "-5", env={"FAULTSTREAM_DATA_DIR": str(tmp_path)})
     assert out.returncode == 2
@@ -228,6 +229,7 @@ def test_worker_rejects_negative_lateness_with_a_message(tmp_path: Path) -> None
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_verdicts_without_a_broker_exits_non_zero_with_a_message() -> None:
     import socket
 
@@ -242,6 +244,7 @@ def test_verdicts_without_a_broker_exits_non_zero_with_a_message() -> None:
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.slow
 def test_one_data_dir_one_worker(tmp_path: Path) -> None:
     from streams.app import DataDirLocked, lock_data_dir
 

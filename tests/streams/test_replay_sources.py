@@ -75,6 +75,7 @@ def test_parse_time_is_iso_8601_utc() -> None:
             parse_time(far)
 
 
+@pytest.mark.slow
 def test_unreachable_broker_is_a_clear_error_not_a_hang() -> None:
     started = time.monotonic()
     result = run("replay", "--from-kafka", "--bootstrap", "127.0.0.1:1", "--timeout", "1",
@@ -215,6 +216,7 @@ def test_bundle_export_without_telemetry_and_of_a_second_job(store: str, tmp_pat
         Attribution.model_validate_json(line) for line in lines(source.stdout))
 
 
+@pytest.mark.slow
 def test_diff_against_stored_verdicts(tmp_path: Path, store: str) -> None:
     url = f"chdb://{tmp_path / 'diff'}"
     with ClickHouseSink(url) as sink:

@@ -69,6 +69,7 @@ def _check_self_contained(page: str) -> _Refs:
 
 
 @pytest.mark.parametrize("bundle", BUNDLES, ids=[b.name for b in BUNDLES])
+@pytest.mark.slow
 def test_every_example_report_renders_self_contained(bundle):
     result = replay_bundle(bundle)
     page = render_report(result)

@@ -179,6 +179,7 @@ def test_the_same_option_means_the_same_thing_everywhere() -> None:
         assert len(seen[name]) == 1, (name, seen[name])
 
 
+@pytest.mark.slow
 def test_old_option_names_still_work(tmp_path: Path) -> None:
     import socket
 

@@ -155,6 +155,7 @@ def test_the_mirrors_check_the_bounds_the_models_check_and_no_validator_is_new()
         assert set(decorators.model_validators) == expected, model.__name__
 
 
+@pytest.mark.slow
 def test_every_record_of_the_example_incidents_is_read_as_pydantic_reads_it() -> None:
     read = inert = 0
     seen: set[str] = set()
@@ -330,5 +331,6 @@ def mutated(draw) -> bytes:
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated())
+@pytest.mark.slow
 def test_what_the_fast_reading_accepts_pydantic_reads_with_the_same_values(raw: bytes) -> None:
     same_record(raw)

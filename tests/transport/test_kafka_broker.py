@@ -3,6 +3,7 @@ catalogue is created on it idempotently with the declared partitions and cleanup
 
 from __future__ import annotations
 
+import pytest
 import time
 import uuid
 
@@ -186,6 +187,7 @@ def test_cli_topics_create(kafka_config, kafka_bootstrap, kafka_topic_factory, m
     assert f"{prefix}.observations: 2 partitions, catalogue wants 12" in mismatch.output
 
 
+@pytest.mark.slow
 def test_cli_topics_create_unreachable_broker_is_a_clean_error():
     from typer.testing import CliRunner
 

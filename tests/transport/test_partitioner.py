@@ -128,6 +128,7 @@ def _confluent_producer_calls(path: Path) -> list[tuple[int, str]]:
     return calls
 
 
+@pytest.mark.slow
 def test_no_project_producer_bypasses_the_partitioner():
     """Every ``confluent_kafka.Producer`` of the project (the benchmarks under bench/ aside) is
     built from ``with_partitioner(...)``, which sets ``partitioner=murmur2_random`` and refuses
