@@ -20,7 +20,7 @@ checkout). Tests that need it fail -- never skip -- when it is missing.
 Markers (``pyproject.toml``), set here from what a test uses: ``kafka`` (the broker fixtures),
 ``slurm`` (the single-node Slurm), ``k8s`` (the loopback Kubernetes control plane of
 ``tests/k8s_fixtures.py``), ``clickhouse`` (the embedded chDB engine, by module:
-:data:`CLICKHOUSE_MODULES`); ``prometheus``, ``browser`` and ``slow`` (more than 2 s on 2 cores)
+:data:`CLICKHOUSE_MODULES`); ``prometheus``, ``browser`` and ``slow`` (a second or more on 2 cores)
 are on the tests themselves. Every test with none of :data:`SERVICE_MARKERS` and not ``slow``
 is marked ``unit``: ``python3 -m pytest -m unit`` is the inner loop (no service, no set-up
 script, under two minutes on 2 cores).
