@@ -200,6 +200,14 @@ def rank_of_prefix(first_line: str) -> int | None:
 _TEXT_BYTES = bytes([9, 10, 13]) + bytes(range(32, 256))
 
 
+def is_binary(data: bytes) -> bool:
+    """True when ``data`` (a file, or its first bytes) holds NUL bytes and more than
+    :data:`BINARY_CONTROL_SHARE` of it are not text (NUL and the other C0 bytes except tab, CR
+    and LF): an archive, a core file, a database. The one test of the bundle reader and the
+    connectors."""
+    return b"\x00" in data and len(data.translate(None, _TEXT_BYTES)) / len(data) > BINARY_CONTROL_SHARE
+
+
 class BundleError(Exception):
     """A bundle that cannot be read at all. The message names the file and, for validation
     errors, the field: ``workload.yaml: field 'start': invalid datetime ...``. Meant to be
@@ -799,18 +807,15 @@ class BundleConnector:
             stats.notes.append("empty file")
             return None
         nul = b"\x00" in data
-        if nul:
+        if nul and is_binary(data):
             control = len(data.translate(None, _TEXT_BYTES))  # bytes that are not text
-            if control / len(data) > BINARY_CONTROL_SHARE:
-                stats.status = "failed"
-                nlines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-                self.lines_read += nlines
-                stats.records = nlines
-                stats.unparsed = nlines
-                stats.notes.append(
-                    f"binary content ({control} of {len(data)} bytes are NUL/control bytes): not read"
-                )
-                return None
+            stats.status = "failed"
+            nlines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+            self.lines_read += nlines
+            stats.records = nlines
+            stats.unparsed = nlines
+            stats.notes.append(f"binary content ({control} of {len(data)} bytes are NUL/control bytes): not read")
+            return None
         data, bad_utf8, nul = _normalised(data, nul)
         if src.kind == "telemetry":
             done = yield from self._telemetry(data.decode("utf-8"), src, stats)

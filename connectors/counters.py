@@ -24,7 +24,9 @@ from typing import Generator, TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from connectors.bundle import is_binary
 from connectors.command import Shared, connector, input_files
+from connectors.files import BINARY_PROBE_BYTES
 from connectors.registry import cli_fail
 from connectors.counter_readers import (
     COUNTER_BATCH_BYTES,
@@ -211,7 +213,7 @@ def connect_counters_cli(
     if conn.mode != "sysfs":
         (path,) = input_files([perfquery or ibqueryerrors], follow=False)  # type: ignore[list-item]
         with path.open("rb") as fh:
-            if b"\x00" in fh.read(4096):
+            if is_binary(fh.read(BINARY_PROBE_BYTES)):
                 raise ValueError(f"{path}: binary content, not {conn.mode} output")
     yield conn
     (cov,) = conn.coverage()

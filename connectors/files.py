@@ -86,7 +86,7 @@ import typer
 
 from connectors.command import Shared, connector, input_files
 from connectors.runner import publish
-from connectors.bundle import _TEXT_BYTES, BINARY_CONTROL_SHARE, NUL_MARK, cut_body, rank_of_prefix
+from connectors.bundle import NUL_MARK, cut_body, is_binary, rank_of_prefix
 from connectors.prefilter import EdgePrefilter, EdgeTotals
 from connectors.records import MAX_RECORD_LINES, complete_spans
 from connectors.timefmt import LineClock, TimeContext
@@ -666,7 +666,7 @@ class FilesConnector:
             tail.last_data = time.monotonic()
             if tail.read_off == 0 and _is_dump_head(chunk) and self._read_dump(tail, chunk):
                 return total
-            if tail.read_off == 0 and self._is_binary(chunk[:BINARY_PROBE_BYTES]):
+            if tail.read_off == 0 and is_binary(chunk[:BINARY_PROBE_BYTES]):
                 tail.binary = True
                 tail.stats.errors += 1
                 tail.stats.note(f"binary content (NUL/control bytes in the first {BINARY_PROBE_BYTES} bytes): "
@@ -720,14 +720,6 @@ class FilesConnector:
         tail.lines.append(line.rstrip(b"\n").decode("utf-8", errors="replace"))
         tail.stats.lines += 1
         return True
-
-    @staticmethod
-    def _is_binary(probe: bytes) -> bool:
-        """True when ``probe`` (a file's first bytes) holds NUL bytes and more than
-        ``BINARY_CONTROL_SHARE`` of it are not text (the bundle reader's test)."""
-        if b"\x00" not in probe:
-            return False
-        return len(probe.translate(None, _TEXT_BYTES)) / len(probe) > BINARY_CONTROL_SHARE
 
     @staticmethod
     def _extend_partial(tail: _Tail, data: bytes) -> None:

@@ -78,6 +78,7 @@ from typing import Generator, TYPE_CHECKING, Annotated, Any
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from connectors.bundle import is_binary
 from connectors.command import Shared, connector, input_files
 from connectors.topic import KafkaReadError, TopicReader as _TopicReader, message_ns as _message_ns
 from correlators.remediation.policy import PolicyError
@@ -515,7 +516,7 @@ class HealthEventFiles:
             chunk = fh.read(MAX_PASS_BYTES)
         if not chunk:
             return []
-        if offset == 0 and b"\x00" in chunk:
+        if offset == 0 and is_binary(chunk[:BINARY_SAMPLE_BYTES]):
             # not JSON text (an archive, a core file): one dead letter for the file, which is
             # then passed over until it is replaced
             counts.dead += 1
