@@ -73,7 +73,12 @@ SERVICE_MARKERS = ("kafka", "slurm", "k8s", "browser", "prometheus")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Set-up progress goes to this run's terminal."""
+    """Set-up progress goes to this run's terminal. A checkout without the real fixtures beside
+    it (``../shared/fixtures/real``; the example bundles are built from them) ends the run
+    before collection with one message naming the folder."""
+    if not (REAL_FIXTURES / "h200-2026-11").is_dir():
+        raise pytest.UsageError(f"the real fixtures are missing: {REAL_FIXTURES} (clone faultstream next to "
+                                "the shared/ folder that holds fixtures/real)")
     setup_fixtures.configure(config)
 
 
