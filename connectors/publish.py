@@ -7,7 +7,8 @@
   view (``workload.yaml``, then ``workloads/*.yaml``) first, ``topology.yaml`` second (if present), then every record of
   ``BundleConnector(path, keywords=None)`` in event-time order.
 * :class:`BundleSource` -- those records as a source read once, optionally paced at ``speed`` x
-  real time; :func:`publish_bundle` publishes them through a producer.
+  real time; :func:`publish_bundle` publishes them through a producer; :class:`BundlesSource`
+  several bundles one after the other (`faultstream connect bundle A B ...`).
 """
 
 from __future__ import annotations
@@ -186,15 +187,61 @@ def publish_bundle(path: str | Path, producer: "RecordProducer", *, speed: float
 # -- CLI ------------------------------------------------------------------------------------
 
 
+class BundlesSource:
+    """Several incident bundles as one source read once: each bundle's :class:`BundleSource`
+    in the order given, the next bundle read only when the previous one is sent (so a bundle
+    that cannot be read raises :class:`connectors.bundle.BundleError` after the ones before it
+    were published). ``speed`` paces each bundle on its own clock; ``done``: ``(path, source)``
+    of the bundles sent whole so far."""
+
+    def __init__(self, paths: list[Path], *, speed: float = 0.0) -> None:
+        self.paths = list(paths)
+        self.speed = speed
+        self.done: list[tuple[Path, BundleSource]] = []
+        self._current: tuple[Path, BundleSource] | None = None
+
+    @property
+    def pending(self) -> bool:
+        """True while a bundle or a record of the current one is left."""
+        return len(self.done) < len(self.paths)
+
+    @property
+    def sent(self) -> int:
+        """Records returned so far, every bundle together."""
+        return sum(s.sent for _, s in self.done) + (self._current[1].sent if self._current else 0)
+
+    def poll(self) -> list[Observation]:
+        """The next records of the current bundle (see :meth:`BundleSource.poll`)."""
+        if not self.pending:
+            return []
+        if self._current is None:
+            path = self.paths[len(self.done)]
+            self._current = (path, BundleSource(path, speed=self.speed))
+        batch = self._current[1].poll()
+        if not self._current[1].pending:
+            self.done.append(self._current)
+            self._current = None
+        return batch
+
+    def checkpoint(self) -> dict[str, Any]:
+        """``{}``: bundles keep no position."""
+        return {}
+
+
 @connector(interval=None, errors=(BundleError,))
 def connect_bundle_cli(
     opts: Shared,
-    bundle: Annotated[Path, typer.Argument(help="incident bundle directory (BUNDLE.md v1)")],
-    speed: Annotated[float, typer.Option(min=0.0, help="replay at N x real time (0 = as fast as possible)")] = 0.0,
-) -> Generator[BundleSource, Any, None]:
-    """Publish an incident bundle's records to Kafka in event-time order (workload.yaml first)."""
-    source = BundleSource(bundle, speed=speed)
+    bundles: Annotated[list[Path], typer.Argument(help="incident bundle directories (BUNDLE.md v1), published in this order")],
+    speed: Annotated[float, typer.Option(min=0.0, help="replay each bundle at N x real time (0 = as fast as possible)")] = 0.0,
+) -> Generator[BundlesSource, Any, None]:
+    """Publish incident bundles' records to Kafka, each bundle whole and in event-time order
+    (workload.yaml first), one bundle after the other."""
+    missing = [str(b) for b in bundles if not b.is_dir()]
+    if missing:
+        raise BundleError(f"not a bundle directory: {', '.join(missing)}")
+    source = BundlesSource(bundles, speed=speed)
     yield source
-    failed = [c for c in source.coverage() if c.status == "failed"]
-    typer.echo(f"published {source.sent} records of {bundle} to {opts.topic}"
-               + (f" ({len(failed)} files could not be read)" if failed else ""), err=True)
+    for bundle, one in source.done:
+        failed = [c for c in one.coverage() if c.status == "failed"]
+        typer.echo(f"published {one.sent} records of {bundle} to {opts.topic}"
+                   + (f" ({len(failed)} files could not be read)" if failed else ""), err=True)

@@ -185,3 +185,26 @@ def test_connect_bundle_publishes_to_the_prefixed_observations_topic_by_default(
     n = len(bundle_records(bundle)[0])
     assert f"published {n} records of {bundle} to {prefix}.observations" in result.output
     assert len(consume(kafka_config, spec.name, n)) == n
+
+
+def test_connect_bundle_publishes_several_bundles_whole_one_after_the_other(
+        settings: KafkaSettings, kafka_config, kafka_topic_factory):  # noqa: F811
+    """`connect bundle A B`: A's records (workload first, then event-time order) then B's, on one
+    partition in exactly the order publishing each alone gives; one summary line a bundle."""
+    topic = kafka_topic_factory("obs", partitions=1)
+    first, second = EXAMPLES / "fabric-roce-gid-index-config", EXAMPLES / "public-rc58-xid79-kubernetes-gpu"
+    result = CliRunner().invoke(app, ["connect", "bundle", str(first), str(second), "--bootstrap",
+                                      settings.bootstrap_servers, "--topic", topic])
+    assert result.exit_code == 0, result.output
+    want = [o.observation_id for b in (first, second) for o in bundle_records(b)[0]]
+    got = [o["observation_id"] for o in values(consume(kafka_config, topic, len(want)))]
+    assert got == want
+    for bundle in (first, second):
+        assert f"published {len(bundle_records(bundle)[0])} records of {bundle} to {topic}" in result.output
+
+
+def test_connect_bundle_names_every_missing_bundle_before_publishing(tmp_path: Path):
+    result = CliRunner().invoke(app, ["connect", "bundle", str(EXAMPLES / "public-rc58-xid79-kubernetes-gpu"),
+                                      str(tmp_path / "a"), str(tmp_path / "b"), "--bootstrap", _closed_port()])
+    assert result.exit_code == 2
+    assert f"not a bundle directory: {tmp_path / 'a'}, {tmp_path / 'b'}" in result.output

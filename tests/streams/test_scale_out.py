@@ -54,11 +54,10 @@ def run_rebalance(stream_env: dict[str, Any], kafka_bootstrap: str, replayed: di
 
     def publisher() -> None:
         try:
-            for i, bundle in enumerate(bundles):
-                if i == first:
-                    published.set()
-                    go_on.wait(120)
-                publish(stream_env["env"], bundle)
+            publish(stream_env["env"], *bundles[:first])
+            published.set()
+            go_on.wait(120)
+            publish(stream_env["env"], *bundles[first:])
         except BaseException as exc:  # noqa: BLE001 -- reported by the main thread
             errors.append(exc)
         finally:
