@@ -190,8 +190,8 @@ def publish_bundle(path: str | Path, producer: "RecordProducer", *, speed: float
 class BundlesSource:
     """Several incident bundles as one source read once: each bundle's :class:`BundleSource`
     in the order given, the next bundle read only when the previous one is sent (so a bundle
-    that cannot be read raises :class:`connectors.bundle.BundleError` after the ones before it
-    were published). ``speed`` paces each bundle on its own clock; ``done``: ``(path, source)``
+    that cannot be read raises :class:`connectors.bundle.BundleError`, its message starting with
+    the bundle's path, after the ones before it were published). ``speed`` paces each bundle on its own clock; ``done``: ``(path, source)``
     of the bundles sent whole so far."""
 
     def __init__(self, paths: list[Path], *, speed: float = 0.0) -> None:
@@ -216,7 +216,11 @@ class BundlesSource:
             return []
         if self._current is None:
             path = self.paths[len(self.done)]
-            self._current = (path, BundleSource(path, speed=self.speed))
+            try:
+                self._current = (path, BundleSource(path, speed=self.speed))
+            except BundleError as exc:  # the message names a file of the bundle: say which bundle
+                text = str(exc)
+                raise BundleError(text if text.startswith(str(path)) else f"{path}/{text}") from None
         batch = self._current[1].poll()
         if not self._current[1].pending:
             self.done.append(self._current)

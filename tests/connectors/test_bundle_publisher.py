@@ -208,3 +208,17 @@ def test_connect_bundle_names_every_missing_bundle_before_publishing(tmp_path: P
                                       str(tmp_path / "a"), str(tmp_path / "b"), "--bootstrap", _closed_port()])
     assert result.exit_code == 2
     assert f"not a bundle directory: {tmp_path / 'a'}, {tmp_path / 'b'}" in result.output
+
+
+def test_connect_bundle_stops_at_an_unreadable_bundle_after_publishing_the_ones_before(
+        tmp_path: Path, settings: KafkaSettings, kafka_config, kafka_topic_factory):  # noqa: F811
+    topic = kafka_topic_factory("obs", partitions=1)
+    first = EXAMPLES / "fabric-roce-gid-index-config"
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "workload.yaml").write_text("cluster: [unclosed\n")
+    result = CliRunner().invoke(app, ["connect", "bundle", str(first), str(tmp_path / "broken"), "--bootstrap",
+                                      settings.bootstrap_servers, "--topic", topic])
+    assert result.exit_code == 2
+    assert str(tmp_path / "broken" / "workload.yaml") in result.output
+    n = len(bundle_records(first)[0])
+    assert len(consume(kafka_config, topic, n)) == n
