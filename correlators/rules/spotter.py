@@ -153,21 +153,34 @@ def _may_match(name: str, text: str) -> bool:
     return any(w in text for w in words)
 
 
+#: :data:`NEGATIVE_CONTEXTS` with each one's literals and case rule (:data:`CONTEXT_LITERALS`;
+#: None: its pattern always runs)
+_CHECKS = tuple((name, rx, read, for_frames, CONTEXT_LITERALS.get(name)) for name, rx, read, for_frames in NEGATIVE_CONTEXTS)
+
+
 def negative_context(line: str, before: str, frames: bool = False, end_line: str | None = None) -> str | None:
     """The name of the first negative context (:data:`NEGATIVE_CONTEXTS`) a word is in, or
     None: ``line`` is the line holding it, ``before`` the line up to it, ``end_line`` the line
     where a frame match ends (default ``line``). ``frames``: only the contexts frame rules
-    honour. A pattern runs only on a text holding one of its literals (:data:`CONTEXT_LITERALS`)."""
-    for name, rx, read, for_frames in NEGATIVE_CONTEXTS:
+    honour. A pattern runs only on a text holding one of its literals (:data:`CONTEXT_LITERALS`,
+    as :func:`_may_match` tests them; each text lowered once)."""
+    texts = {"from": line[len(before):], "before": before, "line": line,
+             "end": end_line if end_line is not None else line}
+    lowered: dict[str, str | None] = {}
+    for name, rx, read, for_frames, need in _CHECKS:
         if frames and not for_frames:
             continue
-        if read == "from":
-            text = line[len(before):]
-        elif read == "before":
-            text = before
-        else:
-            text = end_line if read == "end" and end_line is not None else line
-        if _may_match(name, text) and rx.search(text):
+        text = texts[read]
+        if need is not None:
+            words, caseless = need
+            probe: str | None = text
+            if caseless:
+                probe = lowered.get(read, "")
+                if probe == "":
+                    probe = lowered[read] = text.lower() if text.isascii() else None
+            if probe is not None and not any(w in probe for w in words):
+                continue
+        if rx.search(text):
             return name
     return None
 
@@ -253,6 +266,16 @@ class Spotter:
         for word, readers in anchors.items():
             self._auto.add_word(word, (len(word), tuple(readers)))
         self._auto.make_automaton()
+        # every anchor lowered, for one pass over an ASCII body's lowered text (see _hits):
+        # lowered word -> (length, {anchor: readers} of the anchors lowering to it, the readers
+        # of the lowered word itself when it is an anchor)
+        self._folded = ahocorasick.Automaton()
+        folded: dict[str, dict[str, tuple]] = {}
+        for word, readers in anchors.items():
+            folded.setdefault(word.lower(), {})[word] = tuple(readers)
+        for low, exact in folded.items():
+            self._folded.add_word(low, (len(low), exact, exact.get(low)))
+        self._folded.make_automaton()
         #: the anchors as printed, for the pack's prefilter (a record holding none of them holds
         #: no vocabulary word in the case its vendor prints it)
         self.literals: tuple[str, ...] = tuple(sorted(literals))
@@ -281,13 +304,23 @@ class Spotter:
                 break
         return out
 
-    def _hits(self, body: str) -> Iterator[tuple[int, int, tuple]]:
+    def _hits(self, body: str, one_pass: bool | None = None) -> Iterator[tuple[int, int, tuple]]:
         """(end, start, readers) of each anchor in ``body``; descriptions and DCGM texts are
-        anchored in lower case, so the lowered body is searched as well."""
+        anchored in lower case, so the lowered body is searched as well: an anchor as the body
+        spells it is read before a lowered one at the same place. An ASCII body (lowering keeps
+        every offset) takes one pass over its lowered text that finds both (``one_pass``
+        default: ``body.isascii()``; the two ways agree on every ASCII body)."""
         found = []
-        for text in (body, body.lower()):
-            for end, (n, readers) in self._auto.iter(text):
-                found.append((end + 1, end + 1 - n, readers))
+        if one_pass if one_pass is not None else body.isascii():
+            for end, (n, exact, low) in self._folded.iter(body.lower()):
+                start = end + 1 - n
+                readers = exact.get(body[start:end + 1], low)
+                if readers is not None:
+                    found.append((end + 1, start, readers))
+        else:
+            for text in (body, body.lower()):
+                for end, (n, readers) in self._auto.iter(text):
+                    found.append((end + 1, end + 1 - n, readers))
         # longest first at one start, then body order
         found.sort(key=lambda h: (h[1], -(h[0] - h[1])))
         last_end = -1

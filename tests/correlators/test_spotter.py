@@ -218,6 +218,21 @@ def test_context_literals_never_hide_a_match(text):
             assert _may_match(name, text), (name, text)
 
 
+_SPOTTER = Spotter()
+_ANCHOR_TOKENS = ["Xid", "XID", "xid", "SXid", "sxid", "DCGM_FR_", "dcgm_fr_", "NVML_ERROR_", "ncclSystemError",
+                  "NCCLSYSTEMERROR", "cudaErrorIllegalAddress", "CUDAERRORILLEGALADDRESS", "CUDA_ERROR_ILLEGAL_ADDRESS",
+                  "an illegal memory access was encountered", "An Illegal Memory Access Was Encountered",
+                  "AN ILLEGAL MEMORY ACCESS WAS ENCOUNTERED", " ", "x", "79", ":", "(", ")", "Error", "error"]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(_ANCHOR_TOKENS), max_size=10).map("".join))
+@pytest.mark.slow
+def test_the_one_pass_anchor_search_equals_the_two_passes(text):
+    # an ASCII body: one pass over its lowered text finds what the body and its lowered text do
+    assert list(_SPOTTER._hits(text, one_pass=True)) == list(_SPOTTER._hits(text, one_pass=False))
+
+
 def test_context_literals_name_real_contexts():
     assert set(CONTEXT_LITERALS) <= {name for name, *_ in NEGATIVE_CONTEXTS}
     assert not _may_match("ignored", "all good before ") and _may_match("ignored", "Skipped ")
