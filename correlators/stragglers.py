@@ -412,8 +412,9 @@ def _from_steps(events: Sequence[Event], alloc: Allocation, params: StragglerPar
 def _from_nvrx(events: Sequence[Event], alloc: Allocation, params: StragglerParams) -> list[Straggler]:
     scores: dict[int, list[Event]] = {}
     warned: dict[int, list[Event]] = {}
-    reports = sorted({e.at for e in events if e.type == "perf.gpu_score"})
-    for e in sorted(events, key=lambda e: (e.at, e.event_id)):
+    nvrx = [e for e in events if e.type in ("perf.gpu_score", "perf.straggler_reported")]
+    reports = sorted({e.at for e in nvrx if e.type == "perf.gpu_score"})
+    for e in sorted(nvrx, key=lambda e: (e.at, e.event_id)):
         if e.type == "perf.gpu_score" and e.rank is not None and isinstance(e.attributes.get("score"), (int, float)):
             scores.setdefault(e.rank, []).append(e)
         elif e.type == "perf.straggler_reported":

@@ -180,8 +180,9 @@ class WorkloadSpec(_Tolerant):
         if self.ranks:
             return dict(self.ranks)
         if self.ranks_per_node:
+            # the nodes are validated names and the indexes ints: built without re-validation
             return {
-                n * self.ranks_per_node + local: RankSlot(host=host, gpu=local)
+                n * self.ranks_per_node + local: RankSlot.model_construct(host=host, gpu=local)
                 for n, host in enumerate(self.nodes)
                 for local in range(self.ranks_per_node)
             }

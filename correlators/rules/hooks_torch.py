@@ -50,7 +50,7 @@ def torch_worknccl(draft: Draft, match: re.Match[str] | None, obs: Observation, 
     body = obs.body or ""
     line_start = body.rfind("\n", 0, match.start()) + 1
     before = body[line_start:match.start()]
-    a["wrapped"] = any(before.endswith(w) or w in before for w in _WRAPPERS)
+    a["wrapped"] = any(w in before for w in _WRAPPERS)
     # a launcher prefix ("node-a01: ", "(WorkerDict pid=12) ") can push PyTorch's global-rank
     # tag "[rank17]:" off the line start, where the engine looks for it
     tag = _RANK_TAG.search(before)

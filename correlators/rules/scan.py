@@ -39,35 +39,47 @@ def _found(_id: int, _start: int, _end: int, _flags: int, hits: list[int]) -> bo
 
 class LiteralSet:
     """A compiled set of literals. ``words``: the literals (empty strings are refused: every
-    text would hold one). Raises ``ValueError`` for an empty literal. Safe to share between
-    threads: each thread scans with its own Hyperscan scratch space."""
+    text would hold one). Raises ``ValueError`` for an empty literal. Each way of scanning
+    compiles its own Hyperscan database on first use (:meth:`search`: stop at the first match;
+    :meth:`match_ends`: every match), so a reader that only scans blocks compiles one. Safe to
+    share between threads: compiles are locked, and each thread scans with its own scratch
+    space."""
 
     def __init__(self, words: Iterable[str]) -> None:
         self.words: tuple[str, ...] = tuple(sorted(set(words)))
         if any(not w for w in self.words):
             raise ValueError("an empty literal matches every text")
-        self._db: hyperscan.Database | None = None
-        if self.words:
-            self._db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            self._db.compile(expressions=[w.encode("utf-8", "surrogatepass") for w in self.words],
-                             ids=list(range(len(self.words))), flags=hyperscan.HS_FLAG_SINGLEMATCH,
-                             literal=True)
         self._local = threading.local()
+        self._first_db: hyperscan.Database | None = None  # stops at the first match, for search
         self._all_db: hyperscan.Database | None = None  # every match, for match_ends
         self._lock = threading.Lock()
 
+    def _compile(self, attr: str, flags: int) -> hyperscan.Database:
+        """The database held in ``attr``, compiled with ``flags`` the first time."""
+        db = getattr(self, attr)
+        if db is None:
+            with self._lock:
+                db = getattr(self, attr)
+                if db is None:
+                    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+                    db.compile(expressions=[w.encode("utf-8", "surrogatepass") for w in self.words],
+                               ids=list(range(len(self.words))), flags=flags, literal=True)
+                    setattr(self, attr, db)
+        return db
+
     def search(self, text: str) -> bool:
         """True when ``text`` holds at least one of :attr:`words`."""
-        if self._db is None or not text:
+        if not self.words or not text:
             return False
+        db = self._first_db if self._first_db is not None else self._compile("_first_db", hyperscan.HS_FLAG_SINGLEMATCH)
         local = self._local
         scratch = getattr(local, "scratch", None)
         if scratch is None:
-            scratch = local.scratch = hyperscan.Scratch(self._db)
+            scratch = local.scratch = hyperscan.Scratch(db)
         hits: list[int] = []
         try:
-            self._db.scan(text.encode("utf-8", "surrogatepass"), match_event_handler=_found,
-                          context=hits, scratch=scratch)
+            db.scan(text.encode("utf-8", "surrogatepass"), match_event_handler=_found,
+                    context=hits, scratch=scratch)
         except hyperscan.ScanTerminated:
             pass
         return bool(hits)
@@ -79,17 +91,11 @@ class LiteralSet:
         A block with many occurrences costs one Python call each."""
         if not self.words or not data:
             return []
-        if self._all_db is None:
-            with self._lock:
-                if self._all_db is None:
-                    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-                    db.compile(expressions=[w.encode("utf-8", "surrogatepass") for w in self.words],
-                               ids=list(range(len(self.words))), flags=0, literal=True)
-                    self._all_db = db
+        db = self._all_db if self._all_db is not None else self._compile("_all_db", 0)
         local = self._local
         scratch = getattr(local, "all_scratch", None)
         if scratch is None:
-            scratch = local.all_scratch = hyperscan.Scratch(self._all_db)
+            scratch = local.all_scratch = hyperscan.Scratch(db)
         ends: list[int] = []
-        self._all_db.scan(data, match_event_handler=_ended, context=ends, scratch=scratch)
+        db.scan(data, match_event_handler=_ended, context=ends, scratch=scratch)
         return ends
