@@ -6,7 +6,7 @@ hour, two jobs (``workload.yaml``: job-h1 on the first half of the nodes, ``work
 on the rest) and a handful of incidents: a GPU falls off the bus (XID 79) on one node of job-h1
 and every other rank of job-h1 logs the NCCL watchdog timeout ten minutes later; job-h2 sees
 InfiniBand completion errors (NCCL WARN NET/IB error 12) on two nodes and its watchdog
-timeouts. A few hundred lines per million hold a keyword of the rule pack; the rest is noise.
+timeouts. About a thousand lines per million hold a keyword of the rule pack; the rest is noise.
 
 Figures, each the median of ``--runs`` runs in fresh processes, floor and engine alternated in
 the same run of this script so they share the machine's load; each line also gives the process
