@@ -261,8 +261,11 @@ def _execute(build: Callable[..., Any], opts: Shared, own: dict[str, Any], *,
         return
     source = made
     sent = 0
+    producer = None
     try:
         with opts.producer() as producer, stop_on_sigterm() as stop:
+            if hasattr(source, "stop"):
+                source.stop = stop  # a source that waits (paced) ends its wait when the run stops
             if not opts.follow:
                 producer.wait_for_broker(opts.timeout_s)
             target = RoutedProducer(producer, opts.routes) if opts.routes else producer
@@ -283,7 +286,8 @@ def _execute(build: Callable[..., Any], opts: Shared, own: dict[str, Any], *,
                 except StopIteration:
                     pass
     except KeyboardInterrupt:
-        typer.echo(f"interrupted after {sent} records", err=True)
+        delivered = producer.delivered if producer is not None else sent
+        typer.echo(f"interrupted after {delivered} records delivered", err=True)
         raise typer.Exit(130) from None
     except fatal as exc:
         cli_fail(str(exc))

@@ -14,7 +14,9 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Generator, Iterable
 
@@ -127,14 +129,18 @@ class BundleSource:
     """An incident bundle as a :class:`connectors.source.Source` read once: the records of
     :func:`bundle_records` in that order, paced at ``speed`` x real time (0: all in one poll).
     Paced, each poll sleeps until the next record is due and returns the records due by then
-    (``pending`` until the last). No cursor: a bundle is published whole. ``sent``: records
-    returned so far. Raises :class:`connectors.bundle.BundleError` for an unreadable bundle."""
+    (``pending`` until the last), sleeping in slices of at most 0.2 s so that setting ``stop``
+    ends the wait. No cursor: a bundle is published whole. ``sent``: records returned so far.
+    Raises :class:`connectors.bundle.BundleError` for an unreadable bundle."""
 
-    def __init__(self, path: str | Path, *, speed: float = 0.0, sleep: Callable[[float], Any] = time.sleep) -> None:
+    def __init__(self, path: str | Path, *, speed: float = 0.0, sleep: Callable[[float], Any] = time.sleep,
+                 stop: threading.Event | None = None) -> None:
         self.records, self.conn = bundle_records(path)
         self.speed = speed
         self.sent = 0
         self._sleep = sleep
+        #: set: a paced poll stops waiting (within 0.2 s) and returns no record
+        self.stop = stop
         self._start: float | None = None
 
     @property
@@ -157,7 +163,9 @@ class BundleSource:
                 self._start = time.monotonic()
             due = self._due(self.records[self.sent])
             while (delay := due - time.monotonic()) > 0:
-                self._sleep(delay)
+                if self.stop is not None and self.stop.is_set():
+                    return []
+                self._sleep(min(delay, 0.2))
             end = self.sent
             while end < len(self.records) and self._due(self.records[end]) <= time.monotonic():
                 end += 1
@@ -187,49 +195,91 @@ def publish_bundle(path: str | Path, producer: "RecordProducer", *, speed: float
 # -- CLI ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class BundleSent:
+    """What was published of one bundle: its path as given, the records sent and of how many,
+    and the files the reader could not read (coverage ``failed``)."""
+
+    path: Path
+    sent: int
+    total: int
+    unreadable: tuple[str, ...]
+
+
 class BundlesSource:
     """Several incident bundles as one source read once: each bundle's :class:`BundleSource`
     in the order given, the next bundle read only when the previous one is sent (so a bundle
     that cannot be read raises :class:`connectors.bundle.BundleError`, its message starting with
-    the bundle's path, after the ones before it were published). ``speed`` paces each bundle on its own clock; ``done``: ``(path, source)``
-    of the bundles sent whole so far."""
+    the bundle's path, after the ones before it were published). ``speed`` paces each bundle on
+    its own clock. A bundle whose last records were returned is reported to ``on_sent`` (one
+    :class:`BundleSent`) at the next poll -- after the runner flushed them to the broker -- or
+    by :meth:`finish`; only that summary is kept. ``stop`` (set by the connector framework to
+    the run's stop event) ends a paced wait."""
 
-    def __init__(self, paths: list[Path], *, speed: float = 0.0) -> None:
+    def __init__(self, paths: list[Path], *, speed: float = 0.0,
+                 on_sent: Callable[[BundleSent], Any] = lambda _: None) -> None:
         self.paths = list(paths)
         self.speed = speed
-        self.done: list[tuple[Path, BundleSource]] = []
+        self.on_sent = on_sent
+        self.stop: threading.Event | None = None
+        self.sent = 0  #: records returned so far, every bundle together
+        self._next = 0  #: index of the next bundle to read
         self._current: tuple[Path, BundleSource] | None = None
+        self._unreported: BundleSent | None = None
 
     @property
     def pending(self) -> bool:
         """True while a bundle or a record of the current one is left."""
-        return len(self.done) < len(self.paths)
-
-    @property
-    def sent(self) -> int:
-        """Records returned so far, every bundle together."""
-        return sum(s.sent for _, s in self.done) + (self._current[1].sent if self._current else 0)
+        return self._current is not None or self._next < len(self.paths)
 
     def poll(self) -> list[Observation]:
         """The next records of the current bundle (see :meth:`BundleSource.poll`)."""
-        if not self.pending:
-            return []
+        self._report()
         if self._current is None:
-            path = self.paths[len(self.done)]
+            if self._next >= len(self.paths):
+                return []
+            path = self.paths[self._next]
+            self._next += 1
             try:
-                self._current = (path, BundleSource(path, speed=self.speed))
+                self._current = (path, BundleSource(path, speed=self.speed, stop=self.stop))
             except BundleError as exc:  # the message names a file of the bundle: say which bundle
                 text = str(exc)
                 raise BundleError(text if text.startswith(str(path)) else f"{path}/{text}") from None
-        batch = self._current[1].poll()
-        if not self._current[1].pending:
-            self.done.append(self._current)
-            self._current = None
+        path, one = self._current
+        batch = one.poll()
+        self.sent += len(batch)
+        if not one.pending:
+            self._unreported, self._current = _summary(path, one), None
         return batch
+
+    def finish(self) -> tuple[BundleSent | None, list[Path]]:
+        """After the run: report the last bundle sent whole; returns the bundle left part-sent
+        (None when none) and the bundles never started."""
+        self._report()
+        partial = _summary(*self._current) if self._current is not None else None
+        return partial, self.paths[self._next:]
+
+    def _report(self) -> None:
+        if self._unreported is not None:
+            done, self._unreported = self._unreported, None
+            self.on_sent(done)
 
     def checkpoint(self) -> dict[str, Any]:
         """``{}``: bundles keep no position."""
         return {}
+
+
+def _summary(path: Path, one: BundleSource) -> BundleSent:
+    return BundleSent(path, one.sent, len(one.records),
+                      tuple(c.source for c in one.coverage() if c.status == "failed"))
+
+
+def _sent_line(done: BundleSent, topic: str) -> str:
+    unreadable = ""
+    if done.unreadable:
+        named = ", ".join(done.unreadable[:3]) + (f" and {len(done.unreadable) - 3} more" if len(done.unreadable) > 3 else "")
+        unreadable = f" ({len(done.unreadable)} files could not be read: {named})"
+    return f"published {done.sent} records of {done.path} to {topic}{unreadable}"
 
 
 @connector(interval=None, errors=(BundleError,))
@@ -239,13 +289,21 @@ def connect_bundle_cli(
     speed: Annotated[float, typer.Option(min=0.0, help="replay each bundle at N x real time (0 = as fast as possible)")] = 0.0,
 ) -> Generator[BundlesSource, Any, None]:
     """Publish incident bundles' records to Kafka, each bundle whole and in event-time order
-    (workload.yaml first), one bundle after the other."""
+    (workload.yaml first), one bundle after the other; a line per bundle once the broker has
+    its records. Stopped (SIGTERM) before the last bundle, it says what was left and exits 143."""
     missing = [str(b) for b in bundles if not b.is_dir()]
     if missing:
         raise BundleError(f"not a bundle directory: {', '.join(missing)}")
-    source = BundlesSource(bundles, speed=speed)
+    seen: dict[Path, Path] = {}
+    twice = [str(b) for b in bundles if seen.setdefault(b.resolve(), b) is not b]
+    if twice:
+        raise BundleError(f"bundle given twice: {', '.join(twice)}")
+    source = BundlesSource(bundles, speed=speed, on_sent=lambda done: typer.echo(_sent_line(done, opts.topic), err=True))
     yield source
-    for bundle, one in source.done:
-        failed = [c for c in one.coverage() if c.status == "failed"]
-        typer.echo(f"published {one.sent} records of {bundle} to {opts.topic}"
-                   + (f" ({len(failed)} files could not be read)" if failed else ""), err=True)
+    partial, unstarted = source.finish()
+    if partial is not None or unstarted:
+        if partial is not None:
+            typer.echo(f"stopped: {partial.sent} of {partial.total} records of {partial.path} published", err=True)
+        if unstarted:
+            typer.echo(f"stopped: not published: {', '.join(map(str, unstarted))}", err=True)
+        raise typer.Exit(143)

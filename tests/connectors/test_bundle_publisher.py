@@ -5,10 +5,16 @@ against an address where no broker listens (real librdkafka, no mock)."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import socket
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -221,4 +227,68 @@ def test_connect_bundle_stops_at_an_unreadable_bundle_after_publishing_the_ones_
     assert result.exit_code == 2
     assert str(tmp_path / "broken" / "workload.yaml") in result.output
     n = len(bundle_records(first)[0])
+    # the bundle before it is on the topic, and the output says so
+    assert f"published {n} records of {first} to {topic}" in result.output
     assert len(consume(kafka_config, topic, n)) == n
+
+
+def test_connect_bundle_refuses_a_bundle_given_twice(tmp_path: Path):
+    bundle = EXAMPLES / "fabric-roce-gid-index-config"
+    link = tmp_path / "same"
+    link.symlink_to(bundle)
+    result = CliRunner().invoke(app, ["connect", "bundle", str(bundle), str(link), "--bootstrap", _closed_port()])
+    assert result.exit_code == 2
+    assert f"bundle given twice: {link}" in result.output
+
+
+def _paced_run(tmp_path: Path, bootstrap: str, topic: str, bundles: list[Path]) -> tuple[Any, Path]:
+    """`connect bundle BUNDLES --speed 100` as a subprocess, its stderr in a file; returns
+    (process, stderr file) once the first bundle's line is there."""
+    err = tmp_path / "stderr"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streams.cli", "connect", "bundle", *map(str, bundles),
+         "--speed", "100", "--bootstrap", bootstrap, "--topic", topic],
+        cwd=Path(__file__).resolve().parents[2], env=os.environ, stdout=subprocess.DEVNULL, stderr=err.open("wb"))
+    first = f"published {len(bundle_records(bundles[0])[0])} records of {bundles[0]} to {topic}"
+    deadline = time.monotonic() + 60
+    while first not in err.read_text() and time.monotonic() < deadline:
+        assert proc.poll() is None, err.read_text()
+        time.sleep(0.1)
+    assert first in err.read_text()
+    time.sleep(1.0)  # inside the second bundle's paced wait
+    return proc, err
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_paced_run_counts_the_records_the_broker_has(
+        tmp_path: Path, settings: KafkaSettings, kafka_config, kafka_topic_factory):  # noqa: F811
+    topic = kafka_topic_factory("obs", partitions=1)
+    proc, err = _paced_run(tmp_path, settings.bootstrap_servers, topic,
+                           [EXAMPLES / "fabric-roce-gid-index-config", EXAMPLES / "public-rc58-xid79-kubernetes-gpu"])
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=20) == 130
+    m = re.search(r"interrupted after (\d+) records delivered", err.read_text())
+    assert m and int(m.group(1)) > len(bundle_records(EXAMPLES / "fabric-roce-gid-index-config")[0]), err.read_text()
+    assert len(consume(kafka_config, topic, int(m.group(1)))) == int(m.group(1))
+
+
+@pytest.mark.slow
+def test_sigterm_in_a_paced_run_reports_each_bundle_and_what_was_left(
+        tmp_path: Path, settings: KafkaSettings, kafka_config, kafka_topic_factory):  # noqa: F811
+    """--speed 100: the first bundle (79 s of records) is reported once the broker has it, while
+    the second (1,500 s) is being paced; SIGTERM then ends the paced wait at once, says how much
+    of the second bundle and which bundles were not published, and exits 143."""
+    topic = kafka_topic_factory("obs", partitions=1)
+    first, second, third = (EXAMPLES / n for n in ("fabric-roce-gid-index-config", "public-rc58-xid79-kubernetes-gpu",
+                                                    "h200-xid31-illegal-address"))
+    proc, err = _paced_run(tmp_path, settings.bootstrap_servers, topic, [first, second, third])
+    n_first = len(bundle_records(first)[0])
+    stopped_at = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 143
+    assert time.monotonic() - stopped_at < 5
+    text = err.read_text()
+    m = re.search(rf"stopped: (\d+) of {len(bundle_records(second)[0])} records of {re.escape(str(second))} published", text)
+    assert m, text
+    assert f"stopped: not published: {third}" in text
+    assert len(consume(kafka_config, topic, n_first + int(m.group(1)))) == n_first + int(m.group(1))
