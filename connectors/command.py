@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +55,7 @@ import typer
 
 from connectors.cursor import CursorError, CursorStore
 from connectors.registry import cli_fail
-from connectors.runner import RoutedProducer, run, stop_on_sigterm
+from connectors.runner import RoutedProducer, run, stop_on_signals
 
 if TYPE_CHECKING:  # pragma: no cover
     from transport.kafka import RecordProducer
@@ -263,7 +264,7 @@ def _execute(build: Callable[..., Any], opts: Shared, own: dict[str, Any], *,
     sent = 0
     producer = None
     try:
-        with opts.producer() as producer, stop_on_sigterm() as stop:
+        with opts.producer() as producer, stop_on_signals() as stop:
             if hasattr(source, "stop"):
                 source.stop = stop  # a source that waits (paced) ends its wait when the run stops
             if not opts.follow:
@@ -280,11 +281,20 @@ def _execute(build: Callable[..., Any], opts: Shared, own: dict[str, Any], *,
                 sent += run(source, target, follow=True, retry=True, **common)
             elif not opts.follow:
                 sent = run(source, target, **common)
+            exit_code = None
             if steps is not None:
                 try:
                     steps.send(Done(sent, target))
                 except StopIteration:
                     pass
+                except typer.Exit as exc:
+                    exit_code = exc.exit_code
+            if stop.signum == signal.SIGINT and not opts.follow:
+                # Ctrl-C on a one-shot run: it stopped between two cycles, what was sent is flushed
+                typer.echo(f"interrupted after {producer.delivered} records delivered", err=True)
+                raise typer.Exit(130)
+            if exit_code is not None:
+                raise typer.Exit(exit_code)
     except KeyboardInterrupt:
         delivered = producer.delivered if producer is not None else sent
         typer.echo(f"interrupted after {delivered} records delivered", err=True)

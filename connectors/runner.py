@@ -8,7 +8,7 @@
   source's :meth:`~connectors.source.Source.checkpoint` after the flush; once, or (``follow``)
   every ``poll_s`` seconds until stopped, retrying failed polls and deliveries with tenacity
   when asked to.
-* :func:`stop_on_sigterm` -- a ``threading.Event`` set by SIGTERM, the stop signal of a
+* :func:`stop_on_signals` -- a ``threading.Event`` set by SIGTERM or Ctrl-C, the stop signal of a
   following run.
 """
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from connectors.cursor import CursorStore
     from transport.kafka import RecordProducer
 
-__all__ = ["publish", "run", "stop_on_sigterm", "RoutedProducer"]
+__all__ = ["publish", "run", "stop_on_signals", "StopSignal", "RoutedProducer"]
 
 log = logging.getLogger("faultstream.connector")
 
@@ -152,20 +152,40 @@ def run(
         return total
 
 
+class StopSignal(threading.Event):
+    """The stop event of a run, remembering the signal that set it first (``signum``; None
+    while unset or when its owner set it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signum: int | None = None
+
+
 @contextlib.contextmanager
-def stop_on_sigterm() -> Iterator[threading.Event]:
-    """A ``threading.Event`` that SIGTERM sets while the block runs (the previous handler is
-    restored after it). Outside the main thread (where Python cannot install signal handlers)
-    the event is only set by its owner."""
-    stop = threading.Event()
+def stop_on_signals() -> Iterator[StopSignal]:
+    """A :class:`StopSignal` that SIGTERM or the first SIGINT (Ctrl-C) sets while the block
+    runs, so that a run stops between two cycles rather than inside a Kafka client call; a
+    second SIGINT raises ``KeyboardInterrupt`` as usual. The previous handlers are restored
+    after the block. Outside the main thread (where Python cannot install signal handlers) the
+    event is only set by its owner."""
+    stop = StopSignal()
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def handle(signum: int, _frame: Any) -> None:
+        if signum == signal.SIGINT and stop.signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if stop.signum is None:
+            stop.signum = signum
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield stop
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class RoutedProducer:
