@@ -275,11 +275,12 @@ def _execute(build: Callable[..., Any], opts: Shared, own: dict[str, Any], *,
             pace = getattr(source, "wait_s", None)
             common = dict(topic=opts.topic, cursor=getattr(source, "cursor", None), stop=stop,
                           poll_s=pace if pace is not None else (opts.interval_s or 1.0))
-            if opts.follow and first_pass_strict:
+            # a signal while waiting for the broker: nothing is sent
+            if opts.follow and first_pass_strict and not stop.is_set():
                 sent = run(source, target, **common)
             if opts.follow and not stop.is_set():
                 sent += run(source, target, follow=True, retry=True, **common)
-            elif not opts.follow:
+            elif not opts.follow and not stop.is_set():
                 sent = run(source, target, **common)
             exit_code = None
             if steps is not None:
