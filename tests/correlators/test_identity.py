@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -136,26 +137,28 @@ def test_disagreements_are_one_coverage_warning_per_host():
 # -- replay end to end --------------------------------------------------------------------------------
 
 
-def hostile_bundle(root: Path, *, aggregated: bool = False) -> Path:
-    """A job on node-a01 and node-a07. Lines of ``logs/node-a01/kern.log`` (or, with
-    ``aggregated``, of a central syslog ``logs/_aggregated/syslog``) name hosts ``ALL`` and
-    ``node-a07`` (and, aggregated, the stranger ``node-a99``) in their syslog host field."""
+def hostile_bundle(root: Path, *, aggregated: bool = False, day: dt.date = dt.date(2026, 11, 30)) -> Path:
+    """A job on node-a01 and node-a07 on ``day`` (UTC, 01:20-01:21). Lines of
+    ``logs/node-a01/kern.log`` (or, with ``aggregated``, of a central syslog
+    ``logs/_aggregated/syslog``) name hosts ``ALL`` and ``node-a07`` (and, aggregated, the
+    stranger ``node-a99``) in their syslog host field."""
     bundle = root / ("aggregated" if aggregated else "hostile")
     (bundle / "logs" / "node-a01").mkdir(parents=True)
     (bundle / "logs" / "node-a07").mkdir(parents=True)
     (bundle / "workload.yaml").write_text(
         "workload_id: job-4242\nscheduler: slurm\ncluster: c1\nstate: FAILED\nexit_code: '1:0'\n"
-        "start: 2026-11-30T01:20:00Z\nend: 2026-11-30T01:21:20Z\nnodes: [node-a01, node-a07]\nranks_per_node: 1\n")
-    lines = (f"Nov 30 01:20:30 ALL {XID}\n"
-             f"Nov 30 01:20:31 node-a07 {XID.replace('9c:00', '1b:00')}\n")
+        f"start: {day}T01:20:00Z\nend: {day}T01:21:20Z\nnodes: [node-a01, node-a07]\nranks_per_node: 1\n")
+    md = f"{day:%b} {day.day:2d}"  # syslog's "%b %e"
+    lines = (f"{md} 01:20:30 ALL {XID}\n"
+             f"{md} 01:20:31 node-a07 {XID.replace('9c:00', '1b:00')}\n")
     (bundle / "logs" / "node-a07" / "kern.log").write_text(
-        "Nov 30 01:20:10 node-a07 kernel: usb 1-1: new high-speed USB device number 2 using xhci_hcd\n")
+        f"{md} 01:20:10 node-a07 kernel: usb 1-1: new high-speed USB device number 2 using xhci_hcd\n")
     if aggregated:
         (bundle / "logs" / "_aggregated").mkdir()
         (bundle / "logs" / "_aggregated" / "syslog").write_text(
-            lines + f"Nov 30 01:20:32 node-a99 {XID.replace('9c:00', '3a:00')}\n")
+            lines + f"{md} 01:20:32 node-a99 {XID.replace('9c:00', '3a:00')}\n")
         (bundle / "logs" / "node-a01" / "kern.log").write_text(
-            "Nov 30 01:20:10 node-a01 kernel: usb 1-1: new high-speed USB device number 2 using xhci_hcd\n")
+            f"{md} 01:20:10 node-a01 kernel: usb 1-1: new high-speed USB device number 2 using xhci_hcd\n")
     else:
         (bundle / "logs" / "node-a01" / "kern.log").write_text(lines)
     return bundle

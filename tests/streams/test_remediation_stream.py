@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -603,7 +604,8 @@ def test_a_line_never_chooses_whom_to_drain_on_a_real_broker(stream_env, kafka_b
     from tests.streams.test_stream import comparable, latest_verdicts
 
     env, prefix = stream_env["env"], stream_env["prefix"]
-    bundle = hostile_bundle(stream_env["tmp"])
+    # yesterday's job: the remediation ledger remembers 7 days, an older verdict fails closed
+    bundle = hostile_bundle(stream_env["tmp"], day=(dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)).date())
     replayed = json.loads(canonical_json(replay_bundle(bundle).attribution))
     assert replayed["culprits"]["hosts"] == ["node-a01"]
     stream_env["start"](FAULTSTREAM_REMEDIATION_PROPOSAL_TTL_S="31536000")
