@@ -153,34 +153,21 @@ def _may_match(name: str, text: str) -> bool:
     return any(w in text for w in words)
 
 
-#: :data:`NEGATIVE_CONTEXTS` with each one's literals and case rule (:data:`CONTEXT_LITERALS`;
-#: None: its pattern always runs)
-_CHECKS = tuple((name, rx, read, for_frames, CONTEXT_LITERALS.get(name)) for name, rx, read, for_frames in NEGATIVE_CONTEXTS)
-
-
 def negative_context(line: str, before: str, frames: bool = False, end_line: str | None = None) -> str | None:
     """The name of the first negative context (:data:`NEGATIVE_CONTEXTS`) a word is in, or
     None: ``line`` is the line holding it, ``before`` the line up to it, ``end_line`` the line
     where a frame match ends (default ``line``). ``frames``: only the contexts frame rules
-    honour. A pattern runs only on a text holding one of its literals (:data:`CONTEXT_LITERALS`,
-    as :func:`_may_match` tests them; each text lowered once)."""
-    texts = {"from": line[len(before):], "before": before, "line": line,
-             "end": end_line if end_line is not None else line}
-    lowered: dict[str, str | None] = {}
-    for name, rx, read, for_frames, need in _CHECKS:
+    honour. A pattern runs only on a text holding one of its literals (:data:`CONTEXT_LITERALS`)."""
+    for name, rx, read, for_frames in NEGATIVE_CONTEXTS:
         if frames and not for_frames:
             continue
-        text = texts[read]
-        if need is not None:
-            words, caseless = need
-            probe: str | None = text
-            if caseless:
-                probe = lowered.get(read, "")
-                if probe == "":
-                    probe = lowered[read] = text.lower() if text.isascii() else None
-            if probe is not None and not any(w in probe for w in words):
-                continue
-        if rx.search(text):
+        if read == "from":
+            text = line[len(before):]
+        elif read == "before":
+            text = before
+        else:
+            text = end_line if read == "end" and end_line is not None else line
+        if _may_match(name, text) and rx.search(text):
             return name
     return None
 
