@@ -137,9 +137,10 @@ def generate(out: Path, nodes: int, files: int, lines_per_file: int, seed: int =
 def files_floor(bundle: Path) -> dict:
     """Read every log file's bytes and find the keyword occurrences, nothing else."""
     from correlators.rules import load_rule_pack
-    from correlators.rules.scan import LiteralSet
+    from correlators.rules.scan import LiteralSet, minimal_literals
 
-    words = LiteralSet(k for k in load_rule_pack().prefilter_keywords if "\n" not in k)
+    # the reader's own set: the pack's literals that fit in a line and hold no other one
+    words = LiteralSet(minimal_literals(k for k in load_rule_pack().prefilter_keywords if "\n" not in k))
     words.match_ends(b"warm up the compiled set")
     t0, c0 = time.perf_counter(), time.process_time()
     hits = 0
@@ -173,9 +174,11 @@ def _verdicts(verdicts) -> dict:
 def chdb_floor(url: str) -> dict:
     """One server-side scan of the table with the escaped literals."""
     from correlators.rules import load_rule_pack
+    from correlators.rules.scan import minimal_literals
     from sinks.clickhouse import ClickHouseSink
 
-    literals = sorted({re.escape(w) for w in load_rule_pack().prefilter_keywords if w})
+    # the set the replay pushes down: the pack's literals holding no other one, escaped
+    literals = sorted({re.escape(w) for w in minimal_literals(load_rule_pack().prefilter_keywords)})
     with ClickHouseSink(url) as sink:
         t0, c0 = time.perf_counter(), time.process_time()
         rows, hits = sink.client.query(

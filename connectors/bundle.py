@@ -107,7 +107,7 @@ from correlators.attribution import default_causal_rules
 from correlators.identity import AGGREGATED_HOST
 from correlators.rules.engine import gc_paused, json_attributes, light_record, opt_int32, opt_str, time_ok
 from connectors.records import MAX_RECORD_LINES, STRUCTURE_HINT, BlockLines, group_records, record_span
-from correlators.rules.scan import LiteralSet
+from correlators.rules.scan import LiteralSet, minimal_literals
 from connectors.timefmt import TIMESTAMP_HINT, LineClock, LineTime, TimeContext, parse_line_time
 from correlators.windows import WorkloadIndex
 from schemas.bundle import ExpectedSpec, TaskPid, TopologySpec, WorkloadSpec, to_ns
@@ -327,8 +327,9 @@ _SCAN_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bundle-scan
 @functools.lru_cache(maxsize=8)
 def _literal_set(keywords: tuple[str, ...]) -> LiteralSet:
     """The compiled keyword set of a reader's keywords (cached: one compile per pack). A
-    keyword holding a newline can never be inside one line: left out."""
-    return LiteralSet(k for k in keywords if "\n" not in k)
+    keyword holding a newline can never be inside one line: left out; so is one holding
+    another keyword (:func:`~correlators.rules.scan.minimal_literals`: the same lines marked)."""
+    return LiteralSet(minimal_literals(k for k in keywords if "\n" not in k))
 
 
 @dataclass

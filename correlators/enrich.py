@@ -59,10 +59,9 @@ class Allocation:
     @classmethod
     def from_workload(cls, spec: WorkloadSpec) -> "Allocation":
         """Build the table from ``workload.yaml``."""
-        slots = spec.rank_map()
-        ranks = {r: (slot.host, slot.gpu) for r, slot in slots.items()}
+        ranks = spec.rank_layout()
         ips = {facts.ip: host for host, facts in spec.hosts.items() if facts.ip}
-        pids = {(slot.host, slot.pid): r for r, slot in slots.items() if slot.pid}
+        pids = {(slot.host, slot.pid): r for r, slot in spec.ranks.items() if slot.pid}  # only explicit ranks have pids
         tasks = [(t.host, t.pid, t.rank, t.step, t.source) for t in spec.task_pids]
         return cls(workload_id=spec.workload_id, cluster=spec.cluster, ranks=ranks, ips=ips, pids=pids,
                    task_pids=tasks, nodes=tuple(spec.nodes))

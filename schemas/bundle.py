@@ -176,16 +176,20 @@ class WorkloadSpec(_Tolerant):
 
     def rank_map(self) -> dict[int, RankSlot]:
         """Rank -> host/GPU: the explicit ``ranks`` map, else ``ranks_per_node`` laid out in
-        node order with local rank = GPU index, else empty."""
+        node order with local rank = GPU index (:meth:`rank_layout`), else empty."""
         if self.ranks:
             return dict(self.ranks)
-        if self.ranks_per_node:
-            # the nodes are validated names and the indexes ints: built without re-validation
-            return {
-                n * self.ranks_per_node + local: RankSlot.model_construct(host=host, gpu=local)
-                for n, host in enumerate(self.nodes)
-                for local in range(self.ranks_per_node)
-            }
+        # the nodes are validated names and the indexes ints: built without re-validation
+        return {r: RankSlot.model_construct(host=host, gpu=gpu) for r, (host, gpu) in self.rank_layout().items()}
+
+    def rank_layout(self) -> dict[int, tuple[str, int | None]]:
+        """Rank -> (host, GPU index) of :meth:`rank_map` as plain tuples (a 16,384-rank job's
+        layout without building as many models)."""
+        if self.ranks:
+            return {r: (slot.host, slot.gpu) for r, slot in self.ranks.items()}
+        per_node = self.ranks_per_node
+        if per_node:
+            return {n * per_node + local: (host, local) for n, host in enumerate(self.nodes) for local in range(per_node)}
         return {}
 
 

@@ -60,20 +60,22 @@ def replay_observations(
 
     Returns (the verdicts: workload verdicts in workload-id order, then each cluster's fabric
     and incident verdicts; the pipeline, for its windows; observation id -> observation, for
-    the observations some event was extracted from)."""
+    the observations some event was extracted from). Runs with the garbage collector paused
+    (:func:`correlators.rules.engine.gc_paused`): the records it builds hold no reference cycles."""
     pipeline = Pipeline(config, hold=True)
     router = InMemoryRouter(pipeline)
     used: dict[str, Observation] = {}
-    for obs in observations:
-        if on_observation is not None:
-            on_observation(obs)
-        effects = pipeline.ingest(obs)
-        if obs.kind in ("scheduler_event", "topology", "health_event") and obs.format in FACT_FORMATS \
-                or any(isinstance(e, Publish) and e.topic == "events" for e in effects):
-            used[obs.observation_id] = obs
-        router.send(effects)
-        router.drain()
-    return router.finish(), pipeline, used
+    with gc_paused():
+        for obs in observations:
+            if on_observation is not None:
+                on_observation(obs)
+            effects = pipeline.ingest(obs)
+            if obs.kind in ("scheduler_event", "topology", "health_event") and obs.format in FACT_FORMATS \
+                    or any(isinstance(e, Publish) and e.topic == "events" for e in effects):
+                used[obs.observation_id] = obs
+            router.send(effects)
+            router.drain()
+        return router.finish(), pipeline, used
 
 
 def replay_bundle(

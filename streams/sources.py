@@ -549,9 +549,13 @@ def observations_from_clickhouse(
     not skip as inert come from the server (``config.pack``'s prefilter literals pushed down,
     :meth:`sinks.clickhouse.ClickHouseSink.observation_records` ``body_any``): the same
     verdicts, from a fraction of the rows; off, every row of the selection (an export)."""
+    from correlators.rules.engine import gc_paused
+    from correlators.rules.scan import minimal_literals
+
     report = report if report is not None else ReadReport()
     seen: set[str] = set()
-    literals = config.pack.prefilter_keywords if prefilter else None
+    # the literals holding no other one: the same rows, a smaller pattern set for the server
+    literals = minimal_literals(config.pack.prefilter_keywords) if prefilter else None
     spec_rows = sink.observation_records(kinds=["scheduler_event"], formats=["workload_yaml"], cluster=cluster)
     topo_rows = sink.observation_records(kinds=["topology"], cluster=cluster)
     specs = list(_rows(spec_rows, report, seen))
@@ -583,7 +587,8 @@ def observations_from_clickhouse(
                             "end_ns": None if hi >= END_OF_TIME else hi})
     # one query for all the selections: the table is scanned once
     rows = sink.observation_records(any_of=queries, body_any=literals)
-    body: list[Observation] = [o for o in _rows(rows, report, seen) if plan.wants(o)]
+    with gc_paused():  # thousands of records parsed, none of them garbage
+        body: list[Observation] = [o for o in _rows(rows, report, seen) if plan.wants(o)]
     body.sort(key=lambda o: (o.observed_at, o.observation_id))
     yield from picked
     yield from body

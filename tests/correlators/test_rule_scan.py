@@ -12,12 +12,14 @@ from hypothesis import strategies as st
 from correlators.rules import load_rule_pack
 from correlators.rules.engine import _gates, _passes
 from correlators.rules.model import Condition, Rule
-from correlators.rules.scan import LiteralSet
+from correlators.rules.scan import LiteralSet, minimal_literals
 from correlators.unrecognised import PREFILTER_LITERALS
 
 PACK = load_rule_pack()
 WORDS = PACK.prefilter_keywords
 SCANNER = LiteralSet(WORDS)
+MINIMAL = minimal_literals(WORDS)
+MINIMAL_SCANNER = LiteralSet(MINIMAL)
 
 # text made of pieces of real keywords, near misses and other characters (non-ASCII and lone
 # surrogates included: JSON can carry both)
@@ -35,6 +37,7 @@ pieces = st.one_of(
 @given(st.lists(pieces, max_size=8).map("".join))
 def test_scanner_answers_as_substring_tests(text):
     assert SCANNER.search(text) == any(w in text for w in WORDS)
+    assert MINIMAL_SCANNER.search(text) == any(w in text for w in WORDS)
     assert PACK.may_extract(text) == any(w in text for w in WORDS)
 
 
@@ -45,6 +48,35 @@ def test_scanner_finds_each_word_alone_and_inside_text():
     assert not SCANNER.search("")
     assert not SCANNER.search("step 12 loss 2.3131 lr 3.0e-04 grad_norm 0.213")
     assert "NCCL WARN" in PREFILTER_LITERALS and SCANNER.search("node-a01:1:2 [0] NCCL WARN x")
+
+
+def test_the_minimal_literals_are_those_holding_no_other_one():
+    # the pack's prefilter: every literal left out holds one kept, no kept one holds another
+    assert 0 < len(MINIMAL) < len(set(WORDS))
+    assert "Xid" in MINIMAL and "NVRM: Xid" in WORDS and "NVRM: Xid" not in MINIMAL
+    for w in set(WORDS) - set(MINIMAL):
+        assert any(m in w for m in MINIMAL), w
+    for m in MINIMAL:
+        assert not any(o != m and o in m for o in MINIMAL), m
+    assert minimal_literals(["abc", "b", "xbx", "", "b", "cd"]) == ("b", "cd")
+    assert minimal_literals([]) == () and minimal_literals([""]) == ()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab\n", min_size=1, max_size=4), max_size=6),
+       st.text(alphabet="abc\n", max_size=40))
+def test_minimal_literals_mark_the_same_lines(words, text):
+    """The bundle reader marks a line when a literal ends inside it: the same lines with the
+    minimal set."""
+    words = [w for w in words if "\n" not in w]
+
+    def marked(ws):
+        data = text.encode()
+        ends = LiteralSet(ws).match_ends(data) if ws else []
+        return {data[:e].count(b"\n") for e in ends}
+
+    assert marked(minimal_literals(words)) == marked(words)
+    assert marked(words) == {i for i, line in enumerate(text.split("\n")) if any(w in line for w in words)}
 
 
 def test_an_empty_set_matches_nothing_and_an_empty_literal_is_refused():
