@@ -23,7 +23,12 @@ their own literal set the same way).
 * ``chdb:`` rows/s of ``replay --from-clickhouse --cluster fleet`` end to end over an
   ``observations`` table holding one row per log line (the candidates and facts written by the
   sink, the noise rows generated in SQL), and the bare scan floor of the same engine: one
-  ``SELECT count() ... WHERE multiMatchAny(body, <the escaped literals>)`` over the table.
+  ``SELECT count() ... WHERE multiMatchAny(body, <the escaped literals>)`` over the table, with
+  the literal set the replay pushes down (the pack's literals holding no other one). Both in
+  a fresh chDB process, so both include compiling that pattern set (Hyperscan, about half a
+  second on 2 cores);
+* ``chdb-compiled:`` the same two with the pattern set compiled before the timed part, as a
+  ClickHouse server holds it in its pattern cache between queries.
 
 Usage: ``python3 bench/history.py [--nodes 500] [--files 4] [--lines-per-file 2000] [--runs 3]``
 Exits 1 when a verdict is wrong (job-h1: ``gpu.xid.79`` on the bad node and rank).
@@ -32,6 +37,7 @@ Exits 1 when a verdict is wrong (job-h1: ``gpu.xid.79`` on the bad node and rank
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -171,15 +177,29 @@ def _verdicts(verdicts) -> dict:
     return {"verdicts": out}
 
 
-def chdb_floor(url: str) -> dict:
-    """One server-side scan of the table with the escaped literals."""
+def _pushed_down_literals() -> list[str]:
+    """The set the replay pushes down: the pack's literals holding no other one, escaped."""
     from correlators.rules import load_rule_pack
     from correlators.rules.scan import minimal_literals
+
+    return sorted({re.escape(w) for w in minimal_literals(load_rule_pack().prefilter_keywords)})
+
+
+def _compile_patterns(sink) -> None:
+    """Have the engine compile the pushed-down pattern set (a one-row query): what a ClickHouse
+    server holds in its pattern cache between queries, and a fresh chDB process has not."""
+    sink.client.query("SELECT multiMatchAny('', {lits:Array(String)})", parameters={"lits": _pushed_down_literals()})
+
+
+def chdb_floor(url: str, compiled: bool = False) -> dict:
+    """One server-side scan of the table with the escaped literals (``compiled``: the pattern
+    set compiled before the timed scan)."""
     from sinks.clickhouse import ClickHouseSink
 
-    # the set the replay pushes down: the pack's literals holding no other one, escaped
-    literals = sorted({re.escape(w) for w in minimal_literals(load_rule_pack().prefilter_keywords)})
+    literals = _pushed_down_literals()
     with ClickHouseSink(url) as sink:
+        if compiled:
+            _compile_patterns(sink)
         t0, c0 = time.perf_counter(), time.process_time()
         rows, hits = sink.client.query(
             f"SELECT count(), countIf(multiMatchAny(body, {{lits:Array(String)}})) FROM {sink.database}.observations",
@@ -187,8 +207,9 @@ def chdb_floor(url: str) -> dict:
         return {"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0, "rows": rows, "hits": hits}
 
 
-def chdb_replay(url: str) -> dict:
-    """``replay --from-clickhouse --cluster fleet`` end to end (the prefilter pushed down)."""
+def chdb_replay(url: str, compiled: bool = False) -> dict:
+    """``replay --from-clickhouse --cluster fleet`` end to end (the prefilter pushed down;
+    ``compiled``: its pattern set compiled before the timed replay)."""
     from bench.common import warm_up
     from correlators.config import EngineConfig
     from sinks.clickhouse import ClickHouseSink
@@ -199,6 +220,8 @@ def chdb_replay(url: str) -> dict:
     warm_up()  # the pack loaded and its keyword sets compiled, as in a running service
     with ClickHouseSink(url) as sink:
         rows = sink.client.query(f"SELECT count() FROM {sink.database}.observations").result_rows[0][0]
+        if compiled:
+            _compile_patterns(sink)
         t0, c0 = time.perf_counter(), time.process_time()
         report = ReadReport()
         observations = list(observations_from_clickhouse(sink, config, cluster=CLUSTER, report=report, prefilter=True))
@@ -267,8 +290,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         what, where = args.child
-        fn = {"files-floor": files_floor, "files": files_replay, "chdb-floor": chdb_floor, "chdb": chdb_replay}[what]
-        print(json.dumps(fn(Path(where) if what.startswith("files") else where)))
+        fn = {"files-floor": files_floor, "files": files_replay, "chdb-floor": chdb_floor, "chdb": chdb_replay,
+              "chdb-floor-compiled": functools.partial(chdb_floor, compiled=True),
+              "chdb-compiled": functools.partial(chdb_replay, compiled=True)}[what]
+        print(json.dumps(fn(Path(where) if what.startswith("files") else where)))  # type: ignore[operator]
         return
     with tempfile.TemporaryDirectory(prefix="fs-history-") as tmp:
         bundle = Path(tmp) / "fleet"
@@ -295,12 +320,13 @@ def main() -> None:
             t0 = time.perf_counter()
             rows = store(bundle, url, facts)
             print(f"stored {rows:,} observations rows in chDB in {time.perf_counter() - t0:.1f} s")
-            floors, runs = [], []
-            for _ in range(args.runs):
-                floors.append(child("chdb-floor", url))
-                runs.append(child("chdb", url))
-            wrong += _check(runs, facts)
-            _report("chdb", "rows", rows, runs, floors)
+            for suffix in ("", "-compiled"):
+                floors, runs = [], []
+                for _ in range(args.runs):
+                    floors.append(child("chdb-floor" + suffix, url))
+                    runs.append(child("chdb" + suffix, url))
+                wrong += _check(runs, facts)
+                _report("chdb" + suffix, "rows", rows, runs, floors)
             print(f"chdb rows read by the replay (after the push-down): {runs[-1]['read']:,}")
         for job, v in sorted(runs[-1]["verdicts"].items()):
             print(f"verdict {job}: {v['root_cause']} hosts={v['hosts']} ranks={v['ranks']} quality={v['quality']}")
