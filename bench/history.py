@@ -293,7 +293,7 @@ def main() -> None:
         fn = {"files-floor": files_floor, "files": files_replay, "chdb-floor": chdb_floor, "chdb": chdb_replay,
               "chdb-floor-compiled": functools.partial(chdb_floor, compiled=True),
               "chdb-compiled": functools.partial(chdb_replay, compiled=True)}[what]
-        print(json.dumps(fn(Path(where) if what.startswith("files") else where)))  # type: ignore[operator]
+        print(json.dumps(fn(Path(where) if what.startswith("files") else where)))
         return
     with tempfile.TemporaryDirectory(prefix="fs-history-") as tmp:
         bundle = Path(tmp) / "fleet"
