@@ -184,22 +184,15 @@ class RecordProducer:
         self.back_pressure_waits = 0  #: times send() found the local queue full
 
     def wait_for_broker(self, timeout_s: float) -> None:
-        """Return once a broker answers a metadata request for the producer's topic. Raises
-        :class:`KafkaProducerError` when none answers within ``timeout_s`` seconds (``Kafka at
-        <servers>: no broker answered within <timeout_s> s``) and when the broker does not know
-        the topic and creates none on first use (``auto.create.topics.enable=false``: a send
-        would only fail after ``message.timeout.ms``); a broker that creates topics on first
-        use creates it here."""
+        """Return once a broker answers a metadata request; raises :class:`KafkaProducerError`
+        (``Kafka at <servers>: no broker answered within <timeout_s> s``) when none does within
+        ``timeout_s`` seconds."""
         try:
-            metadata = self._producer.list_topics(self.topic, timeout=timeout_s)
+            self._producer.list_topics(timeout=timeout_s)
         except KafkaException as exc:
             raise KafkaProducerError(f"Kafka at {self.bootstrap}: no broker answered within {timeout_s:g} s "
                                      f"({exc.args[0].str() if exc.args and hasattr(exc.args[0], 'str') else exc})"
                                      ) from None
-        topic = metadata.topics.get(self.topic)
-        if topic is not None and topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            raise KafkaProducerError(f"Kafka at {self.bootstrap}: topic {self.topic!r} does not exist and the broker "
-                                     "creates no topic on first use (faultstream topics create makes the catalogue's)")
 
     # -- callbacks ------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ def minimal_literals(words: Iterable[str]) -> tuple[str, ...]:
     out: a text holds one of these exactly when it holds one of ``words`` (a literal holding
     another is found through it), and a line holds one exactly when it holds one of ``words``.
     What a prefilter asks (any literal?) with fewer literals to compile and fewer matches to
-    report (the packaged rule pack's prefilter: about 40 % fewer). One Aho-Corasick pass
+    report: the rule pack's 1,121 prefilter literals are 662. One Aho-Corasick pass
     (pyahocorasick) per literal."""
     unique = sorted({w for w in words if w})
     automaton = ahocorasick.Automaton()

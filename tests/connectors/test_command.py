@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 from connectors.command import SHARED_OPTIONS, Shared, _settings, connector
 from connectors.registry import BUILTIN
 from streams.cli import app
-from tests.kafka_fixtures import kafka_bootstrap, kafka_config, kafka_topic_factory  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -156,26 +155,3 @@ def test_a_broker_that_does_not_answer_ends_a_one_shot_run_within_its_timeout(na
     assert sum("Connection refused" in line for line in out.stderr.splitlines()) <= 1, out.stderr
     assert "published" not in out.stderr
     assert time.monotonic() - started < 30
-
-
-@pytest.mark.kafka
-@pytest.mark.slow
-def test_a_topic_the_broker_does_not_know_ends_a_one_shot_run_at_once(kafka_bootstrap, kafka_topic_factory) -> None:
-    """The test broker creates no topic on first use: publishing to a missing topic is refused
-    before anything is sent, not after librdkafka's message timeout; an existing one works."""
-    bundle = "examples/incidents/public-rc15-pcie-aer-xid79-multinode"
-    missing = f"{kafka_topic_factory.prefix}-never-created"
-    started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "streams.cli", "connect", "bundle", bundle, "--bootstrap", kafka_bootstrap,
-                          "--topic", missing, "--timeout", "10"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2, out.stderr
-    assert out.stderr.splitlines()[-1] == (
-        f"error: Kafka at {kafka_bootstrap}: topic {missing!r} does not exist and the broker creates no topic "
-        "on first use (faultstream topics create makes the catalogue's)"), out.stderr
-    assert "published" not in out.stderr
-    assert time.monotonic() - started < 20  # the message timeout alone would be 120 s
-    topic = kafka_topic_factory("obs")
-    out = subprocess.run([sys.executable, "-m", "streams.cli", "connect", "bundle", bundle, "--bootstrap", kafka_bootstrap,
-                          "--topic", topic, "--timeout", "10"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert f" to {topic}" in out.stderr and "published 0 " not in out.stderr, out.stderr
