@@ -291,9 +291,8 @@ def _execute(build: Callable[..., Any], opts: Shared, own: dict[str, Any], *,
                 except typer.Exit as exc:
                     exit_code = exc.exit_code
             if stop.signum == signal.SIGINT and not opts.follow:
-                # Ctrl-C on a one-shot run: it stopped between two cycles, what was sent is flushed
-                typer.echo(f"interrupted after {producer.delivered} records delivered", err=True)
-                raise typer.Exit(130)
+                # Ctrl-C on a one-shot run stopped it between two cycles: reported as below
+                raise KeyboardInterrupt
             if exit_code is not None:
                 raise typer.Exit(exit_code)
     except KeyboardInterrupt:
